@@ -1,0 +1,81 @@
+/* cachalot: the caching allocator (SPEC.md §1-3, §8).
+ *
+ * Stream rule: a block freed on its allocation stream is reusable at once by later requests on that
+ * stream. A block that record_stream() marked as used by other streams is reused only after an event
+ * recorded on each of those streams at free() time has completed.
+ */
+#ifndef CACHALOT_ALLOCATOR_H
+#define CACHALOT_ALLOCATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cachalot_allocator cachalot_allocator;
+
+/* Called when an allocation fails as out of memory, with no allocator lock held, before the failing
+ * call returns: device, the segment size that was requested, the limit (fraction x total when a
+ * memory fraction is set, else the device total) and the device's free bytes. */
+typedef void (*cachalot_oom_observer)(int device, size_t alloc_size, size_t limit, size_t device_free,
+                                      void *ctx);
+
+/* Creates an allocator on backend `b` (which must outlive it). `conf` is a CACHALOT_ALLOC_CONF string
+ * (SPEC.md §8); NULL reads the environment variable CACHALOT_ALLOC_CONF, "" means the defaults.
+ * A malformed config fails with CACHALOT_ERROR_CONFIG and creates nothing. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_create(cachalot_backend *b, const char *conf,
+                                                                cachalot_allocator **out);
+
+/* Replaces the settings at run time (PyTorch's _set_allocator_settings): the string is validated
+ * exactly as at create time and applied only when all of it is valid; keys it does not name keep their
+ * current values. A new per_process_memory_fraction applies to every device. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf);
+
+/* Waits for outstanding events and gives every segment back to the device, including those of blocks
+ * still allocated: pointers from this allocator are invalid afterwards. NULL is a no-op. No other call
+ * on `a` may be in flight. */
+CACHALOT_API void cachalot_destroy(cachalot_allocator *a);
+
+/* The process-wide allocator: the CUDA backend with the CACHALOT_ALLOC_CONF environment config, made on
+ * first use (thread-safe). NULL when it cannot be made; cachalot_last_error() then says why. */
+CACHALOT_API cachalot_allocator *cachalot_default(void);
+
+/* Allocates `size` bytes on `device` for use on stream `s`. size 0 gives *out = NULL and succeeds.
+ * Fails with CACHALOT_ERROR_OUT_OF_MEMORY (message as SPEC.md §3) when the memory cannot be had
+ * after freeing cached blocks; what is already allocated stays valid. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size,
+                                                                cachalot_stream s, void **out);
+
+/* Frees a pointer from cachalot_malloc. NULL is a no-op. A pointer cachalot did not hand out, an
+ * interior pointer or one already freed is CACHALOT_ERROR_INVALID_POINTER and changes nothing. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_free(cachalot_allocator *a, void *ptr);
+
+/* Marks the allocation `ptr` as used by stream `s` (ignored for its own allocation stream): its memory
+ * will not be reused until the work enqueued on `s` before its free() has completed. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr,
+                                                                       cachalot_stream s);
+
+/* Waits for outstanding events, then gives every whole free cached segment back to the device. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_empty_cache(cachalot_allocator *a);
+
+/* Caps the memory cachalot reserves on `device` to fraction x device total (fraction in [0, 1]). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device,
+                                                                             double fraction);
+
+/* Adds an observer called at every out-of-memory failure (see cachalot_oom_observer). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_attach_oom_observer(cachalot_allocator *a,
+                                                                             cachalot_oom_observer fn,
+                                                                             void *ctx);
+
+/* The number of devices of the allocator's backend. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_device_count(cachalot_allocator *a, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,347 @@
+/* The allocator object: creation from a backend and a config, settings at run time, the process-wide
+ * default, per-device state, metadata free lists and argument checks shared by the entry points. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CHUNK_BLOCKS = 64 };
+
+/* Registers a host chunk for release at destroy. False on host OOM (the chunk is then freed). */
+static bool keep_chunk_locked(cl_device *d, void *chunk) {
+  if (d->n_chunks == d->cap_chunks) {
+    size_t cap = d->cap_chunks ? d->cap_chunks * 2 : 16;
+    void **c = realloc(d->chunks, cap * sizeof *c);
+    if (!c) {
+      free(chunk);
+      return false;
+    }
+    d->chunks = c;
+    d->cap_chunks = cap;
+  }
+  d->chunks[d->n_chunks++] = chunk;
+  return true;
+}
+
+cl_block *cl_block_new_locked(cl_device *d) {
+  if (!d->spare_blocks) {
+    cl_block *chunk = calloc(CHUNK_BLOCKS, sizeof *chunk);
+    if (!chunk || !keep_chunk_locked(d, chunk))
+      return NULL;
+    for (int i = 0; i < CHUNK_BLOCKS; i++) {
+      chunk[i].next = d->spare_blocks;
+      d->spare_blocks = &chunk[i];
+    }
+  }
+  cl_block *b = d->spare_blocks;
+  d->spare_blocks = b->next;
+  cachalot_stream *uses = b->uses;
+  uint32_t cap = b->cap_uses;
+  memset(b, 0, sizeof *b);
+  b->uses = uses; /* a recycled block keeps its record_stream array: no allocation next time */
+  b->cap_uses = cap;
+  return b;
+}
+
+void cl_block_delete_locked(cl_device *d, cl_block *b) {
+  b->state = CL_FREE;
+  b->seg = NULL;
+  b->next = d->spare_blocks;
+  d->spare_blocks = b;
+}
+
+cl_pending_event *cl_pending_new_locked(cl_device *d) {
+  if (!d->spare_events) {
+    cl_pending_event *chunk = calloc(CHUNK_BLOCKS, sizeof *chunk);
+    if (!chunk || !keep_chunk_locked(d, chunk))
+      return NULL;
+    for (int i = 0; i < CHUNK_BLOCKS; i++) {
+      chunk[i].next = d->spare_events;
+      d->spare_events = &chunk[i];
+    }
+  }
+  cl_pending_event *e = d->spare_events;
+  d->spare_events = e->next;
+  memset(e, 0, sizeof *e);
+  return e;
+}
+
+void cl_pending_delete_locked(cl_device *d, cl_pending_event *e) {
+  e->next = d->spare_events;
+  d->spare_events = e;
+}
+
+void cl_fraction_resolve_locked(cl_device *d) {
+  if (d->total_known || d->fraction < 0)
+    return;
+  cachalot_backend *b = d->owner->backend;
+  size_t free_bytes = 0, total = 0;
+  if (b->ops->mem_info(b, d->index, &free_bytes, &total) != CACHALOT_OK)
+    return; /* allowed_max stays 0: every new segment is refused, which is the safe side */
+  d->device_total = total;
+  d->allowed_max = (size_t)(d->fraction * (double)total);
+  d->total_known = true;
+}
+
+cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
+  if (device < 0 || device >= a->device_count)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: device %d is out of range (the backend has %d device%s)",
+                   fn, device, a->device_count, a->device_count == 1 ? "" : "s");
+  return CACHALOT_OK;
+}
+
+cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
+                                     cl_block **blk) {
+  *dev = NULL;
+  *blk = NULL;
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
+  uintptr_t key = (uintptr_t)ptr;
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    cl_block *b = NULL;
+    HASH_FIND_PTR(d->active, &key, b);
+    if (b && b->state == CL_ALLOCATED) {
+      *dev = d;
+      *blk = b;
+      return CACHALOT_OK;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (b)
+      return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: %p (already freed)", fn, ptr);
+  }
+  return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: %p", fn, ptr);
+}
+
+/* Applies a validated config to a device (lock held). */
+static void apply_config_locked(cl_device *d, const cl_config *c) {
+  const size_t old_split = d->cfg.max_split_size;
+  d->cfg = *c;
+  if (c->keys_set & CL_KEY_FRACTION) {
+    d->fraction = c->memory_fraction;
+    d->total_known = false;
+  }
+  d->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
+  if (old_split != c->max_split_size)
+    cl_stats_recount_oversize_locked(d);
+}
+
+static cachalot_status parse_conf(const char *conf, const cl_config *base, cl_config *out, const char *fn) {
+  cachalot_status rc = cl_config_parse(conf, base, out);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (out->expandable_segments)
+    return cl_fail(CACHALOT_ERROR_NOT_SUPPORTED,
+                   "%s: CACHALOT_ALLOC_CONF: expandable_segments:True is not implemented yet in this version "
+                   "of cachalot (see README)", fn);
+  return CACHALOT_OK;
+}
+
+static void free_device(cl_device *d) {
+  cachalot_backend *be = d->owner->backend;
+  (void)cl_sync_all_events_locked(d);
+  cl_stream_events *se, *setmp;
+  HASH_ITER(hh, d->events, se, setmp) {
+    while (se->head) { /* only events whose sync failed are left: give them back regardless */
+      cl_pending_event *e = se->head;
+      se->head = e->next;
+      be->ops->event_release(be, e->ev);
+    }
+    HASH_DEL(d->events, se);
+    free(se);
+  }
+  HASH_CLEAR(hh, d->active);
+  cl_segment *s = d->segments;
+  while (s) {
+    cl_segment *next = s->next;
+    (void)be->ops->free(be, d->index, (void *)s->ptr);
+    for (cl_block *b = s->head; b; b = b->next)
+      free(b->uses);
+    free(s);
+    s = next;
+  }
+  d->segments = NULL;
+  for (cl_block *b = d->spare_blocks; b; b = b->next)
+    free(b->uses);
+  cl_bins *bins, *btmp;
+  HASH_ITER(hh, d->default_pool.bins, bins, btmp) {
+    HASH_DEL(d->default_pool.bins, bins);
+    free(bins);
+  }
+  for (size_t i = 0; i < d->n_chunks; i++)
+    free(d->chunks[i]);
+  free(d->chunks);
+  pthread_mutex_destroy(&d->lock);
+}
+
+cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_create: out is NULL");
+  *out = NULL;
+  if (!b)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_create: backend is NULL");
+  if (b->device_count < 1)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_create: the backend has no device");
+  if (!conf)
+    conf = getenv("CACHALOT_ALLOC_CONF");
+  cl_config defaults, cfg;
+  cl_config_defaults(&defaults);
+  cachalot_status rc = parse_conf(conf, &defaults, &cfg, "cachalot_create");
+  if (rc != CACHALOT_OK)
+    return rc;
+
+  cachalot_allocator *a = calloc(1, sizeof *a);
+  char *raw = strdup(conf ? conf : "");
+  cl_device *devs = calloc((size_t)b->device_count, sizeof *devs);
+  if (!a || !raw || !devs) {
+    free(a);
+    free(raw);
+    free(devs);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_create: host out of memory");
+  }
+  a->backend = b;
+  a->device_count = b->device_count;
+  a->devices = devs;
+  a->conf_raw = raw;
+  pthread_mutex_init(&a->meta_lock, NULL);
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &devs[i];
+    pthread_mutex_init(&d->lock, NULL);
+    d->index = i;
+    d->owner = a;
+    d->fraction = -1.0;
+    apply_config_locked(d, &cfg);
+    d->stats.max_split_size = cfg.max_split_size == SIZE_MAX ? -1 : (int64_t)cfg.max_split_size;
+  }
+  *out = a;
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_settings: allocator is NULL");
+  if (!conf)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_settings: conf is NULL");
+  /* Every device holds the same settings; device 0's copy is the base the string applies to. */
+  pthread_mutex_lock(&a->meta_lock);
+  cl_device *d0 = &a->devices[0];
+  pthread_mutex_lock(&d0->lock);
+  cl_config base = d0->cfg;
+  pthread_mutex_unlock(&d0->lock);
+  cl_config cfg;
+  cachalot_status rc = parse_conf(conf, &base, &cfg, "cachalot_set_settings");
+  char *raw = rc == CACHALOT_OK ? strdup(conf) : NULL;
+  if (rc == CACHALOT_OK && !raw)
+    rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_set_settings: host out of memory");
+  if (rc == CACHALOT_OK) {
+    free(a->conf_raw);
+    a->conf_raw = raw;
+    for (int i = 0; i < a->device_count; i++) {
+      cl_device *d = &a->devices[i];
+      pthread_mutex_lock(&d->lock);
+      apply_config_locked(d, &cfg);
+      pthread_mutex_unlock(&d->lock);
+    }
+  }
+  pthread_mutex_unlock(&a->meta_lock);
+  return rc;
+}
+
+void cachalot_destroy(cachalot_allocator *a) {
+  if (!a)
+    return;
+  for (int i = 0; i < a->device_count; i++) {
+    pthread_mutex_lock(&a->devices[i].lock);
+    free_device(&a->devices[i]);
+  }
+  free(a->devices);
+  free(a->observers);
+  free(a->conf_raw);
+  pthread_mutex_destroy(&a->meta_lock);
+  free(a);
+}
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static cachalot_allocator *default_allocator;
+static cachalot_status default_status;
+static char default_error[512];
+
+static void make_default(void) {
+  cachalot_backend *b = NULL;
+  default_status = cachalot_backend_cuda(&b);
+  if (default_status == CACHALOT_OK) {
+    default_status = cachalot_create(b, NULL, &default_allocator);
+    if (default_status != CACHALOT_OK)
+      cachalot_backend_destroy(b);
+  }
+  if (default_status != CACHALOT_OK)
+    snprintf(default_error, sizeof default_error, "%s", cachalot_last_error());
+}
+
+cachalot_allocator *cachalot_default(void) {
+  pthread_once(&default_once, make_default);
+  if (!default_allocator)
+    (void)cl_fail(default_status, "cachalot_default: %s", default_error);
+  return default_allocator;
+}
+
+cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, double fraction) {
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_set_memory_fraction");
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
+                   "cachalot_set_memory_fraction: fraction %g is outside [0, 1]", fraction);
+  cl_device *d = &a->devices[device];
+  cachalot_backend *b = a->backend;
+  size_t free_bytes = 0, total = 0;
+  rc = b->ops->mem_info(b, device, &free_bytes, &total);
+  if (rc != CACHALOT_OK) {
+    cl_error_prefix("cachalot_set_memory_fraction: ");
+    return rc;
+  }
+  pthread_mutex_lock(&d->lock);
+  d->fraction = fraction;
+  d->device_total = total;
+  d->allowed_max = (size_t)(fraction * (double)total);
+  d->total_known = true;
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_attach_oom_observer(cachalot_allocator *a, cachalot_oom_observer fn, void *ctx) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_attach_oom_observer: allocator is NULL");
+  if (!fn)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_attach_oom_observer: observer is NULL");
+  pthread_mutex_lock(&a->meta_lock);
+  cachalot_status rc = CACHALOT_OK;
+  if (a->n_observers == a->cap_observers) {
+    size_t cap = a->cap_observers ? a->cap_observers * 2 : 4;
+    cl_observer *o = realloc(a->observers, cap * sizeof *o);
+    if (!o)
+      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_attach_oom_observer: host out of memory");
+    else {
+      a->observers = o;
+      a->cap_observers = cap;
+    }
+  }
+  if (rc == CACHALOT_OK)
+    a->observers[a->n_observers++] = (cl_observer){fn, ctx};
+  pthread_mutex_unlock(&a->meta_lock);
+  return rc;
+}
+
+cachalot_status cachalot_device_count(cachalot_allocator *a, int *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_device_count: out is NULL");
+  *out = 0;
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_device_count: allocator is NULL");
+  *out = a->device_count;
+  return CACHALOT_OK;
+}

@@ -1,0 +1,64 @@
+/* The backend interface: the only way the allocator core reaches a device.
+ *
+ * The core never includes a CUDA header; each device action is one function of this table. A backend
+ * is a struct whose first member is `struct cachalot_backend` (so a cachalot_backend* can be cast to the
+ * concrete type after checking `ops`).
+ *
+ * Contract, for every function:
+ * - thread-safe: any thread may call any function at any time; the backend takes its own locks and
+ *   never calls back into the allocator;
+ * - a failure returns a status and sets cachalot_last_error() via cl_fail(); no sticky device error is
+ *   left behind after an out-of-memory failure;
+ * - `device` has been validated by the caller (0 <= device < device_count).
+ */
+#ifndef CACHALOT_BACKEND_BACKEND_H
+#define CACHALOT_BACKEND_BACKEND_H
+
+#include <cachalot/backend.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A recorded event. Owned by the backend; the core holds it from event_record until event_release. */
+typedef struct cl_event cl_event;
+
+typedef struct cl_backend_ops {
+  const char *name; /* "cuda" or "sim" */
+
+  /* Allocates `size` bytes of device memory on `device`. CACHALOT_OK with *ptr set; OUT_OF_MEMORY when the
+   * device cannot hold it (or an injected fault); DEVICE for any other failure (e.g. not permitted
+   * while a stream is capturing). Never returns OK with *ptr == NULL. */
+  cachalot_status (*alloc)(cachalot_backend *b, int device, size_t size, void **ptr);
+  /* Frees memory from alloc() on the same device (synchronizes the device, as cudaFree does). */
+  cachalot_status (*free)(cachalot_backend *b, int device, void *ptr);
+  /* The device's free and total bytes (cudaMemGetInfo). */
+  cachalot_status (*mem_info)(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
+
+  /* Records an event on stream `s` of `device`, capturing all work enqueued on `s` so far. The event
+   * comes from a recycled pool; *out is valid until event_release. */
+  cachalot_status (*event_record)(cachalot_backend *b, int device, cachalot_stream s, cl_event **out);
+  /* *done = whether the event has completed. Never blocks. */
+  cachalot_status (*event_query)(cachalot_backend *b, cl_event *e, bool *done);
+  /* Blocks until the event has completed. */
+  cachalot_status (*event_sync)(cachalot_backend *b, cl_event *e);
+  /* Returns the event to the backend's pool. Never fails. */
+  void (*event_release)(cachalot_backend *b, cl_event *e);
+
+  /* Whether stream `s` of `device` is being captured, and the capture's id (0 when not capturing). */
+  cachalot_status (*stream_capture_info)(cachalot_backend *b, int device, cachalot_stream s, bool *capturing,
+                                         uint64_t *capture_id);
+  /* Exchanges the calling thread's stream-capture mode (cudaThreadExchangeStreamCaptureMode): *mode in,
+   * previous mode out. */
+  cachalot_status (*capture_mode_exchange)(cachalot_backend *b, cachalot_capture_mode *mode);
+
+  /* Frees the backend and everything it owns. */
+  void (*destroy)(cachalot_backend *b);
+} cl_backend_ops;
+
+struct cachalot_backend {
+  const cl_backend_ops *ops;
+  int device_count;
+};
+
+#endif

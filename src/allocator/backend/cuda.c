@@ -1,0 +1,395 @@
+/* The CUDA backend: the backend interface on the CUDA runtime (cudart).
+ *
+ * Built only when CUDA is found (CACHALOT_HAVE_CUDA); a build without it provides a
+ * cachalot_backend_cuda() that fails with CACHALOT_ERROR_NOT_SUPPORTED elsewhere.
+ *
+ * CUDA's current device is per thread, so an operation that needs another device switches to it and
+ * back without disturbing other threads; the switch is made only when needed because a thread that
+ * already sits on the device (the common case) should pay one cudaGetDevice, not two cudaSetDevice.
+ *
+ * Every failing CUDA call is followed by cudaGetLastError(): cudart also records the error as the
+ * thread's "last error", and a caller who checks cudaGetLastError() after its own kernel launch would
+ * otherwise be blamed for an allocator OOM that cachalot already handled.
+ */
+#include "backend.h"
+
+#include "../../common/error.h"
+
+#include <cuda_runtime_api.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct cl_event {
+  cudaEvent_t ev;
+  int device;
+  struct cl_event *next; /* free-stack link while pooled */
+};
+
+/* Events are recycled because cudaEventCreate/Destroy cost microseconds and take driver locks, and the
+ * allocator records one per cross-stream free. A pool per device keeps each event on the device whose
+ * streams it is recorded on (cudaEventRecord requires the same context), and a lock per pool keeps
+ * threads working on different devices apart. */
+typedef struct {
+  pthread_mutex_t mu;
+  struct cl_event *free;
+} cl_cuda_event_pool;
+
+typedef struct {
+  struct cachalot_backend base; /* first: a cachalot_backend* is a cl_cuda_backend* */
+  cl_cuda_event_pool pools[];   /* device_count of them */
+} cl_cuda_backend;
+
+static const cl_backend_ops cuda_ops;
+
+static cl_cuda_backend *as_cuda(cachalot_backend *b) { return (cl_cuda_backend *)b; }
+
+/* Clears the thread's pending cudart error (see the top of the file) and records a message naming
+ * the operation, the CUDA call and CUDA's own words for the error. */
+static cachalot_status cuda_fail(cachalot_status s, cudaError_t err, const char *op, const char *call) {
+  (void)cudaGetLastError();
+  return cl_fail(s, "cuda backend: %s: %s failed: %s (%s)", op, call, cudaGetErrorString(err),
+                 cudaGetErrorName(err));
+}
+
+typedef struct {
+  int prev;
+  bool switched;
+} cl_cuda_device_scope;
+
+static cachalot_status device_enter(int device, cl_cuda_device_scope *sc, const char *op) {
+  sc->prev = 0;
+  sc->switched = false;
+  int cur = 0;
+  cudaError_t err = cudaGetDevice(&cur);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, op, "cudaGetDevice");
+  if (cur == device)
+    return CACHALOT_OK;
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, op, "cudaSetDevice");
+  sc->prev = cur;
+  sc->switched = true;
+  return CACHALOT_OK;
+}
+
+static void device_leave(const cl_cuda_device_scope *sc) {
+  /* Switching back to a device that was current a moment ago does not fail in practice; if it ever
+   * does, the operation's own outcome is the more useful status, so only the pending error is
+   * cleared. */
+  if (sc->switched && cudaSetDevice(sc->prev) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+static cachalot_status cuda_alloc(cachalot_backend *b, int device, size_t size, void **ptr) {
+  (void)b;
+  if (!ptr)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: alloc: ptr is NULL");
+  *ptr = NULL;
+  /* cudaMalloc(0) succeeds with a NULL pointer, which the contract rules out. */
+  if (size == 0)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: alloc: size is 0");
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "alloc");
+  if (st != CACHALOT_OK)
+    return st;
+  void *p = NULL;
+  cudaError_t err = cudaMalloc(&p, size);
+  device_leave(&sc);
+  if (err == cudaErrorMemoryAllocation)
+    return cuda_fail(CACHALOT_ERROR_OUT_OF_MEMORY, err, "alloc", "cudaMalloc");
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "alloc", "cudaMalloc");
+  if (!p)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: alloc: cudaMalloc returned NULL for %zu bytes",
+                   size);
+  *ptr = p;
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_free(cachalot_backend *b, int device, void *ptr) {
+  (void)b;
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "free");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaFree(ptr);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "free", "cudaFree");
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_mem_info(cachalot_backend *b, int device, size_t *free_bytes,
+                                     size_t *total_bytes) {
+  (void)b;
+  if (free_bytes)
+    *free_bytes = 0;
+  if (total_bytes)
+    *total_bytes = 0;
+  if (!free_bytes || !total_bytes)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: mem_info: an out-pointer is NULL");
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "mem_info");
+  if (st != CACHALOT_OK)
+    return st;
+  size_t f = 0, t = 0;
+  cudaError_t err = cudaMemGetInfo(&f, &t);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "mem_info", "cudaMemGetInfo");
+  *free_bytes = f;
+  *total_bytes = t;
+  return CACHALOT_OK;
+}
+
+static void pool_push(cl_cuda_event_pool *pool, struct cl_event *e) {
+  pthread_mutex_lock(&pool->mu);
+  e->next = pool->free;
+  pool->free = e;
+  pthread_mutex_unlock(&pool->mu);
+}
+
+static struct cl_event *pool_pop(cl_cuda_event_pool *pool) {
+  pthread_mutex_lock(&pool->mu);
+  struct cl_event *e = pool->free;
+  if (e)
+    pool->free = e->next;
+  pthread_mutex_unlock(&pool->mu);
+  return e;
+}
+
+static cachalot_status cuda_event_record(cachalot_backend *b, int device, cachalot_stream s,
+                                         cl_event **out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: event_record: out is NULL");
+  *out = NULL;
+  cl_cuda_event_pool *pool = &as_cuda(b)->pools[device];
+  /* The device must be current even for a pooled event: the NULL (legacy) and per-thread default
+   * stream handles name the current device's stream. */
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "event_record");
+  if (st != CACHALOT_OK)
+    return st;
+  struct cl_event *e = pool_pop(pool);
+  if (!e) {
+    e = malloc(sizeof *e);
+    if (!e) {
+      device_leave(&sc);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: event_record: out of host memory");
+    }
+    /* Timing is never read, and untimed events are cheaper to record and to wait on. */
+    cudaError_t err = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      free(e);
+      device_leave(&sc);
+      return cuda_fail(CACHALOT_ERROR_DEVICE, err, "event_record", "cudaEventCreateWithFlags");
+    }
+    e->device = device;
+  }
+  e->next = NULL;
+  cudaError_t err = cudaEventRecord(e->ev, s);
+  device_leave(&sc);
+  if (err != cudaSuccess) {
+    /* A failed record leaves the event usable; the next record overwrites whatever it holds. */
+    pool_push(pool, e);
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "event_record", "cudaEventRecord");
+  }
+  *out = e;
+  return CACHALOT_OK;
+}
+
+/* Query and synchronize need no device switch: an event carries its own context. */
+static cachalot_status cuda_event_query(cachalot_backend *b, cl_event *e, bool *done) {
+  (void)b;
+  if (!done)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: event_query: done is NULL");
+  *done = false;
+  if (!e)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: event_query: event is NULL");
+  cudaError_t err = cudaEventQuery(e->ev);
+  if (err == cudaSuccess) {
+    *done = true;
+    return CACHALOT_OK;
+  }
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* not an error to the caller; see the top of the file */
+    return CACHALOT_OK;
+  }
+  return cuda_fail(CACHALOT_ERROR_DEVICE, err, "event_query", "cudaEventQuery");
+}
+
+static cachalot_status cuda_event_sync(cachalot_backend *b, cl_event *e) {
+  (void)b;
+  if (!e)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: event_sync: event is NULL");
+  cudaError_t err = cudaEventSynchronize(e->ev);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "event_sync", "cudaEventSynchronize");
+  return CACHALOT_OK;
+}
+
+static void cuda_event_release(cachalot_backend *b, cl_event *e) {
+  if (e)
+    pool_push(&as_cuda(b)->pools[e->device], e);
+}
+
+static cachalot_status cuda_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s,
+                                                bool *capturing, uint64_t *capture_id) {
+  (void)b;
+  if (capturing)
+    *capturing = false;
+  if (capture_id)
+    *capture_id = 0;
+  if (!capturing || !capture_id)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
+                   "cuda backend: stream_capture_info: an out-pointer is NULL");
+  /* The NULL stream means the current device's legacy stream, so the device must be current. */
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "stream_capture_info");
+  if (st != CACHALOT_OK)
+    return st;
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, &id, NULL, NULL, NULL, NULL);
+  device_leave(&sc);
+  /* cudaErrorStreamCaptureImplicit (the legacy stream queried while a blocking stream of its device
+   * is capturing) is passed on as an error: the legacy stream is then neither capturing nor safe to
+   * use as if nothing were, and there is no capture id to give. */
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "stream_capture_info", "cudaStreamGetCaptureInfo");
+  switch (status) {
+  case cudaStreamCaptureStatusActive:
+    *capturing = true;
+    *capture_id = id;
+    break;
+  case cudaStreamCaptureStatusInvalidated:
+    /* The capture is broken but not yet ended: memory handed out now must still not be treated as
+     * ordinary, so this counts as capturing. CUDA gives no id for it (the driver writes 0, as seen
+     * on CUDA 13 / H200), so the caller gets capturing with id 0 and cannot tell which capture it
+     * was; it should refuse the request rather than pick a pool. */
+    *capturing = true;
+    *capture_id = 0;
+    break;
+  case cudaStreamCaptureStatusNone:
+  default:
+    break;
+  }
+  return CACHALOT_OK;
+}
+
+static bool mode_to_cuda(cachalot_capture_mode m, enum cudaStreamCaptureMode *out) {
+  switch (m) {
+  case CACHALOT_CAPTURE_GLOBAL: *out = cudaStreamCaptureModeGlobal; return true;
+  case CACHALOT_CAPTURE_THREAD_LOCAL: *out = cudaStreamCaptureModeThreadLocal; return true;
+  case CACHALOT_CAPTURE_RELAXED: *out = cudaStreamCaptureModeRelaxed; return true;
+  }
+  return false;
+}
+
+static bool mode_from_cuda(enum cudaStreamCaptureMode m, cachalot_capture_mode *out) {
+  switch (m) {
+  case cudaStreamCaptureModeGlobal: *out = CACHALOT_CAPTURE_GLOBAL; return true;
+  case cudaStreamCaptureModeThreadLocal: *out = CACHALOT_CAPTURE_THREAD_LOCAL; return true;
+  case cudaStreamCaptureModeRelaxed: *out = CACHALOT_CAPTURE_RELAXED; return true;
+  }
+  return false;
+}
+
+static cachalot_status cuda_capture_mode_exchange(cachalot_backend *b, cachalot_capture_mode *mode) {
+  (void)b;
+  if (!mode)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_mode_exchange: mode is NULL");
+  enum cudaStreamCaptureMode m;
+  if (!mode_to_cuda(*mode, &m))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_mode_exchange: bad mode %d",
+                   (int)*mode);
+  const enum cudaStreamCaptureMode wanted = m;
+  cudaError_t err = cudaThreadExchangeStreamCaptureMode(&m);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "capture_mode_exchange",
+                     "cudaThreadExchangeStreamCaptureMode");
+  cachalot_capture_mode prev;
+  if (!mode_from_cuda(m, &prev)) {
+    /* A mode this code does not know cannot be handed back for a later restore, so the exchange is
+     * undone rather than leaving the thread in a mode nobody can name. */
+    enum cudaStreamCaptureMode undo = m;
+    if (cudaThreadExchangeStreamCaptureMode(&undo) != cudaSuccess)
+      (void)cudaGetLastError();
+    return cl_fail(CACHALOT_ERROR_DEVICE,
+                   "cuda backend: capture_mode_exchange: unknown previous capture mode %d (asked for %d)",
+                   (int)m, (int)wanted);
+  }
+  *mode = prev;
+  return CACHALOT_OK;
+}
+
+static void cuda_destroy(cachalot_backend *b) {
+  if (!b)
+    return;
+  cl_cuda_backend *cb = as_cuda(b);
+  for (int d = 0; d < b->device_count; d++) {
+    cl_cuda_event_pool *pool = &cb->pools[d];
+    struct cl_event *e = pool->free;
+    while (e) {
+      struct cl_event *next = e->next;
+      /* At process exit cudart may already be unloading (cudaErrorCudartUnloading); the events die
+       * with the context then, so a failure only needs its pending error cleared. */
+      if (cudaEventDestroy(e->ev) != cudaSuccess)
+        (void)cudaGetLastError();
+      free(e);
+      e = next;
+    }
+    pool->free = NULL;
+    pthread_mutex_destroy(&pool->mu);
+  }
+  free(cb);
+}
+
+cachalot_status cachalot_backend_cuda(cachalot_backend **out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_backend_cuda: out is NULL");
+  *out = NULL;
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cl_fail(CACHALOT_ERROR_DEVICE,
+                   "no usable CUDA device: cudaGetDeviceCount failed: %s (%s); "
+                   "use cachalot_backend_sim() for a simulated device",
+                   cudaGetErrorString(err), cudaGetErrorName(err));
+  }
+  if (n <= 0)
+    return cl_fail(CACHALOT_ERROR_DEVICE,
+                   "no usable CUDA device: cudaGetDeviceCount found no devices; "
+                   "use cachalot_backend_sim() for a simulated device");
+  cl_cuda_backend *cb = calloc(1, sizeof *cb + (size_t)n * sizeof cb->pools[0]);
+  if (!cb)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_backend_cuda: out of host memory");
+  cb->base.ops = &cuda_ops;
+  cb->base.device_count = 0;
+  for (int d = 0; d < n; d++) {
+    if (pthread_mutex_init(&cb->pools[d].mu, NULL) != 0) {
+      cuda_destroy(&cb->base); /* destroys the device_count pools made so far */
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_backend_cuda: pthread_mutex_init failed");
+    }
+    cb->base.device_count = d + 1;
+  }
+  *out = &cb->base;
+  return CACHALOT_OK;
+}
+
+static const cl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .mem_info = cuda_mem_info,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .event_release = cuda_event_release,
+    .stream_capture_info = cuda_stream_capture_info,
+    .capture_mode_exchange = cuda_capture_mode_exchange,
+    .destroy = cuda_destroy,
+};

@@ -1,0 +1,423 @@
+/* CACHALOT_ALLOC_CONF parser (SPEC.md §8).
+ *
+ * The string is read token by token straight from the caller's buffer, with no heap and no token array:
+ * the parser runs before the allocator exists, may be fed anything by a fuzzer, and must not leak on any
+ * of its error paths. Everything is parsed into a local copy that reaches *out only on success, so a
+ * failed parse leaves *out untouched and `out == base` is safe.
+ *
+ * Grammar (PyTorch's PYTORCH_CUDA_ALLOC_CONF):
+ *   conf  := "" | pair ("," pair)* ","?
+ *   pair  := key ":" value
+ *   value := word | "[" (entry ("," entry)* ","?)? "]"      (lists only for roundup_power2_divisions)
+ *   entry := word ":" word
+ * where "[", "]", ",", ":" are one-character tokens, a word is a run of anything else except white
+ * space, and white space only separates tokens. */
+#include "config.h"
+
+#include "../common/error.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONF "CACHALOT_ALLOC_CONF: "
+
+enum {
+  MIB = 1024 * 1024,
+  MIN_MB = 20,  /* kLargeBuffer in MiB: smaller split limits would split 20 MiB segments */
+  WORD_MAX = 64 /* longer than any key or number we accept; bounds the stack copy strtod needs */
+};
+
+/* Largest power of two an unsigned holds: larger division counts cannot be stored. */
+#define DIV_MAX (UINT_MAX / 2u + 1u)
+
+typedef enum { TK_END, TK_WORD, TK_LBRACKET, TK_RBRACKET, TK_COMMA, TK_COLON } tok_kind;
+
+/* A token points into the input; n is an int so it can go straight into "%.*s". */
+typedef struct {
+  tok_kind kind;
+  const char *p;
+  int n;
+} tok;
+
+typedef struct {
+  const char *cur;
+} lexer;
+
+/* The C locale's white space, spelled out so the tokenizer does not depend on setlocale. */
+static int is_space(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
+
+static int is_punct(char ch) { return ch == '[' || ch == ']' || ch == ',' || ch == ':'; }
+
+static cachalot_status lex_next(lexer *lx, tok *t) {
+  const char *p = lx->cur;
+  while (is_space(*p))
+    p++;
+  t->p = p;
+  t->n = 1;
+  switch (*p) {
+  case '\0': t->kind = TK_END; t->n = 0; lx->cur = p; return CACHALOT_OK;
+  case '[': t->kind = TK_LBRACKET; lx->cur = p + 1; return CACHALOT_OK;
+  case ']': t->kind = TK_RBRACKET; lx->cur = p + 1; return CACHALOT_OK;
+  case ',': t->kind = TK_COMMA; lx->cur = p + 1; return CACHALOT_OK;
+  case ':': t->kind = TK_COLON; lx->cur = p + 1; return CACHALOT_OK;
+  default: break;
+  }
+  int n = 0;
+  while (p[n] != '\0' && !is_space(p[n]) && !is_punct(p[n])) {
+    /* Fail before scanning the rest: the message shows only the first WORD_MAX characters anyway. */
+    if (n == WORD_MAX)
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "'%.*s...' (truncated) is longer than %d characters",
+                     WORD_MAX, p, WORD_MAX);
+    n++;
+  }
+  t->kind = TK_WORD;
+  t->n = n;
+  lx->cur = p + n;
+  return CACHALOT_OK;
+}
+
+/* The token as it reads in a "got ..." clause. */
+static const char *describe(const tok *t, char *buf, size_t cap) {
+  if (t->kind == TK_END)
+    return "end of string";
+  snprintf(buf, cap, "'%.*s'", t->n, t->p);
+  return buf;
+}
+
+enum { GOT_CAP = WORD_MAX + 3 };
+
+static int word_is(const tok *t, const char *s) {
+  return t->kind == TK_WORD && (size_t)t->n == strlen(s) && memcmp(t->p, s, (size_t)t->n) == 0;
+}
+
+typedef enum { NUM_OK, NUM_BAD, NUM_RANGE } num_result;
+
+/* Decimal digits only: strtoul would take signs, leading white space and hex, which PyTorch's users
+ * could not have meant for a size. */
+static num_result word_u64(const tok *t, uint64_t *out) {
+  if (t->kind != TK_WORD || t->n == 0)
+    return NUM_BAD;
+  uint64_t v = 0;
+  for (int i = 0; i < t->n; i++) {
+    unsigned char ch = (unsigned char)t->p[i];
+    if (ch < '0' || ch > '9')
+      return NUM_BAD;
+    unsigned d = ch - '0';
+    if (v > (UINT64_MAX - d) / 10)
+      return NUM_RANGE;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return NUM_OK;
+}
+
+/* Finite decimal floats only. The character filter keeps strtod away from "nan", "inf" and hex floats,
+ * which it would otherwise accept. */
+static int word_double(const tok *t, double *out) {
+  if (t->kind != TK_WORD || t->n == 0)
+    return 0;
+  for (int i = 0; i < t->n; i++) {
+    char ch = t->p[i];
+    if (!((ch >= '0' && ch <= '9') || ch == '.' || ch == 'e' || ch == 'E' || ch == '+' || ch == '-'))
+      return 0;
+  }
+  char buf[WORD_MAX + 1];
+  memcpy(buf, t->p, (size_t)t->n);
+  buf[t->n] = '\0';
+  char *end = NULL;
+  double v = strtod(buf, &end);
+  if (end != buf + t->n || !isfinite(v))
+    return 0;
+  *out = v == 0 ? 0.0 : v; /* -0 would read as "negative" to anyone testing the sign */
+  return 1;
+}
+
+static int is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+static unsigned log2_pow2(uint64_t v) {
+  unsigned i = 0;
+  while (v > 1) {
+    v >>= 1;
+    i++;
+  }
+  return i;
+}
+
+static const char *range_note(num_result r) { return r == NUM_RANGE ? " (out of range)" : ""; }
+
+/* ---- one function per kind of value ---------------------------------------------------------- */
+
+static cachalot_status parse_mib(const char *key, const tok *v, size_t *out) {
+  uint64_t mb = 0;
+  num_result r = word_u64(v, &mb);
+  if (r != NUM_OK || mb < MIN_MB) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG, CONF "%s must be an integer >= %d (MiB), got %s%s", key, MIN_MB,
+                   describe(v, got, sizeof got), range_note(r));
+  }
+  /* Past SIZE_MAX / MiB the byte count cannot be represented: treat it as "no limit". */
+  *out = mb > SIZE_MAX / MIB ? SIZE_MAX : (size_t)mb * MIB;
+  return CACHALOT_OK;
+}
+
+static cachalot_status parse_bool(const char *key, const tok *v, bool *out) {
+  if (word_is(v, "True")) {
+    *out = true;
+  } else if (word_is(v, "False")) {
+    *out = false;
+  } else {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG, CONF "%s must be True or False, got %s", key,
+                   describe(v, got, sizeof got));
+  }
+  return CACHALOT_OK;
+}
+
+static cachalot_status parse_max_split(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_mib("max_split_size_mb", v, &c->max_split_size);
+}
+
+static cachalot_status parse_max_non_split(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_mib("max_non_split_rounding_mb", v, &c->max_non_split_rounding);
+}
+
+static cachalot_status parse_gc(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  double d = 0;
+  if (!word_double(v, &d) || !(d > 0 && d < 1)) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "garbage_collection_threshold must be a number strictly between 0 and 1, got %s",
+                   describe(v, got, sizeof got));
+  }
+  c->gc_threshold = d;
+  return CACHALOT_OK;
+}
+
+static cachalot_status parse_fraction(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  double d = 0;
+  if (!word_double(v, &d) || !(d >= 0 && d <= 1)) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "per_process_memory_fraction must be a number in [0, 1], got %s",
+                   describe(v, got, sizeof got));
+  }
+  c->memory_fraction = d;
+  return CACHALOT_OK;
+}
+
+static cachalot_status parse_expandable(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("expandable_segments", v, &c->expandable_segments);
+}
+
+static cachalot_status parse_release_lock(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("release_lock_on_cudamalloc", v, &c->release_lock_on_cudamalloc);
+}
+
+static cachalot_status roundup_unbalanced(void) {
+  return cl_fail(CACHALOT_ERROR_CONFIG,
+                 CONF "roundup_power2_divisions: unbalanced '[' (reached the end of the string before ']')");
+}
+
+/* Either one N for every interval, or `[k:v,...,>:v]`. The list keeps PyTorch's fill rules, which
+ * users' existing strings depend on: the first explicit k also covers every interval below it, and
+ * `>` covers everything from the previous entry's interval (inclusive) upwards. Intervals no entry
+ * reaches keep the base's value, as in PyTorch where a list updates the current settings. */
+static cachalot_status parse_roundup(lexer *lx, const tok *v, cl_config *c) {
+  char got[GOT_CAP];
+  if (v->kind == TK_WORD) {
+    uint64_t n = 0;
+    num_result r = word_u64(v, &n);
+    if (r != NUM_OK || !is_pow2(n) || n > DIV_MAX)
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions must be a power of 2 (at most %u) or a list "
+                          "[interval_mb:divisions,...,>:divisions], got %s%s",
+                     DIV_MAX, describe(v, got, sizeof got), range_note(r));
+    for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++)
+      c->roundup_divisions[i] = (unsigned)n;
+    return CACHALOT_OK;
+  }
+  if (v->kind != TK_LBRACKET)
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "roundup_power2_divisions must be a power of 2 or a list "
+                        "[interval_mb:divisions,...,>:divisions], got %s",
+                   describe(v, got, sizeof got));
+
+  unsigned last_index = 0;
+  bool first_explicit = true;
+  for (;;) {
+    cachalot_status st;
+    tok k, colon, d, sep;
+    if ((st = lex_next(lx, &k)) != CACHALOT_OK)
+      return st;
+    if (k.kind == TK_RBRACKET) /* "[]" or a trailing comma, both accepted as PyTorch does */
+      return CACHALOT_OK;
+    if (k.kind == TK_END)
+      return roundup_unbalanced();
+    if (k.kind != TK_WORD)
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions: expected an interval (a power of 2 in MiB) or '>' in "
+                          "the list, got %s",
+                     describe(&k, got, sizeof got));
+    bool rest = word_is(&k, ">");
+    unsigned index = 0;
+    if (!rest) {
+      uint64_t mb = 0;
+      num_result r = word_u64(&k, &mb);
+      if (r != NUM_OK || !is_pow2(mb))
+        return cl_fail(CACHALOT_ERROR_CONFIG,
+                       CONF "roundup_power2_divisions interval %s is not a power of 2 (a size in MiB) or "
+                            "'>'%s",
+                       describe(&k, got, sizeof got), range_note(r));
+      index = log2_pow2(mb);
+      if (index > CL_ROUNDUP_INTERVALS - 1)
+        index = CL_ROUNDUP_INTERVALS - 1;
+    }
+
+    if ((st = lex_next(lx, &colon)) != CACHALOT_OK)
+      return st;
+    if (colon.kind != TK_COLON)
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions: expected ':' after interval '%.*s', got %s", k.n, k.p,
+                     describe(&colon, got, sizeof got));
+
+    if ((st = lex_next(lx, &d)) != CACHALOT_OK)
+      return st;
+    uint64_t div = 0;
+    num_result r = word_u64(&d, &div);
+    if (r != NUM_OK || (div != 0 && !is_pow2(div)) || div > DIV_MAX)
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions: divisions for interval '%.*s' must be 0 or a power of "
+                          "2 (at most %u), got %s%s",
+                     k.n, k.p, DIV_MAX, describe(&d, got, sizeof got), range_note(r));
+
+    if (rest) {
+      for (unsigned i = last_index; i < CL_ROUNDUP_INTERVALS; i++)
+        c->roundup_divisions[i] = (unsigned)div;
+    } else {
+      if (first_explicit) {
+        for (unsigned i = 0; i < index; i++)
+          c->roundup_divisions[i] = (unsigned)div;
+        first_explicit = false;
+      }
+      c->roundup_divisions[index] = (unsigned)div;
+      last_index = index;
+    }
+
+    if ((st = lex_next(lx, &sep)) != CACHALOT_OK)
+      return st;
+    if (sep.kind == TK_RBRACKET)
+      return CACHALOT_OK;
+    if (sep.kind == TK_END)
+      return roundup_unbalanced();
+    if (sep.kind != TK_COMMA)
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions: expected ',' or ']' after '%.*s:%.*s', got %s", k.n, k.p,
+                     d.n, d.p, describe(&sep, got, sizeof got));
+  }
+}
+
+typedef cachalot_status (*value_parser)(lexer *lx, const tok *v, cl_config *c);
+
+static const struct {
+  const char *name;
+  unsigned bit;
+  value_parser parse;
+} keys[] = {
+    {"max_split_size_mb", CL_KEY_MAX_SPLIT, parse_max_split},
+    {"max_non_split_rounding_mb", CL_KEY_MAX_NON_SPLIT_ROUNDING, parse_max_non_split},
+    {"garbage_collection_threshold", CL_KEY_GC_THRESHOLD, parse_gc},
+    {"roundup_power2_divisions", CL_KEY_ROUNDUP, parse_roundup},
+    {"expandable_segments", CL_KEY_EXPANDABLE, parse_expandable},
+    {"release_lock_on_cudamalloc", CL_KEY_RELEASE_LOCK, parse_release_lock},
+    {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
+};
+
+#define KEY_LIST                                                                                         \
+  "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
+  "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
+  "per_process_memory_fraction"
+
+void cl_config_defaults(cl_config *c) {
+  memset(c, 0, sizeof *c);
+  c->max_split_size = SIZE_MAX;
+  c->max_non_split_rounding = (size_t)MIN_MB * MIB;
+  c->gc_threshold = 0.0;
+  c->expandable_segments = false;
+  c->release_lock_on_cudamalloc = true;
+  c->memory_fraction = -1.0;
+  c->keys_set = 0;
+}
+
+cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cl_config_parse: out is NULL");
+  cl_config c;
+  if (base)
+    c = *base;
+  else
+    cl_config_defaults(&c);
+  c.keys_set = 0;
+  if (!s) {
+    *out = c;
+    return CACHALOT_OK;
+  }
+
+  lexer lx = {s};
+  char got[GOT_CAP];
+  cachalot_status st;
+  tok t;
+  if ((st = lex_next(&lx, &t)) != CACHALOT_OK)
+    return st;
+  while (t.kind != TK_END) {
+    if (t.kind != TK_WORD)
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expected a key (one of " KEY_LIST "), got %s%s",
+                     describe(&t, got, sizeof got), t.kind == TK_RBRACKET ? " (unbalanced ']')" : "");
+    size_t k = 0;
+    while (k < sizeof keys / sizeof keys[0] && !word_is(&t, keys[k].name))
+      k++;
+    if (k == sizeof keys / sizeof keys[0])
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "unknown key '%.*s' (expected one of " KEY_LIST ")", t.n,
+                     t.p);
+    const char *key = keys[k].name;
+
+    tok colon, v, sep;
+    if ((st = lex_next(&lx, &colon)) != CACHALOT_OK)
+      return st;
+    if (colon.kind != TK_COLON)
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expected ':' after '%s', got %s", key,
+                     describe(&colon, got, sizeof got));
+    if ((st = lex_next(&lx, &v)) != CACHALOT_OK)
+      return st;
+    if (v.kind == TK_END)
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "missing value for %s after ':'", key);
+    if ((st = keys[k].parse(&lx, &v, &c)) != CACHALOT_OK)
+      return st;
+    c.keys_set |= keys[k].bit;
+
+    if ((st = lex_next(&lx, &sep)) != CACHALOT_OK)
+      return st;
+    if (sep.kind == TK_END)
+      break;
+    if (sep.kind != TK_COMMA)
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expected ',' or the end after the value of %s, got %s%s",
+                     key, describe(&sep, got, sizeof got),
+                     sep.kind == TK_RBRACKET ? " (unbalanced ']')" : "");
+    /* An END here is one trailing comma, which PyTorch accepts. */
+    if ((st = lex_next(&lx, &t)) != CACHALOT_OK)
+      return st;
+  }
+  *out = c;
+  return CACHALOT_OK;
+}

@@ -1,0 +1,46 @@
+/* CACHALOT_ALLOC_CONF: PyTorch's PYTORCH_CUDA_ALLOC_CONF grammar and keys (SPEC.md §8).
+ *
+ * All tunables live here with their defaults (cl_config_defaults). A parse either yields a whole new
+ * config or fails with CACHALOT_ERROR_CONFIG and leaves nothing half-applied. */
+#ifndef CACHALOT_ALLOCATOR_CONFIG_H
+#define CACHALOT_ALLOCATOR_CONFIG_H
+
+#include <cachalot/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum { CL_ROUNDUP_INTERVALS = 16 }; /* [1 MiB, 2 MiB), [2, 4), ... , [32 GiB, inf) */
+
+/* Which keys a string named (for set_settings: unnamed keys keep their values). */
+enum {
+  CL_KEY_MAX_SPLIT = 1u << 0,
+  CL_KEY_MAX_NON_SPLIT_ROUNDING = 1u << 1,
+  CL_KEY_GC_THRESHOLD = 1u << 2,
+  CL_KEY_ROUNDUP = 1u << 3,
+  CL_KEY_EXPANDABLE = 1u << 4,
+  CL_KEY_RELEASE_LOCK = 1u << 5,
+  CL_KEY_FRACTION = 1u << 6,
+};
+
+typedef struct cl_config {
+  size_t max_split_size;         /* bytes; SIZE_MAX = unlimited (default) */
+  size_t max_non_split_rounding; /* bytes; default 20 MiB: an oversize request takes a cached block only
+                                    if block size < request + this */
+  double gc_threshold;           /* garbage_collection_threshold; 0 = off (default) */
+  bool expandable_segments;      /* default false */
+  bool release_lock_on_cudamalloc; /* default true: no allocator lock is held across a device allocation */
+  double memory_fraction;        /* per_process_memory_fraction; < 0 = not set (default) */
+  unsigned roundup_divisions[CL_ROUNDUP_INTERVALS]; /* 0 or 1 = plain 512 B rounding (default 0) */
+  unsigned keys_set;             /* CL_KEY_* named by the last parse */
+} cl_config;
+
+/* The defaults. */
+void cl_config_defaults(cl_config *c);
+
+/* Parses `s` on top of `base` (copied to *out first; unnamed keys keep base's values). NULL or "" is
+ * valid and changes nothing. On failure *out is unspecified, the status is CACHALOT_ERROR_CONFIG and the
+ * message names the offending key or token and what was expected. */
+cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config *out);
+
+#endif

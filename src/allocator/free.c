@@ -1,0 +1,154 @@
+/* cachalot_free, cachalot_record_stream and cachalot_empty_cache (SPEC.md §2). */
+#include "internal.h"
+
+#include <stdlib.h>
+
+cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalot_stream s) {
+  cl_device *d;
+  cl_block *b;
+  cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_record_stream", &d, &b);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (s != b->seg->stream) {
+    for (uint32_t i = 0; i < b->n_uses; i++) {
+      if (b->uses[i] == s) {
+        pthread_mutex_unlock(&d->lock);
+        return CACHALOT_OK;
+      }
+    }
+    if (b->n_uses == b->cap_uses) {
+      uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
+      cachalot_stream *u = realloc(b->uses, cap * sizeof *u);
+      if (!u) {
+        pthread_mutex_unlock(&d->lock);
+        return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_stream: host out of memory");
+      }
+      b->uses = u;
+      b->cap_uses = cap;
+    }
+    b->uses[b->n_uses++] = s;
+  }
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+/* The event queue of stream `s`, made on first use. NULL on host OOM. */
+static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
+  cl_stream_events *se = NULL;
+  HASH_FIND_PTR(d->events, &s, se);
+  if (se)
+    return se;
+  se = calloc(1, sizeof *se);
+  if (!se)
+    return NULL;
+  se->stream = s;
+  bool hash_oom = false;
+  HASH_ADD_PTR(d->events, stream, se);
+  if (hash_oom) {
+    free(se);
+    return NULL;
+  }
+  return se;
+}
+
+/* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
+ * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
+static cachalot_status insert_events_locked(cl_device *d, cl_block *b) {
+  enum { INLINE = 8 };
+  cl_pending_event *inline_buf[INLINE];
+  cl_pending_event **pend = inline_buf;
+  if (b->n_uses > INLINE && !(pend = malloc(b->n_uses * sizeof *pend)))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
+  cachalot_backend *be = d->owner->backend;
+  cachalot_status rc = CACHALOT_OK;
+  uint32_t n = 0;
+  for (; n < b->n_uses; n++) {
+    if (!stream_events_locked(d, b->uses[n]) || !(pend[n] = cl_pending_new_locked(d))) {
+      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
+      break;
+    }
+    rc = be->ops->event_record(be, d->index, b->uses[n], &pend[n]->ev);
+    if (rc != CACHALOT_OK) {
+      cl_pending_delete_locked(d, pend[n]);
+      cl_error_prefix("cachalot_free: recording an event on stream %p: ", (void *)b->uses[n]);
+      break;
+    }
+  }
+  if (rc != CACHALOT_OK) {
+    while (n-- > 0) {
+      be->ops->event_release(be, pend[n]->ev);
+      cl_pending_delete_locked(d, pend[n]);
+    }
+  } else {
+    for (uint32_t i = 0; i < b->n_uses; i++) {
+      cl_stream_events *se = stream_events_locked(d, b->uses[i]);
+      pend[i]->blk = b;
+      pend[i]->next = NULL;
+      if (se->tail)
+        se->tail->next = pend[i];
+      else
+        se->head = pend[i];
+      se->tail = pend[i];
+    }
+    d->n_pending_events += b->n_uses;
+    b->event_count = b->n_uses;
+    b->state = CL_PENDING;
+  }
+  if (pend != inline_buf)
+    free(pend);
+  return rc;
+}
+
+cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
+  if (!ptr) {
+    if (!a)
+      return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
+    return CACHALOT_OK;
+  }
+  cl_device *d;
+  cl_block *b;
+  cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (b->n_uses > 0) {
+    rc = insert_events_locked(d, b);
+    if (rc != CACHALOT_OK) {
+      pthread_mutex_unlock(&d->lock);
+      return rc;
+    }
+  }
+  const bool small = b->seg->small;
+  cachalot_device_stats *st = &d->stats;
+  cl_stat_array_add(st->allocation, small, -1);
+  cl_stat_array_add(st->allocated_bytes, small, -(int64_t)b->size);
+  if (b->size >= d->cfg.max_split_size)
+    cl_stat_dec(&st->oversize_allocations, 1);
+  if (b->state == CL_ALLOCATED)
+    cl_free_block_locked(d, b);
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_empty_cache: allocator is NULL");
+  cachalot_status result = CACHALOT_OK;
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    if (d->captures_underway == 0) {
+      cachalot_status rc = cl_sync_all_events_locked(d);
+      if (rc != CACHALOT_OK && result == CACHALOT_OK)
+        result = rc;
+      cl_release_list rel = {0};
+      cl_release_free_segments_locked(d, NULL, &rel);
+      rc = cl_release_flush_locked(d, &rel);
+      if (rc != CACHALOT_OK && result == CACHALOT_OK)
+        result = rc;
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  if (result != CACHALOT_OK)
+    cl_error_prefix("cachalot_empty_cache: ");
+  return result;
+}

@@ -1,0 +1,237 @@
+/* The allocator's core structures, shared by src/allocator/ and src/stats/.
+ *
+ * Glossary
+ *   segment   one device allocation, tiled in address order by blocks.
+ *   block     a run of a segment: FREE (cached, in a free index), ALLOCATED (handed out) or PENDING
+ *             (freed by the program, waiting for events on the streams that used it).
+ *   kind      small (segments of 2 MiB for rounded sizes <= 1 MiB) or large.
+ *   pool      where a request is served from: a device's default pool, or (later) a private pool. A pool
+ *             owns free indexes per (stream, kind); requests on stream S only see S's index.
+ *   bins      the free index of one (pool, stream): one tree per kind.
+ *
+ * Locking: everything under a cl_device is guarded by that device's `lock` (names ending in _locked
+ * expect it held). The lock is dropped around device allocations and frees unless the config's
+ * release_lock_on_cudamalloc is False; `inflight` counts the bytes in transit meanwhile, so memory
+ * fraction checks stay honest.
+ */
+#ifndef CACHALOT_ALLOCATOR_INTERNAL_H
+#define CACHALOT_ALLOCATOR_INTERNAL_H
+
+#include <cachalot/cachalot.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/error.h"
+#include "backend/backend.h"
+#include "config.h"
+#include "sizes.h"
+
+#ifndef HASH_NONFATAL_OOM
+#define HASH_NONFATAL_OOM 1
+#endif
+/* uthash's default on host OOM is exit(); with HASH_NONFATAL_OOM it calls this instead and leaves the
+ * element out. Every HASH_ADD site declares `bool hash_oom = false;` and checks it afterwards. */
+#define uthash_nonfatal_oom(obj) (hash_oom = true)
+#include <uthash.h>
+
+typedef enum { CL_FREE = 0, CL_ALLOCATED, CL_PENDING } cl_block_state;
+
+typedef struct cl_segment cl_segment;
+typedef struct cl_pool cl_pool;
+
+/* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
+ * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
+ * side by side; a FREE block is in exactly one tree, that of (seg->pool, seg->stream, seg->small); an
+ * ALLOCATED or PENDING block is in the device's pointer map (hh) and in no tree; a PENDING block has
+ * event_count > 0 entries in the device's event queues.
+ *
+ *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
+ *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
+ */
+typedef struct cl_block {
+  uintptr_t ptr;
+  size_t size;
+  size_t requested;          /* the size the program asked for (while ALLOCATED or PENDING) */
+  cl_segment *seg;
+  struct cl_block *prev, *next;
+  struct cl_block *left, *right; /* free-index treap links (FREE only) */
+  uint32_t prio;             /* treap priority, a hash of ptr: the tree shape is deterministic */
+  uint8_t state;             /* cl_block_state */
+  uint32_t event_count;      /* outstanding events (PENDING) */
+  uint64_t gc_base;          /* the pool's lookup counter when the block became free (its age base) */
+  cachalot_stream *uses;     /* record_stream streams other than seg->stream (heap array) */
+  uint32_t n_uses, cap_uses;
+  UT_hash_handle hh;         /* device pointer map, key ptr */
+} cl_block;
+
+/* A segment: one device allocation of `size` bytes at `ptr`, served to requests on `stream` from
+ * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, starting at `head`. */
+struct cl_segment {
+  uintptr_t ptr;
+  size_t size;
+  cl_pool *pool;
+  cachalot_stream stream;
+  bool small;
+  cl_block *head;
+  cl_segment *prev, *next; /* the device's segment list */
+};
+
+/* The free blocks of one (pool, stream): a treap per kind ordered by (size, ptr), so the lower bound of
+ * (size, 0) is the best fit with the lowest address among equals. */
+typedef struct cl_bins {
+  cachalot_stream stream;
+  cl_block *root[2]; /* [0] large, [1] small */
+  size_t count[2];
+  UT_hash_handle hh;
+} cl_bins;
+
+/* A pool: the default pool of a device ({0,0}) or a private one. `lookups[kind]` counts free-block
+ * searches (only while garbage collection is on): a free block's age is lookups - gc_base. */
+struct cl_pool {
+  uint64_t id_first, id_second;
+  cl_bins *bins; /* hash by stream */
+  uint64_t lookups[2];
+};
+
+/* One event waiting on a stream, for a PENDING block. */
+typedef struct cl_pending_event {
+  cl_event *ev;
+  cl_block *blk;
+  struct cl_pending_event *next;
+} cl_pending_event;
+
+/* Outstanding events of one stream, oldest first: they complete in order, so polling stops at the
+ * first one not done. */
+typedef struct cl_stream_events {
+  cachalot_stream stream;
+  cl_pending_event *head, *tail;
+  UT_hash_handle hh;
+} cl_stream_events;
+
+/* Everything cachalot keeps for one device, guarded by `lock`. */
+typedef struct cl_device {
+  pthread_mutex_t lock;
+  int index;
+  struct cachalot_allocator *owner;
+  cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
+  cl_pool default_pool;
+  cl_block *active;            /* pointer map: ALLOCATED and PENDING blocks */
+  cl_segment *segments;        /* all segments of this device, any pool */
+  size_t n_segments;
+  cl_stream_events *events;    /* outstanding events by stream */
+  size_t n_pending_events;
+  cl_block *spare_blocks;      /* block metadata free list (linked through next) */
+  cl_pending_event *spare_events;
+  void **chunks;               /* host chunks the spares were carved from */
+  size_t n_chunks, cap_chunks;
+  int captures_underway;       /* begin_allocate_to_pool routings active (graph issue) */
+  size_t inflight;             /* bytes being allocated or freed on the device with the lock dropped */
+  double fraction;             /* memory fraction, < 0 when not set */
+  size_t allowed_max;          /* fraction x total, valid when total_known */
+  size_t device_total;
+  bool total_known;
+  cachalot_device_stats stats;
+} cl_device;
+
+typedef struct cl_observer {
+  cachalot_oom_observer fn;
+  void *ctx;
+} cl_observer;
+
+struct cachalot_allocator {
+  cachalot_backend *backend;
+  int device_count;
+  cl_device *devices;
+  pthread_mutex_t meta_lock; /* observers and the raw config string */
+  cl_observer *observers;
+  size_t n_observers, cap_observers;
+  char *conf_raw;
+};
+
+/* --- allocator.c --- */
+cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
+/* Finds the ALLOCATED block at exactly `ptr` and returns with its device locked; else INVALID_POINTER
+ * and nothing locked. */
+cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
+                                     cl_block **blk);
+/* Metadata free lists. NULL on host OOM. */
+cl_block *cl_block_new_locked(cl_device *d);
+void cl_block_delete_locked(cl_device *d, cl_block *b);
+cl_pending_event *cl_pending_new_locked(cl_device *d);
+void cl_pending_delete_locked(cl_device *d, cl_pending_event *e);
+/* Memory fraction: makes sure allowed_max is known (asks the backend once). */
+void cl_fraction_resolve_locked(cl_device *d);
+
+/* --- free_index.c --- */
+cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
+void cl_tree_insert(cl_bins *bins, bool small, cl_block *b);
+void cl_tree_remove(cl_bins *bins, bool small, cl_block *b);
+cl_block *cl_tree_lower_bound(cl_block *root, size_t size);        /* smallest (size, ptr) >= (size, 0) */
+cl_block *cl_tree_prev(cl_block *root, const cl_block *b);         /* largest key < b's key */
+cl_block *cl_tree_max(cl_block *root);
+bool cl_tree_contains(cl_block *root, const cl_block *b);
+/* Inserts a FREE block into its index and stamps its age base. */
+void cl_free_index_insert_locked(cl_device *d, cl_block *b);
+void cl_free_index_remove_locked(cl_device *d, cl_block *b);
+
+/* --- events.c --- */
+/* Polls outstanding events in order per stream and frees the blocks whose events all completed. */
+void cl_process_events_locked(cl_device *d);
+/* Waits for every outstanding event (num_sync_all_streams + 1) and frees their blocks. */
+cachalot_status cl_sync_all_events_locked(cl_device *d);
+/* Returns a block to its free index, merging with free neighbours (SPEC.md §2 free). */
+void cl_free_block_locked(cl_device *d, cl_block *b);
+
+/* --- release.c --- */
+/* Segments detached from the device's books and waiting to be given back to the device. */
+typedef struct cl_release_list {
+  cl_segment *head;
+  size_t bytes;
+} cl_release_list;
+void cl_detach_segment_locked(cl_device *d, cl_segment *s, cl_release_list *out);
+/* Gives a release list back to the device, dropping the lock meanwhile when the config allows. */
+cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
+/* Detaches every whole free segment of pool `p` (NULL: all pools). */
+void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out);
+/* malloc step 4: garbage collection of aged whole free large segments of the default pool. */
+void cl_garbage_collect_locked(cl_device *d, cl_release_list *out);
+/* malloc step 6: frees oversize cached blocks of (pool, stream). True when enough was released. */
+bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, size_t size,
+                                cl_release_list *out);
+
+/* --- stats (src/stats/stats.c) --- */
+static inline void cl_stat_inc(cachalot_stat *s, int64_t n) {
+  s->current += n;
+  s->allocated += n;
+  if (s->current > s->peak)
+    s->peak = s->current;
+}
+static inline void cl_stat_dec(cachalot_stat *s, int64_t n) {
+  s->current -= n;
+  s->freed += n;
+}
+/* Updates all and the kind's entry of a stat array. */
+static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) {
+  int k = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+  if (n >= 0) {
+    cl_stat_inc(&arr[CACHALOT_STAT_ALL], n);
+    cl_stat_inc(&arr[k], n);
+  } else {
+    cl_stat_dec(&arr[CACHALOT_STAT_ALL], -n);
+    cl_stat_dec(&arr[k], -n);
+  }
+}
+/* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
+void cl_stats_recount_oversize_locked(cl_device *d);
+
+/* --- oom.c --- */
+/* Formats `n` bytes as SPEC.md §3 does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
+void cl_format_size(char *buf, size_t cap, uint64_t n);
+/* The out-of-memory path: counts, calls observers (lock dropped), sets the message. Called with the
+ * device locked; returns with it unlocked. */
+cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size);
+
+#endif

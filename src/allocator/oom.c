@@ -1,0 +1,79 @@
+/* The out-of-memory path of SPEC.md §3 step 8: count it, tell the observers, and say in words what the
+ * device holds (the message is PyTorch's, with cachalot's names). */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void cl_format_size(char *buf, size_t cap, uint64_t n) {
+  if (n <= 1024)
+    snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+  else if (n <= 1048576)
+    snprintf(buf, cap, "%.2f KiB", (double)n / 1024.0);
+  else if (n <= 1073741824ull)
+    snprintf(buf, cap, "%.2f MiB", (double)n / 1048576.0);
+  else
+    snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
+}
+
+/* Bytes of free blocks held in private pools (none until the graph issue adds private pools). */
+static uint64_t private_pool_free_bytes_locked(const cl_device *d) {
+  (void)d;
+  return 0;
+}
+
+cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
+  cachalot_allocator *a = d->owner;
+  d->stats.num_ooms++;
+  const bool fraction_set = d->fraction >= 0;
+  cl_fraction_resolve_locked(d);
+  const size_t allowed = d->allowed_max;
+  const uint64_t allocated = (uint64_t)d->stats.allocated_bytes[CACHALOT_STAT_ALL].current;
+  const uint64_t reserved = (uint64_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current;
+  const uint64_t in_private = private_pool_free_bytes_locked(d);
+  pthread_mutex_unlock(&d->lock);
+
+  cachalot_backend *b = a->backend;
+  size_t device_free = 0, device_total = 0;
+  if (b->ops->mem_info(b, d->index, &device_free, &device_total) != CACHALOT_OK)
+    device_free = device_total = 0;
+
+  /* Observers run with no allocator lock held (they may allocate, or take their own locks). A copy of
+   * the list is taken so that one attaching meanwhile does not race with the calls. */
+  pthread_mutex_lock(&a->meta_lock);
+  size_t n = a->n_observers;
+  cl_observer *obs = n ? malloc(n * sizeof *obs) : NULL;
+  if (obs)
+    for (size_t i = 0; i < n; i++)
+      obs[i] = a->observers[i];
+  else
+    n = 0;
+  pthread_mutex_unlock(&a->meta_lock);
+  for (size_t i = 0; i < n; i++)
+    obs[i].fn(d->index, alloc_size, fraction_set ? allowed : device_total, device_free, obs[i].ctx);
+  free(obs);
+
+  char tried[32], total_s[32], free_s[32], allowed_s[48] = "", alloc_s[32], priv_s[96] = "", unalloc_s[32];
+  cl_format_size(tried, sizeof tried, alloc_size);
+  cl_format_size(total_s, sizeof total_s, device_total);
+  cl_format_size(free_s, sizeof free_s, device_free);
+  if (fraction_set) {
+    char tmp[32];
+    cl_format_size(tmp, sizeof tmp, allowed);
+    snprintf(allowed_s, sizeof allowed_s, "%s allowed; ", tmp);
+  }
+  cl_format_size(alloc_s, sizeof alloc_s, allocated + in_private);
+  if (in_private > 0) {
+    char tmp[32];
+    cl_format_size(tmp, sizeof tmp, in_private);
+    snprintf(priv_s, sizeof priv_s, "with %s allocated in private pools (e.g., CUDA Graphs), ", tmp);
+  }
+  uint64_t unallocated = reserved > allocated + in_private ? reserved - allocated - in_private : 0;
+  cl_format_size(unalloc_s, sizeof unalloc_s, unallocated);
+  return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY,
+                 "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+                 "free. %sOf the allocated memory %s is allocated by cachalot, %sand %s is reserved by cachalot "
+                 "but unallocated. If reserved but unallocated memory is large try setting "
+                 "CACHALOT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+                 tried, d->index, total_s, free_s, allowed_s, alloc_s, priv_s, unalloc_s);
+}

@@ -1,0 +1,152 @@
+/* Giving cached memory back to the device: whole free segments only (SPEC.md §2), in three policies:
+ * release everything (empty_cache, the OOM retry), garbage collection by age (malloc step 4) and
+ * release of oversize blocks (step 6).
+ *
+ * Releasing is two-phase so that no lock is held across the device free: segments are first detached
+ * from the device's books under the lock (stats drop at once), then flushed to the backend with the
+ * lock dropped; `inflight` keeps the bytes counted against the memory fraction until they are gone. */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static inline bool segment_is_free(const cl_segment *s) {
+  return s->head->state == CL_FREE && s->head->next == NULL;
+}
+
+void cl_detach_segment_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
+  cl_block *b = s->head;
+  cl_free_index_remove_locked(d, b);
+  cl_block_delete_locked(d, b);
+  s->head = NULL;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    d->segments = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  d->n_segments--;
+
+  cachalot_device_stats *st = &d->stats;
+  cl_stat_array_add(st->segment, s->small, -1);
+  cl_stat_array_add(st->reserved_bytes, s->small, -(int64_t)s->size);
+  if (s->size >= d->cfg.max_split_size)
+    cl_stat_dec(&st->oversize_segments, 1);
+  st->num_device_free++;
+
+  s->prev = NULL;
+  s->next = out->head;
+  out->head = s;
+  out->bytes += s->size;
+}
+
+cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
+  if (!list->head)
+    return CACHALOT_OK;
+  cachalot_backend *b = d->owner->backend;
+  const bool drop = d->cfg.release_lock_on_cudamalloc;
+  const size_t bytes = list->bytes;
+  cl_segment *s = list->head;
+  list->head = NULL;
+  list->bytes = 0;
+  d->inflight += bytes;
+  if (drop)
+    pthread_mutex_unlock(&d->lock);
+  cachalot_status result = CACHALOT_OK;
+  while (s) {
+    cl_segment *next = s->next;
+    cachalot_status st = b->ops->free(b, d->index, (void *)s->ptr);
+    if (st != CACHALOT_OK && result == CACHALOT_OK)
+      result = st;
+    free(s);
+    s = next;
+  }
+  if (drop)
+    pthread_mutex_lock(&d->lock);
+  d->inflight -= bytes;
+  return result;
+}
+
+void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out) {
+  cl_segment *s = d->segments;
+  while (s) {
+    cl_segment *next = s->next;
+    if ((!p || s->pool == p) && segment_is_free(s))
+      cl_detach_segment_locked(d, s, out);
+    s = next;
+  }
+}
+
+static inline bool gc_candidate(const cl_device *d, const cl_segment *s) {
+  return s->pool == &d->default_pool && !s->small && segment_is_free(s);
+}
+
+void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
+  cl_fraction_resolve_locked(d);
+  const size_t threshold = (size_t)(d->cfg.gc_threshold * (double)d->allowed_max);
+  const size_t reserved = (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
+  if (reserved <= threshold)
+    return;
+  const size_t target = reserved - threshold;
+  const uint64_t now = d->default_pool.lookups[0];
+
+  uint64_t total_age = 0;
+  size_t count = 0;
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    if (gc_candidate(d, s)) {
+      total_age += now - s->head->gc_base;
+      count++;
+    }
+  }
+  /* Passes free every candidate at least as old as the mean age; a pass does not stop at the target,
+   * so that collection is not triggered again at once (PyTorch's policy). */
+  size_t reclaimed = 0;
+  bool freed = true;
+  while (reclaimed < target && freed && count > 0) {
+    const double mean_age = (double)total_age / (double)count;
+    freed = false;
+    cl_segment *s = d->segments;
+    while (s) {
+      cl_segment *next = s->next;
+      if (gc_candidate(d, s)) {
+        uint64_t age = now - s->head->gc_base;
+        if ((double)age >= mean_age) {
+          freed = true;
+          reclaimed += s->size;
+          total_age -= age;
+          count--;
+          cl_detach_segment_locked(d, s, out);
+        }
+      }
+      s = next;
+    }
+  }
+}
+
+bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, size_t size,
+                                cl_release_list *out) {
+  const size_t max_split = d->cfg.max_split_size;
+  if (max_split == SIZE_MAX)
+    return false;
+  cl_bins *bins = cl_bins_get_locked(p, s, false);
+  if (!bins)
+    return false;
+  const size_t key = size < max_split ? max_split : size;
+  cl_block *b = cl_tree_lower_bound(bins->root[0], key);
+  if (b && !b->prev && !b->next) {
+    cl_detach_segment_locked(d, b->seg, out);
+    return true;
+  }
+  /* No single block is large enough: free oversize blocks from the largest down until enough. Only
+   * whole segments can go back; a split one is passed over. */
+  cl_block *cur = b ? cl_tree_prev(bins->root[0], b) : cl_tree_max(bins->root[0]);
+  size_t released = 0;
+  while (cur && released < key && cur->size >= max_split) {
+    cl_block *prev = cl_tree_prev(bins->root[0], cur);
+    if (!cur->prev && !cur->next) {
+      released += cur->size;
+      cl_detach_segment_locked(d, cur->seg, out);
+    }
+    cur = prev;
+  }
+  return released >= key;
+}

@@ -1,0 +1,50 @@
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { MSG_CAP = 1024 };
+
+static _Thread_local char last_msg[MSG_CAP];
+
+cachalot_status cl_fail(cachalot_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+void cl_error_prefix(const char *fmt, ...) {
+  char prefix[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  if (n <= 0)
+    return;
+  size_t plen = (size_t)n < sizeof prefix ? (size_t)n : sizeof prefix - 1;
+  size_t mlen = strnlen(last_msg, MSG_CAP - 1);
+  if (plen + mlen > MSG_CAP - 1)
+    mlen = MSG_CAP - 1 - plen; /* keep the prefix; cut the old message's tail */
+  memmove(last_msg + plen, last_msg, mlen);
+  memcpy(last_msg, prefix, plen);
+  last_msg[plen + mlen] = '\0';
+}
+
+const char *cachalot_last_error(void) { return last_msg; }
+
+const char *cachalot_status_name(cachalot_status s) {
+  switch (s) {
+  case CACHALOT_OK: return "CACHALOT_OK";
+  case CACHALOT_ERROR_OUT_OF_MEMORY: return "CACHALOT_ERROR_OUT_OF_MEMORY";
+  case CACHALOT_ERROR_INVALID_ARGUMENT: return "CACHALOT_ERROR_INVALID_ARGUMENT";
+  case CACHALOT_ERROR_INVALID_POINTER: return "CACHALOT_ERROR_INVALID_POINTER";
+  case CACHALOT_ERROR_INVALID_STATE: return "CACHALOT_ERROR_INVALID_STATE";
+  case CACHALOT_ERROR_CONFIG: return "CACHALOT_ERROR_CONFIG";
+  case CACHALOT_ERROR_DEVICE: return "CACHALOT_ERROR_DEVICE";
+  case CACHALOT_ERROR_NOT_SUPPORTED: return "CACHALOT_ERROR_NOT_SUPPORTED";
+  }
+  return "CACHALOT_STATUS_UNKNOWN";
+}

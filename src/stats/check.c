@@ -1,0 +1,211 @@
+/* cachalot_check: walks every segment and block of every device, verifies the structural invariants
+ * written above the structs in internal.h, and recomputes every current stat from the blocks. It is
+ * O(blocks x log blocks) and takes each device lock in turn: for tests, fuzzers and debugging. */
+#include "../allocator/internal.h"
+
+#include <string.h>
+
+typedef struct {
+  int64_t v[3];
+} tally; /* all, small, large */
+
+static void tally_add(tally *t, bool small, int64_t n) {
+  t->v[CACHALOT_STAT_ALL] += n;
+  t->v[small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL] += n;
+}
+
+static const char *kind_name[3] = {"all", "small_pool", "large_pool"};
+
+static cachalot_status compare(int dev, const char *name, const cachalot_stat *arr, const tally *t) {
+  for (int k = 0; k < 3; k++)
+    if (arr[k].current != t->v[k])
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: %s.%s.current is %lld but the blocks say %lld", dev, name,
+                     kind_name[k], (long long)arr[k].current, (long long)t->v[k]);
+  return CACHALOT_OK;
+}
+
+/* Verifies a treap: keys strictly increase in order, priorities form a heap, every node is a FREE block
+ * of this bins' stream and kind. Returns the node count, or -1 after cl_fail. */
+static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool small, const cl_block **last) {
+  if (!t)
+    return 0;
+  long l = check_tree(dev, t->left, bins, small, last);
+  if (l < 0)
+    return -1;
+  if (t->state != CL_FREE || !t->seg || t->seg->stream != bins->stream || t->seg->small != small) {
+    cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block 0x%llx in a free index it does not belong to",
+            dev, (unsigned long long)t->ptr);
+    return -1;
+  }
+  if ((t->left && t->left->prio > t->prio) || (t->right && t->right->prio > t->prio)) {
+    cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index heap order broken", dev);
+    return -1;
+  }
+  if (*last && !((*last)->size < t->size || ((*last)->size == t->size && (*last)->ptr < t->ptr))) {
+    cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index key order broken", dev);
+    return -1;
+  }
+  *last = t;
+  long r = check_tree(dev, t->right, bins, small, last);
+  return r < 0 ? -1 : l + 1 + r;
+}
+
+static cachalot_status check_device_locked(cl_device *d) {
+  const int dev = d->index;
+  const size_t max_split = d->cfg.max_split_size;
+  tally allocation = {{0}}, allocated_bytes = {{0}}, active = {{0}}, active_bytes = {{0}},
+        requested = {{0}}, segment = {{0}}, reserved = {{0}}, inactive = {{0}}, inactive_bytes = {{0}};
+  int64_t oversize_allocs = 0, oversize_segs = 0;
+  size_t n_free = 0, n_mapped = 0, n_segments = 0, n_event_refs = 0;
+
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    n_segments++;
+    if (s->next && s->next->prev != s)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment list links broken", dev);
+    if (!s->head || s->head->prev || s->head->ptr != s->ptr)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
+                     dev, (unsigned long long)s->ptr);
+    bool split = s->head->next != NULL;
+    uintptr_t expect = s->ptr;
+    const cl_block *prev = NULL;
+    for (const cl_block *b = s->head; b; prev = b, b = b->next) {
+      if (b->seg != s || b->prev != prev || b->ptr != expect || b->size == 0 || b->size % CL_MIN_BLOCK)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: blocks of segment 0x%llx do not tile it at 0x%llx", dev,
+                       (unsigned long long)s->ptr, (unsigned long long)expect);
+      if (prev && prev->state == CL_FREE && b->state == CL_FREE)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: free neighbours at 0x%llx were not merged", dev,
+                       (unsigned long long)b->ptr);
+      expect += b->size;
+      if (b->state == CL_FREE) {
+        cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
+        if (!bins || !cl_tree_contains(bins->root[s->small], b))
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                         "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
+                         (unsigned long long)b->ptr);
+        n_free++;
+        if (split) {
+          tally_add(&inactive, s->small, 1);
+          tally_add(&inactive_bytes, s->small, (int64_t)b->size);
+        }
+        continue;
+      }
+      cl_block *found = NULL;
+      HASH_FIND_PTR(d->active, &b->ptr, found);
+      if (found != b)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: active block 0x%llx is missing from the pointer map", dev,
+                       (unsigned long long)b->ptr);
+      if (b->requested == 0 || b->requested > b->size)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: block 0x%llx has requested size %zu for size %zu", dev,
+                       (unsigned long long)b->ptr, b->requested, b->size);
+      n_mapped++;
+      tally_add(&active, s->small, 1);
+      tally_add(&active_bytes, s->small, (int64_t)b->size);
+      tally_add(&requested, s->small, (int64_t)b->requested);
+      if (b->state == CL_ALLOCATED) {
+        if (b->event_count)
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: allocated block with events", dev);
+        tally_add(&allocation, s->small, 1);
+        tally_add(&allocated_bytes, s->small, (int64_t)b->size);
+        oversize_allocs += b->size >= max_split;
+      } else if (b->state == CL_PENDING) {
+        if (!b->event_count)
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pending block without events", dev);
+        n_event_refs += b->event_count;
+      } else {
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block in unknown state %d", dev,
+                       b->state);
+      }
+    }
+    if (expect != s->ptr + s->size)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: blocks of segment 0x%llx do not cover it",
+                     dev, (unsigned long long)s->ptr);
+    tally_add(&segment, s->small, 1);
+    tally_add(&reserved, s->small, (int64_t)s->size);
+    oversize_segs += s->size >= max_split;
+  }
+  if (n_segments != d->n_segments)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
+                   d->n_segments, n_segments);
+  if (n_mapped != HASH_COUNT(d->active))
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: pointer map holds %u blocks, segments hold %zu active ones", dev,
+                   HASH_COUNT(d->active), n_mapped);
+
+  size_t n_indexed = 0;
+  cl_bins *bins, *tmp;
+  HASH_ITER(hh, d->default_pool.bins, bins, tmp) {
+    for (int k = 0; k < 2; k++) {
+      const cl_block *last = NULL;
+      long n = check_tree(dev, bins->root[k], bins, k == 1, &last);
+      if (n < 0)
+        return CACHALOT_ERROR_INVALID_STATE;
+      if ((size_t)n != bins->count[k])
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
+      n_indexed += (size_t)n;
+    }
+  }
+  if (n_indexed != n_free)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: free indexes hold %zu blocks, segments hold %zu free ones", dev,
+                   n_indexed, n_free);
+
+  size_t n_queued = 0;
+  cl_stream_events *se, *setmp;
+  HASH_ITER(hh, d->events, se, setmp) {
+    for (cl_pending_event *e = se->head; e; e = e->next) {
+      if (e->blk->state != CL_PENDING)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: event for a block not pending", dev);
+      n_queued++;
+    }
+  }
+  if (n_queued != n_event_refs || n_queued != d->n_pending_events)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: %zu queued events, blocks expect %zu, counter says %zu", dev, n_queued,
+                   n_event_refs, d->n_pending_events);
+
+  const cachalot_device_stats *st = &d->stats;
+  cachalot_status rc;
+#define CMP(field, t)                                                                                              \
+  if ((rc = compare(dev, #field, st->field, &t)) != CACHALOT_OK)                                                  \
+    return rc;
+  CMP(allocation, allocation)
+  CMP(allocated_bytes, allocated_bytes)
+  CMP(active, active)
+  CMP(active_bytes, active_bytes)
+  CMP(requested_bytes, requested)
+  CMP(segment, segment)
+  CMP(reserved_bytes, reserved)
+  CMP(inactive_split, inactive)
+  CMP(inactive_split_bytes, inactive_bytes)
+#undef CMP
+  if (st->oversize_allocations.current != oversize_allocs || st->oversize_segments.current != oversize_segs)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: oversize stats are off", dev);
+  const cachalot_stat *all[] = {st->allocation, st->segment, st->active, st->inactive_split, st->allocated_bytes,
+                                st->reserved_bytes, st->active_bytes, st->inactive_split_bytes,
+                                st->requested_bytes};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    for (int k = 0; k < 3; k++)
+      if (all[i][k].peak < all[i][k].current || all[i][k].current < 0)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: a stat is negative or its peak is below its current value", dev);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_check(cachalot_allocator *a) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_check: allocator is NULL");
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    cachalot_status rc = check_device_locked(d);
+    pthread_mutex_unlock(&d->lock);
+    if (rc != CACHALOT_OK)
+      return rc;
+  }
+  return CACHALOT_OK;
+}

@@ -1,0 +1,80 @@
+/* memory_stats and its resets (SPEC.md §4). The counters themselves are updated in place by the
+ * allocator (cl_stat_array_add); this file reads and resets them. */
+#include "../allocator/internal.h"
+
+#include <string.h>
+
+static void stat_reset_peak(cachalot_stat *s) { s->peak = s->current; }
+
+static void stat_reset_accumulated(cachalot_stat *s) { s->allocated = s->freed = 0; }
+
+/* Applies `fn` to every cachalot_stat of the struct. */
+static void for_each_stat(cachalot_device_stats *st, void (*fn)(cachalot_stat *)) {
+  cachalot_stat *arrays[] = {st->allocation,     st->segment,        st->active,
+                             st->inactive_split, st->allocated_bytes, st->reserved_bytes,
+                             st->active_bytes,   st->inactive_split_bytes, st->requested_bytes};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+    for (int k = 0; k < CACHALOT_STAT_TYPES; k++)
+      fn(&arrays[i][k]);
+  fn(&st->oversize_allocations);
+  fn(&st->oversize_segments);
+}
+
+cachalot_status cachalot_memory_stats(cachalot_allocator *a, int device, cachalot_device_stats *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_memory_stats: out is NULL");
+  memset(out, 0, sizeof *out);
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_memory_stats");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  pthread_mutex_lock(&d->lock);
+  *out = d->stats;
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_reset_peak_stats(cachalot_allocator *a, int device) {
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_reset_peak_stats");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  pthread_mutex_lock(&d->lock);
+  for_each_stat(&d->stats, stat_reset_peak);
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_reset_accumulated_stats(cachalot_allocator *a, int device) {
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_reset_accumulated_stats");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  pthread_mutex_lock(&d->lock);
+  cachalot_device_stats *st = &d->stats;
+  for_each_stat(st, stat_reset_accumulated);
+  st->num_alloc_retries = st->num_ooms = st->num_sync_all_streams = 0;
+  st->num_device_alloc = st->num_device_free = 0;
+  pthread_mutex_unlock(&d->lock);
+  return CACHALOT_OK;
+}
+
+/* Moves `s` to `value`, counting the step as an increase or a decrease. */
+static void stat_set(cachalot_stat *s, int64_t value) {
+  if (value > s->current)
+    cl_stat_inc(s, value - s->current);
+  else if (value < s->current)
+    cl_stat_dec(s, s->current - value);
+}
+
+void cl_stats_recount_oversize_locked(cl_device *d) {
+  const size_t max_split = d->cfg.max_split_size;
+  int64_t allocs = 0, segs = 0;
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    segs += s->size >= max_split;
+    for (cl_block *b = s->head; b; b = b->next)
+      allocs += b->state == CL_ALLOCATED && b->size >= max_split;
+  }
+  stat_set(&d->stats.oversize_allocations, allocs);
+  stat_set(&d->stats.oversize_segments, segs);
+}
