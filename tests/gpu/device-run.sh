@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds cachalot on the GPU machine and runs the gpu suite (and the CPU suites, as a cross-check of the
+# toolchain there). The machine has nvcc, meson and ninja but no Debian packages: uthash's headers and
+# CMocka travel in .device/ (made by tests/gpu/prepare-device-deps.sh on a Debian machine).
+# Usage: tests/gpu/device-run.sh [OUTDIR]   (results and logs go to OUTDIR, default ./device-out)
+set -u -o pipefail
+out=${1:-${OUT:-./device-out}}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH="$root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; meson --version; } 2>&1 | tee "$out/machine.txt"
+rm -rf build-gpu
+meson setup build-gpu -Dcuda=enabled -Dtests=enabled -Ddeps_dir="$root/.device" >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
+ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+rc=0
+meson test -C build-gpu --suite gpu --print-errorlogs -v 2>&1 | tee "$out/gpu-suite.log" || rc=1
+meson test -C build-gpu --no-suite gpu --print-errorlogs 2>&1 | tail -12 | tee "$out/cpu-suites.log" || rc=1
+./build-gpu/tools/cachalot_demo 2>&1 | tee "$out/demo.log" || rc=1
+exit $rc

@@ -1,0 +1,326 @@
+/* The gpu suite: the core behaviours of the unit suite on a real device through the CUDA backend, with
+ * kernels writing and checking the memory cachalot hands out. Exits 77 (skipped) without a usable GPU.
+ *
+ * The exact figures are SPEC.md's, the same the unit suite checks on the simulated device. */
+#include <cachalot/cachalot.h>
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cl_test_fill(void *p, size_t bytes, uint32_t pattern, long long spin_cycles, cudaStream_t s);
+long long cl_test_verify(const void *p, size_t bytes, uint32_t pattern, cudaStream_t s);
+
+#define MiB ((size_t)1 << 20)
+static int failures;
+static const char *current_test = "";
+
+#define EXPECT(cond, ...)                                                                                         \
+  do {                                                                                                           \
+    if (!(cond)) {                                                                                               \
+      failures++;                                                                                                \
+      printf("FAIL [%s] %s:%d: ", current_test, __FILE__, __LINE__);                                            \
+      printf(__VA_ARGS__);                                                                                       \
+      printf(" (cachalot: %s)\n", cachalot_last_error());                                                       \
+      return;                                                                                                    \
+    }                                                                                                            \
+  } while (0)
+#define OK(call) EXPECT((call) == CACHALOT_OK, "%s", #call)
+#define CHECKED(a) EXPECT(cachalot_check(a) == CACHALOT_OK, "cachalot_check")
+
+static cachalot_device_stats stats_of(cachalot_allocator *a, int dev) {
+  cachalot_device_stats st;
+  if (cachalot_memory_stats(a, dev, &st) != CACHALOT_OK)
+    memset(&st, 0xff, sizeof st);
+  return st;
+}
+
+static void test_sizes(cachalot_allocator *a) {
+  current_test = "sizes";
+  void *p1, *p2, *p3, *p4, *p5;
+  OK(cachalot_malloc(a, 0, 1, NULL, &p1));
+  CHECKED(a);
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.allocated_bytes[CACHALOT_STAT_SMALL_POOL].current == 512, "1 B -> 512 B block");
+  EXPECT(st.reserved_bytes[CACHALOT_STAT_SMALL_POOL].current == (int64_t)(2 * MiB), "2 MiB small segment");
+  OK(cachalot_malloc(a, 0, MiB + 1, NULL, &p2));
+  CHECKED(a);
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[CACHALOT_STAT_LARGE_POOL].current == (int64_t)(20 * MiB), "1 MiB + 1 -> 20 MiB segment");
+  OK(cachalot_malloc(a, 0, 10 * MiB + 512, NULL, &p3));
+  CHECKED(a);
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[CACHALOT_STAT_LARGE_POOL].current == (int64_t)(32 * MiB), "10 MiB + 512 -> 12 MiB segment");
+  OK(cachalot_malloc(a, 0, 10 * MiB - 512, NULL, &p4));
+  OK(cachalot_malloc(a, 0, 10 * MiB - 512, NULL, &p5));
+  CHECKED(a);
+  st = stats_of(a, 0);
+  EXPECT(st.segment[CACHALOT_STAT_LARGE_POOL].current == 3, "two 10 MiB - 512 share one 20 MiB segment (%lld)",
+         (long long)st.segment[CACHALOT_STAT_LARGE_POOL].current);
+  EXPECT((char *)p5 - (char *)p4 == (ptrdiff_t)(10 * MiB - 512), "second block right after the first");
+  EXPECT(st.allocated_bytes[CACHALOT_STAT_LARGE_POOL].current ==
+             (int64_t)((MiB + 1 + 511) / 512 * 512 + 10 * MiB + 512 + 10 * MiB - 512 + 10 * MiB + 512),
+         "large allocated bytes");
+  /* the memory is real: fill and verify every block */
+  void *ps[] = {p1, p2, p3, p4, p5};
+  size_t sz[] = {512, MiB + 512, 10 * MiB + 512, 10 * MiB - 512, 10 * MiB + 512};
+  for (int i = 0; i < 5; i++)
+    EXPECT(cl_test_fill(ps[i], sz[i], 0xC0DE0000u + (uint32_t)i, 0, NULL) == 0, "fill");
+  for (int i = 0; i < 5; i++)
+    EXPECT(cl_test_verify(ps[i], sz[i], 0xC0DE0000u + (uint32_t)i, NULL) == 0, "block %d overwritten", i);
+  for (int i = 0; i < 5; i++)
+    OK(cachalot_free(a, ps[i]));
+  CHECKED(a);
+  OK(cachalot_empty_cache(a));
+  CHECKED(a);
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == 0 && st.num_device_free == st.num_device_alloc, "all segments returned");
+}
+
+static void test_reuse_and_streams(cachalot_allocator *a) {
+  current_test = "reuse_and_streams";
+  cudaStream_t s1, s2;
+  EXPECT(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void *p, *q;
+  OK(cachalot_malloc(a, 0, 4096, (cachalot_stream)s1, &p));
+  OK(cachalot_free(a, p));
+  OK(cachalot_malloc(a, 0, 4096, (cachalot_stream)s1, &q));
+  EXPECT(p == q, "freed block reused at once on its own stream");
+  OK(cachalot_free(a, q));
+  OK(cachalot_malloc(a, 0, 4096, (cachalot_stream)s2, &q));
+  EXPECT(p != q, "another stream does not get the block");
+  OK(cachalot_free(a, q));
+  CHECKED(a);
+
+  /* record_stream with a real kernel still running on the other stream: the memory is not reused until
+   * the kernel (and so the event after it) completes, and the kernel's writes survive. */
+  const size_t bytes = 8 * MiB;
+  OK(cachalot_malloc(a, 0, bytes, (cachalot_stream)s1, &p));
+  EXPECT(cl_test_fill(p, bytes, 0x5EED0000u, 0, (cudaStream_t)s1) == 0, "fill");
+  EXPECT(cudaStreamSynchronize(s1) == cudaSuccess, "sync");
+  /* about half a second on an H100/H200 clock */
+  EXPECT(cl_test_fill(p, bytes, 0xFEEDBEEFu, 800000000ll, s2) == 0, "slow kernel");
+  OK(cachalot_record_stream(a, p, (cachalot_stream)s2));
+  OK(cachalot_free(a, p));
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.allocation[0].current == 0 && st.active[0].current == 1, "pending free: allocation 0, active 1");
+  EXPECT(cudaStreamQuery(s2) == cudaErrorNotReady, "the kernel is still running");
+  (void)cudaGetLastError();
+  void *r;
+  OK(cachalot_malloc(a, 0, bytes, (cachalot_stream)s1, &r));
+  EXPECT(r != p, "memory still used by a running kernel was handed out again");
+  /* write into the new block on s1 while the kernel runs: it must not touch p */
+  EXPECT(cl_test_fill(r, bytes, 0x12345678u, 0, s1) == 0, "fill");
+  EXPECT(cudaStreamSynchronize(s2) == cudaSuccess, "sync");
+  EXPECT(cl_test_verify(p, bytes, 0xFEEDBEEFu, s2) == 0, "the slow kernel's writes were clobbered");
+  void *t;
+  OK(cachalot_malloc(a, 0, bytes, (cachalot_stream)s1, &t));
+  EXPECT(t == p, "after the event completed the block is reused (got %p, want %p)", t, p);
+  CHECKED(a);
+  OK(cachalot_free(a, r));
+  OK(cachalot_free(a, t));
+  EXPECT(cudaStreamSynchronize(s1) == cudaSuccess, "sync");
+  OK(cachalot_empty_cache(a));
+  CHECKED(a);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
+static int observer_calls;
+static size_t observer_size, observer_limit;
+static void on_oom(int device, size_t alloc_size, size_t limit, size_t device_free, void *ctx) {
+  (void)device, (void)device_free, (void)ctx;
+  observer_calls++;
+  observer_size = alloc_size;
+  observer_limit = limit;
+}
+
+static void test_oom(cachalot_allocator *a) {
+  current_test = "oom";
+  size_t free_b = 0, total = 0;
+  EXPECT(cudaMemGetInfo(&free_b, &total) == cudaSuccess, "meminfo");
+  /* a fraction small enough to reach quickly: 1 GiB worth of the device */
+  double fraction = (double)(1ull << 30) / (double)total;
+  OK(cachalot_set_memory_fraction(a, 0, fraction));
+  OK(cachalot_attach_oom_observer(a, on_oom, NULL));
+  void *p[64];
+  int n = 0;
+  cachalot_status s;
+  while (n < 64 && (s = cachalot_malloc(a, 0, 100 * MiB, NULL, &p[n])) == CACHALOT_OK)
+    n++;
+  EXPECT(s == CACHALOT_ERROR_OUT_OF_MEMORY, "out of memory under the fraction");
+  EXPECT(n == 10, "ten 100 MiB blocks fit in 1 GiB (got %d)", n);
+  EXPECT(strstr(cachalot_last_error(), "CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total capacity of "),
+         "message: %s", cachalot_last_error());
+  EXPECT(strstr(cachalot_last_error(), "1024.00 MiB allowed; Of the allocated memory 1000.00 MiB is allocated by cachalot"),
+         "message: %s", cachalot_last_error());
+  EXPECT(observer_calls == 1 && observer_size == 100 * MiB && observer_limit == (size_t)(fraction * (double)total),
+         "observer called once with the segment size and the limit");
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.num_ooms == 1 && st.num_alloc_retries == 1, "num_ooms 1, num_alloc_retries 1 (%lld, %lld)",
+         (long long)st.num_ooms, (long long)st.num_alloc_retries);
+  CHECKED(a);
+  OK(cachalot_free(a, p[--n]));
+  void *q;
+  OK(cachalot_malloc(a, 0, 100 * MiB, NULL, &q));
+  EXPECT(q == p[n], "the freed block serves the retry");
+  p[n++] = q;
+  for (int i = 0; i < n; i++)
+    OK(cachalot_free(a, p[i]));
+  OK(cachalot_set_memory_fraction(a, 0, 1.0));
+  OK(cachalot_empty_cache(a));
+  size_t free_after = 0;
+  EXPECT(cudaMemGetInfo(&free_after, &total) == cudaSuccess, "meminfo");
+  EXPECT(free_after + 64 * MiB >= free_b, "empty_cache gave the memory back to the device");
+  CHECKED(a);
+}
+
+typedef struct {
+  cachalot_allocator *a;
+  int id;
+  int errors;
+} thread_arg;
+
+static void *thread_main(void *argp) {
+  thread_arg *arg = argp;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    arg->errors++;
+    return NULL;
+  }
+  uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(arg->id + 1);
+  void *live[16] = {0};
+  size_t size[16] = {0};
+  uint32_t pat[16] = {0};
+  for (int op = 0; op < 2000; op++) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    int k = (int)(rng % 16);
+    if (live[k]) {
+      if (cl_test_verify(live[k], size[k], pat[k], s) != 0)
+        arg->errors++;
+      if (cachalot_free(arg->a, live[k]) != CACHALOT_OK)
+        arg->errors++;
+      live[k] = NULL;
+    } else {
+      size[k] = ((size_t)(rng >> 20) % (4 * MiB)) / 4 * 4 + 4;
+      pat[k] = (uint32_t)(rng >> 32);
+      if (cachalot_malloc(arg->a, 0, size[k], (cachalot_stream)s, &live[k]) != CACHALOT_OK ||
+          cl_test_fill(live[k], size[k], pat[k], 0, s) != 0)
+        arg->errors++;
+    }
+  }
+  for (int k = 0; k < 16; k++)
+    if (live[k] && (cl_test_verify(live[k], size[k], pat[k], s) != 0 || cachalot_free(arg->a, live[k]) != CACHALOT_OK))
+      arg->errors++;
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return NULL;
+}
+
+static void test_threads(cachalot_allocator *a) {
+  current_test = "threads";
+  enum { T = 8 };
+  pthread_t t[T];
+  thread_arg args[T];
+  for (int i = 0; i < T; i++) {
+    args[i] = (thread_arg){a, i, 0};
+    pthread_create(&t[i], NULL, thread_main, &args[i]);
+  }
+  int errors = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(t[i], NULL);
+    errors += args[i].errors;
+  }
+  EXPECT(errors == 0, "%d pattern or call errors across %d threads", errors, T);
+  CHECKED(a);
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.allocation[0].current == 0, "everything freed");
+  OK(cachalot_empty_cache(a));
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == 0, "nothing reserved after empty_cache");
+}
+
+static void test_multi_device(cachalot_allocator *a, int n) {
+  current_test = "multi_device";
+  if (n < 2) {
+    printf("  (one device: multi-device test skipped)\n");
+    return;
+  }
+  void *p[8];
+  for (int d = 0; d < n && d < 8; d++) {
+    OK(cachalot_malloc(a, d, 3 * MiB, NULL, &p[d]));
+    struct cudaPointerAttributes attr;
+    EXPECT(cudaPointerGetAttributes(&attr, p[d]) == cudaSuccess && attr.device == d, "block lives on device %d", d);
+  }
+  for (int d = 0; d < n && d < 8; d++) {
+    cachalot_device_stats st = stats_of(a, d);
+    EXPECT(st.reserved_bytes[0].current == (int64_t)(20 * MiB), "device %d has its own segment", d);
+    OK(cachalot_free(a, p[d]));
+  }
+  CHECKED(a);
+  OK(cachalot_empty_cache(a));
+}
+
+static void test_capture_info(cachalot_allocator *a) {
+  current_test = "capture_relaxed_alloc";
+  /* A device allocation during a global-mode capture on another stream is illegal for plain cudaMalloc;
+   * nothing routes allocations during captures yet (graph issue), so this only checks that an allocation
+   * served from cache during a capture works and leaves the capture intact. */
+  cudaStream_t s;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void *p;
+  OK(cachalot_malloc(a, 0, 4096, NULL, &p));
+  OK(cachalot_free(a, p));
+  EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
+  void *q;
+  OK(cachalot_malloc(a, 0, 4096, NULL, &q));
+  EXPECT(q == p, "served from cache during the capture");
+  cudaGraph_t g;
+  EXPECT(cudaStreamEndCapture(s, &g) == cudaSuccess, "the capture was not invalidated");
+  cudaGraphDestroy(g);
+  OK(cachalot_free(a, q));
+  cudaStreamDestroy(s);
+  CHECKED(a);
+}
+
+int main(void) {
+  cachalot_backend *b = NULL;
+  cachalot_status s = cachalot_backend_cuda(&b);
+  if (s != CACHALOT_OK) {
+    printf("SKIP: %s\n", cachalot_last_error());
+    return 77;
+  }
+  int n = 0;
+  cachalot_allocator *a = NULL;
+  if (cachalot_backend_device_count(b, &n) != CACHALOT_OK || cachalot_create(b, "", &a) != CACHALOT_OK) {
+    printf("FAIL: %s\n", cachalot_last_error());
+    return 1;
+  }
+  struct cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  printf("gpu suite on %d device(s), device 0: %s\n", n, prop.name);
+  void (*tests[])(cachalot_allocator *) = {test_sizes, test_reuse_and_streams, test_oom, test_threads,
+                                           test_capture_info};
+  const char *names[] = {"sizes", "reuse_and_streams", "oom", "threads", "capture_relaxed_alloc"};
+  int passed = 0, ran = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    int before = failures;
+    tests[i](a);
+    ran++;
+    passed += failures == before;
+    printf("  %-24s %s\n", names[i], failures == before ? "ok" : "FAILED");
+  }
+  int before = failures;
+  test_multi_device(a, n);
+  ran++;
+  passed += failures == before;
+  printf("  %-24s %s\n", "multi_device", failures == before ? "ok" : "FAILED");
+  cachalot_destroy(a);
+  cachalot_backend_destroy(b);
+  printf("%d passed, %d failed\n", passed, ran - passed);
+  return failures ? 1 : 0;
+}

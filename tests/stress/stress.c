@@ -1,0 +1,270 @@
+/* Deterministic multi-thread x multi-stream stress test on the simulated device.
+ *
+ * Each thread runs a fixed, seeded sequence of operations (malloc of log-uniform sizes, free,
+ * record_stream on its second stream, completion of that stream) against one shared allocator on two
+ * devices. Interleavings vary between runs; the operation sequences do not. A shadow set of every
+ * range cachalot has handed out and not yet made reusable catches overlaps: a range is added at
+ * malloc, removed at free when it has no stream uses, and otherwise removed only after the used stream
+ * was completed (under the shadow lock, so no other thread can insert the reused range before the
+ * removal). Between rounds the threads stop at a barrier, and cachalot_check and the stats are compared
+ * with the shadow's own totals.
+ *
+ * A second test runs the same threads against small devices, where out-of-memory, the release-all retry
+ * and empty_cache race with everything else; there only consistency is checked.
+ */
+#include <cachalot/cachalot.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { THREADS = 8, DEVICES = 2, ROUNDS = 6, OPS_PER_ROUND = 3000, MAX_LIVE = 48, MAX_RANGES = 8192 };
+
+#define CHECK(cond, ...)                                                                                           \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
+      fprintf(stderr, "stress: FAIL %s:%d: ", __FILE__, __LINE__);                                               \
+      fprintf(stderr, __VA_ARGS__);                                                                                \
+      fprintf(stderr, " (last error: %s)\n", cachalot_last_error());                                              \
+      exit(1);                                                                                                     \
+    }                                                                                                              \
+  } while (0)
+
+typedef struct {
+  uintptr_t lo, hi;
+  int owner;
+  cachalot_stream waits_for; /* non-NULL: pending until this stream completes */
+} range;
+
+/* The shadow set: sorted by lo, guarded by `lock`. */
+static struct {
+  pthread_mutex_t lock;
+  range r[MAX_RANGES];
+  int n;
+} shadow = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int shadow_find_locked(uintptr_t lo) {
+  int a = 0, b = shadow.n;
+  while (a < b) {
+    int m = (a + b) / 2;
+    if (shadow.r[m].lo < lo)
+      a = m + 1;
+    else
+      b = m;
+  }
+  return a;
+}
+
+static void shadow_insert(uintptr_t lo, size_t size, int owner) {
+  pthread_mutex_lock(&shadow.lock);
+  int i = shadow_find_locked(lo);
+  uintptr_t hi = lo + size;
+  CHECK(i == shadow.n || shadow.r[i].lo >= hi, "range 0x%llx+%zu overlaps 0x%llx (owner %d, pending %d)",
+        (unsigned long long)lo, size, (unsigned long long)shadow.r[i].lo, shadow.r[i].owner,
+        shadow.r[i].waits_for != NULL);
+  CHECK(i == 0 || shadow.r[i - 1].hi <= lo, "range 0x%llx+%zu overlaps 0x%llx (owner %d, pending %d)",
+        (unsigned long long)lo, size, (unsigned long long)shadow.r[i - 1].lo, shadow.r[i - 1].owner,
+        shadow.r[i - 1].waits_for != NULL);
+  CHECK(shadow.n < MAX_RANGES, "shadow full");
+  memmove(&shadow.r[i + 1], &shadow.r[i], (size_t)(shadow.n - i) * sizeof(range));
+  shadow.r[i] = (range){lo, hi, owner, NULL};
+  shadow.n++;
+  pthread_mutex_unlock(&shadow.lock);
+}
+
+static void shadow_remove_locked(int i) {
+  memmove(&shadow.r[i], &shadow.r[i + 1], (size_t)(shadow.n - i - 1) * sizeof(range));
+  shadow.n--;
+}
+
+/* Marks the range at lo as released (waits == NULL) or pending on `waits`. */
+static void shadow_release(uintptr_t lo, cachalot_stream waits) {
+  pthread_mutex_lock(&shadow.lock);
+  int i = shadow_find_locked(lo);
+  CHECK(i < shadow.n && shadow.r[i].lo == lo, "freeing an unknown range");
+  if (waits)
+    shadow.r[i].waits_for = waits;
+  else
+    shadow_remove_locked(i);
+  pthread_mutex_unlock(&shadow.lock);
+}
+
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_backend *b;
+  pthread_barrier_t *barrier;
+  int id;
+  bool strict; /* overlap checking on (the roomy configuration) */
+  uint64_t rng;
+  cachalot_stream own[DEVICES], side[DEVICES];
+  struct {
+    void *p;
+    size_t size;
+    int dev;
+    bool used_side;
+  } live[MAX_LIVE];
+  int n_live;
+  long ooms;
+} worker;
+
+static uint64_t next_rand(uint64_t *s) { /* xorshift64*: fixed sequences per seed */
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+static size_t random_size(uint64_t *s) { /* log-uniform over 1 B .. 16 MiB */
+  unsigned bits = (unsigned)(next_rand(s) % 24) + 1;
+  return (size_t)(next_rand(s) % ((uint64_t)1 << bits)) + 1;
+}
+
+static void complete_side(worker *w, int dev) {
+  /* Under the shadow lock: pending ranges of this stream leave the shadow before anyone can be handed
+   * the memory again. */
+  pthread_mutex_lock(&shadow.lock);
+  CHECK(cachalot_sim_stream_complete(w->b, w->side[dev]) == CACHALOT_OK, "stream complete");
+  for (int i = shadow.n - 1; i >= 0; i--)
+    if (shadow.r[i].waits_for == w->side[dev])
+      shadow_remove_locked(i);
+  pthread_mutex_unlock(&shadow.lock);
+}
+
+static void free_one(worker *w, int k) {
+  cachalot_status s = cachalot_free(w->a, w->live[k].p);
+  CHECK(s == CACHALOT_OK, "free");
+  if (w->strict)
+    shadow_release((uintptr_t)w->live[k].p, w->live[k].used_side ? w->side[w->live[k].dev] : NULL);
+  w->live[k] = w->live[--w->n_live];
+}
+
+static void *run(void *arg) {
+  worker *w = arg;
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int op = 0; op < OPS_PER_ROUND; op++) {
+      uint64_t r = next_rand(&w->rng) % 100;
+      if (r < 50 && w->n_live < MAX_LIVE) {
+        int dev = (int)(next_rand(&w->rng) % DEVICES);
+        size_t size = random_size(&w->rng);
+        void *p = NULL;
+        cachalot_status s = cachalot_malloc(w->a, dev, size, w->own[dev], &p);
+        if (s == CACHALOT_ERROR_OUT_OF_MEMORY && !w->strict) {
+          w->ooms++;
+          continue;
+        }
+        CHECK(s == CACHALOT_OK && p, "malloc(%zu) on device %d", size, dev);
+        if (w->strict)
+          shadow_insert((uintptr_t)p, size, w->id);
+        w->live[w->n_live].p = p;
+        w->live[w->n_live].size = size;
+        w->live[w->n_live].dev = dev;
+        w->live[w->n_live].used_side = false;
+        w->n_live++;
+      } else if (r < 85 && w->n_live > 0) {
+        free_one(w, (int)(next_rand(&w->rng) % (uint64_t)w->n_live));
+      } else if (r < 93 && w->n_live > 0) {
+        int k = (int)(next_rand(&w->rng) % (uint64_t)w->n_live);
+        CHECK(cachalot_record_stream(w->a, w->live[k].p, w->side[w->live[k].dev]) == CACHALOT_OK, "record_stream");
+        w->live[k].used_side = true;
+      } else if (r < 98) {
+        complete_side(w, (int)(next_rand(&w->rng) % DEVICES));
+      } else if (!w->strict) {
+        CHECK(cachalot_empty_cache(w->a) == CACHALOT_OK, "empty_cache");
+      }
+    }
+    pthread_barrier_wait(w->barrier); /* round done: main thread checks */
+    pthread_barrier_wait(w->barrier); /* checks done */
+  }
+  while (w->n_live > 0)
+    free_one(w, w->n_live - 1);
+  for (int d = 0; d < DEVICES; d++)
+    complete_side(w, d);
+  return NULL;
+}
+
+static void run_config(size_t capacity, bool strict, const char *conf) {
+  cachalot_sim_options opt = {.device_count = DEVICES, .capacity_bytes = capacity, .complete_immediately = false};
+  cachalot_backend *b = NULL;
+  cachalot_allocator *a = NULL;
+  CHECK(cachalot_backend_sim(&opt, &b) == CACHALOT_OK, "backend");
+  CHECK(cachalot_create(b, conf, &a) == CACHALOT_OK, "create");
+  static worker w[THREADS];
+  pthread_t t[THREADS];
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, THREADS + 1);
+  for (int i = 0; i < THREADS; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].a = a;
+    w[i].b = b;
+    w[i].barrier = &barrier;
+    w[i].id = i;
+    w[i].strict = strict;
+    w[i].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    for (int d = 0; d < DEVICES; d++) {
+      CHECK(cachalot_sim_stream_create(b, d, &w[i].own[d]) == CACHALOT_OK, "stream");
+      CHECK(cachalot_sim_stream_create(b, d, &w[i].side[d]) == CACHALOT_OK, "stream");
+    }
+  }
+  for (int i = 0; i < THREADS; i++)
+    pthread_create(&t[i], NULL, run, &w[i]);
+  for (int round = 0; round < ROUNDS; round++) {
+    pthread_barrier_wait(&barrier);
+    CHECK(cachalot_check(a) == CACHALOT_OK, "cachalot_check after round %d", round);
+    int64_t live_bytes[DEVICES] = {0}, live_count[DEVICES] = {0};
+    for (int i = 0; i < THREADS; i++)
+      for (int k = 0; k < w[i].n_live; k++) {
+        live_bytes[w[i].live[k].dev] += (int64_t)w[i].live[k].size;
+        live_count[w[i].live[k].dev]++;
+      }
+    for (int d = 0; d < DEVICES; d++) {
+      cachalot_device_stats st;
+      CHECK(cachalot_memory_stats(a, d, &st) == CACHALOT_OK, "stats");
+      CHECK(st.allocation[0].current == live_count[d], "device %d: %lld allocations, threads hold %lld", d,
+            (long long)st.allocation[0].current, (long long)live_count[d]);
+      CHECK(st.allocated_bytes[0].current >= live_bytes[d], "allocated bytes below what the threads hold");
+      size_t used = 0;
+      CHECK(cachalot_sim_device_used(b, d, &used) == CACHALOT_OK, "device used");
+      CHECK((int64_t)used == st.reserved_bytes[0].current, "device %d: device holds %zu, reserved says %lld", d,
+            used, (long long)st.reserved_bytes[0].current);
+    }
+    pthread_barrier_wait(&barrier);
+  }
+  long ooms = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    ooms += w[i].ooms;
+  }
+  pthread_barrier_destroy(&barrier);
+  CHECK(cachalot_check(a) == CACHALOT_OK, "final check");
+  CHECK(cachalot_empty_cache(a) == CACHALOT_OK, "empty_cache");
+  for (int d = 0; d < DEVICES; d++) {
+    cachalot_device_stats st;
+    size_t used = 1;
+    CHECK(cachalot_memory_stats(a, d, &st) == CACHALOT_OK, "stats");
+    CHECK(cachalot_sim_device_used(b, d, &used) == CACHALOT_OK, "used");
+    CHECK(st.allocation[0].current == 0 && st.active[0].current == 0 && st.reserved_bytes[0].current == 0 &&
+              used == 0,
+          "device %d: memory left after freeing everything: %lld active, %zu on the device", d,
+          (long long)st.active[0].current, used);
+  }
+  CHECK(cachalot_check(a) == CACHALOT_OK, "check after empty_cache");
+  printf("stress: %s capacity %zu MiB, conf '%s': %d threads x %d ops on %d devices, %ld OOMs: ok\n",
+         strict ? "strict" : "tight", capacity >> 20, conf, THREADS, ROUNDS * OPS_PER_ROUND, DEVICES, ooms);
+  cachalot_destroy(a);
+  cachalot_backend_destroy(b);
+}
+
+int main(void) {
+  run_config((size_t)64 << 30, true, "");
+  run_config((size_t)64 << 30, true, "max_split_size_mb:20,roundup_power2_divisions:4");
+  run_config((size_t)64 << 30, true, "release_lock_on_cudamalloc:False");
+  run_config((size_t)256 << 20, false, "");
+  run_config((size_t)256 << 20, false, "max_split_size_mb:20,garbage_collection_threshold:0.5,"
+                                       "per_process_memory_fraction:0.9");
+  printf("1 passed, 0 failed\n");
+  return 0;
+}
