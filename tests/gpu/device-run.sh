@@ -12,7 +12,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH="$root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; meson --version; } 2>&1 | tee "$out/machine.txt"
 rm -rf build-gpu
-meson setup build-gpu -Dcuda=enabled -Dtests=enabled -Ddeps_dir="$root/.device" >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
+meson setup build-gpu -Dcuda=enabled -Dtests=enabled -Ddeps_dir=.device >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
 ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 rc=0
 meson test -C build-gpu --suite gpu --print-errorlogs -v 2>&1 | tee "$out/gpu-suite.log" || rc=1
