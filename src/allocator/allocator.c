@@ -175,7 +175,6 @@ static void free_device(cl_device *d) {
   for (size_t i = 0; i < d->n_chunks; i++)
     free(d->chunks[i]);
   free(d->chunks);
-  pthread_mutex_destroy(&d->lock);
 }
 
 cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
@@ -255,8 +254,11 @@ void cachalot_destroy(cachalot_allocator *a) {
   if (!a)
     return;
   for (int i = 0; i < a->device_count; i++) {
+    /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
     pthread_mutex_lock(&a->devices[i].lock);
     free_device(&a->devices[i]);
+    pthread_mutex_unlock(&a->devices[i].lock);
+    pthread_mutex_destroy(&a->devices[i].lock);
   }
   free(a->devices);
   free(a->observers);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what is needed and runs every test tier that runs without a GPU:
+#   1. gcc build (CUDA backend when the toolkit is there): unit, stress and gpu suites (gpu skips, 77)
+#   2. the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   3. the stress test under ThreadSanitizer
+#   4. clang build, and a build with -Dcuda=disabled (simulated backend only), with their tests
+# Each build uses -Wall -Wextra -Werror. Prints 'N passed, N failed' last.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh || exit 1
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+passed=0
+failed=0
+step() { # step NAME COMMAND...
+  local name=$1
+  shift
+  echo "=== $name"
+  if "$@"; then passed=$((passed + 1)); echo "--- $name: ok"; else failed=$((failed + 1)); echo "--- $name: FAILED"; fi
+}
+build() { # build DIR [meson options...]
+  local dir=$1
+  shift
+  rm -rf "$dir" && meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 && ninja -C "$dir" >"$dir.build.log" 2>&1 ||
+    { tail -40 "$dir.setup.log" "$dir.build.log" 2>/dev/null; return 1; }
+  rm -f "$dir.setup.log" "$dir.build.log"
+}
+suite() { # suite DIR meson-test-args...
+  local dir=$1
+  shift
+  meson test -C "$dir" --print-errorlogs "$@"
+}
+export ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1:abort_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+t_gcc() { build build-test -Dtests=enabled && suite build-test; }
+t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit; }
+t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled &&
+  suite build-tsan --suite stress; }
+t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
+t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled && suite build-nocuda &&
+  build-nocuda/tools/cachalot_demo >/dev/null; }
+
+step "gcc: unit, stress, gpu (skipped without a GPU)" t_gcc
+step "asan+ubsan: unit suite" t_asan
+step "tsan: stress test" t_tsan
+step "clang: unit, stress" t_clang
+step "cuda disabled: unit, stress, demo" t_nocuda
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
