@@ -18,4 +18,9 @@ rc=0
 meson test -C build-gpu --suite gpu --print-errorlogs -v 2>&1 | tee "$out/gpu-suite.log" || rc=1
 meson test -C build-gpu --no-suite gpu --print-errorlogs 2>&1 | tail -12 | tee "$out/cpu-suites.log" || rc=1
 ./build-gpu/tools/cachalot_demo 2>&1 | tee "$out/demo.log" || rc=1
+# PyTorch as the reference: the same allocation sequence must give the same memory_stats.
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
+    tee "$out/torch-compare.log" || rc=1
+fi
 exit $rc
