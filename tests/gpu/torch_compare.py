@@ -3,7 +3,7 @@
 allocator and through cachalot (CUDA backend, loaded with ctypes) must give the same memory_stats, field
 by field, after every operation. Each config runs in its own process (PyTorch reads its config once).
 
-usage: torch_compare.py LIBCACHALOT.so [OPS]
+usage: torch_compare.py LIBCACHALOT.so [OPS]   (each allocator runs in its own process)
 """
 import ctypes as C
 import os
@@ -66,71 +66,108 @@ def sequence(seed, ops):
             live -= 1
 
 
-def run_one(lib_path, conf, ops):
+def run_one(lib_path, conf, ops, which, out_path):
+    """Runs the sequence through one allocator ('torch' or 'cachalot') and writes its stats after every
+    step, one JSON list per line. One allocator per process, so that both see the same sequence of device
+    addresses from cudaMalloc: best fit breaks ties between equal sizes by address, and the two
+    allocators' segments interleaved in one process would order differently."""
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    import json
     import torch
     torch.cuda.init()
-    lib = C.CDLL(lib_path)
-    lib.cachalot_last_error.restype = C.c_char_p
-    backend, alloc = C.c_void_p(), C.c_void_p()
-    assert lib.cachalot_backend_cuda(C.byref(backend)) == 0, lib.cachalot_last_error()
-    assert lib.cachalot_create(backend, conf.encode(), C.byref(alloc)) == 0, lib.cachalot_last_error()
-    lib.cachalot_malloc.argtypes = [C.c_void_p, C.c_int, C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p)]
-    lib.cachalot_free.argtypes = [C.c_void_p, C.c_void_p]
     st = DeviceStats()
+    keys = list(flat(st).keys())
+    if which == "cachalot":
+        lib = C.CDLL(lib_path)
+        lib.cachalot_last_error.restype = C.c_char_p
+        lib.cachalot_malloc.argtypes = [C.c_void_p, C.c_int, C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p)]
+        lib.cachalot_free.argtypes = [C.c_void_p, C.c_void_p]
+        backend, alloc = C.c_void_p(), C.c_void_p()
+        assert lib.cachalot_backend_cuda(C.byref(backend)) == 0, lib.cachalot_last_error()
+        assert lib.cachalot_create(backend, conf.encode(), C.byref(alloc)) == 0, lib.cachalot_last_error()
 
-    def ours():
-        assert lib.cachalot_memory_stats(alloc, 0, C.byref(st)) == 0
-        return flat(st)
-
-    def theirs():
-        t = torch.cuda.memory_stats()
-        return {k: t.get(k, "missing") for k in ours_keys}
-
-    ours_keys = list(ours().keys())
-    t_live, c_live = [], []
-    stream = torch.cuda.current_stream().cuda_stream  # the legacy default stream, 0
-    mismatches = 0
-    n = 0
-    for op in sequence(1234, ops):
-        n += 1
-        if op[0] == "malloc":
-            t_live.append(torch.cuda.caching_allocator_alloc(op[1], 0, stream))
+        def do_malloc(size):
             p = C.c_void_p()
-            rc = lib.cachalot_malloc(alloc, 0, op[1], None, C.byref(p))
-            assert rc == 0, lib.cachalot_last_error()
-            c_live.append(p)
-        elif op[0] == "free":
-            torch.cuda.caching_allocator_delete(t_live.pop(op[1]))
-            assert lib.cachalot_free(alloc, c_live.pop(op[1])) == 0, lib.cachalot_last_error()
-        else:
-            torch.cuda.empty_cache()
+            assert lib.cachalot_malloc(alloc, 0, size, None, C.byref(p)) == 0, lib.cachalot_last_error()
+            return p
+
+        def do_free(p):
+            assert lib.cachalot_free(alloc, p) == 0, lib.cachalot_last_error()
+
+        def do_empty():
             assert lib.cachalot_empty_cache(alloc) == 0
-        a, b = ours(), theirs()
-        diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
-        if diff:
-            mismatches += 1
-            if mismatches <= 3:
-                print(f"  [{conf!r}] op {n} {op}: cachalot vs torch differ: {dict(list(diff.items())[:6])}")
-        if mismatches > 20:
-            break
-    assert lib.cachalot_check(alloc) == 0, lib.cachalot_last_error()
-    final = ours()
-    print(f"config {conf!r}: {n} ops, {mismatches} steps with a difference; final reserved peak "
-          f"{final['reserved_bytes.all.peak']} B, segments allocated {final['segment.all.allocated']}, "
-          f"device allocs {final['num_device_alloc']}")
+
+        def stats():
+            assert lib.cachalot_memory_stats(alloc, 0, C.byref(st)) == 0
+            d = flat(st)
+            return [d[k] for k in keys]
+    else:
+        stream = torch.cuda.current_stream().cuda_stream  # the legacy default stream, 0
+        do_malloc = lambda size: torch.cuda.caching_allocator_alloc(size, 0, stream)
+        do_free = torch.cuda.caching_allocator_delete
+        do_empty = torch.cuda.empty_cache
+
+        def stats():
+            t = torch.cuda.memory_stats()
+            return [t.get(k, None) for k in keys]
+    live = []
+    with open(out_path, "w") as f:
+        f.write(json.dumps(keys) + "\n")
+        for op in sequence(1234, ops):
+            if op[0] == "malloc":
+                live.append(do_malloc(op[1]))
+            elif op[0] == "free":
+                do_free(live.pop(op[1]))
+            else:
+                do_empty()
+            f.write(json.dumps([list(op), stats()]) + "\n")
+    if which == "cachalot":
+        assert lib.cachalot_check(alloc) == 0, lib.cachalot_last_error()
+
+
+def compare(conf, path_c, path_t):
+    import json
+    with open(path_c) as fc, open(path_t) as ft:
+        keys = json.loads(fc.readline())
+        ft.readline()
+        n = mismatches = 0
+        last = None
+        for lc, lt in zip(fc, ft):
+            n += 1
+            (op, a), (_, b) = json.loads(lc), json.loads(lt)
+            diff = {k: (x, y) for k, x, y in zip(keys, a, b) if x != y}
+            if diff:
+                mismatches += 1
+                if mismatches <= 3:
+                    print(f"  [{conf!r}] op {n} {op}: cachalot vs torch differ: {dict(list(diff.items())[:6])}")
+            last = dict(zip(keys, a))
+    print(f"config {conf!r}: {n} ops, {mismatches} steps with a difference in any of {len(keys)} stats; "
+          f"reserved peak {last['reserved_bytes.all.peak']} B, device allocs {last['num_device_alloc']}, "
+          f"device frees {last['num_device_free']}")
     return mismatches
 
 
 def main():
-    if len(sys.argv) >= 4 and sys.argv[1] == "--one":
-        sys.exit(1 if run_one(sys.argv[2], sys.argv[3], int(sys.argv[4])) else 0)
+    if len(sys.argv) >= 7 and sys.argv[1] == "--one":
+        run_one(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        return
+    import tempfile
     lib = os.path.abspath(sys.argv[1])
     ops = sys.argv[2] if len(sys.argv) > 2 else "3000"
     failed = 0
-    for conf in CONFIGS:
-        r = subprocess.run([sys.executable, __file__, "--one", lib, conf, ops])
-        failed += r.returncode != 0
+    tmp = tempfile.mkdtemp()
+    for i, conf in enumerate(CONFIGS):
+        paths = {}
+        for which in ("cachalot", "torch"):
+            paths[which] = os.path.join(tmp, f"{i}-{which}.jsonl")
+            r = subprocess.run([sys.executable, __file__, "--one", lib, conf, ops, which, paths[which]])
+            if r.returncode != 0:
+                print(f"config {conf!r}: the {which} run failed")
+        try:
+            failed += compare(conf, paths["cachalot"], paths["torch"]) != 0
+        except (OSError, ValueError, TypeError) as e:
+            print(f"config {conf!r}: cannot compare: {e}")
+            failed += 1
     print(f"{len(CONFIGS) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
