@@ -62,21 +62,20 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
 
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
-  const bool capturing = d->captures_underway > 0;
   void *ptr = NULL;
   d->inflight += alloc_size;
   if (drop)
     pthread_mutex_unlock(&d->lock);
+  /* A plain device allocation while any stream captures in global mode fails and invalidates that
+   * capture. cachalot is not always told about captures (a program may capture on its own), so the
+   * thread is switched to relaxed mode around every device allocation: two cheap calls on a path that
+   * is about to call the device anyway. */
   cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
-  cachalot_status rc = CACHALOT_OK;
-  if (capturing)
-    rc = b->ops->capture_mode_exchange(b, &mode);
+  cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
   if (rc == CACHALOT_OK) {
     rc = b->ops->alloc(b, d->index, alloc_size, &ptr);
-    if (capturing) {
-      cachalot_capture_mode prev = mode;
-      (void)b->ops->capture_mode_exchange(b, &prev);
-    }
+    cachalot_capture_mode prev = mode;
+    (void)b->ops->capture_mode_exchange(b, &prev);
   }
   if (drop)
     pthread_mutex_lock(&d->lock);

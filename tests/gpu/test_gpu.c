@@ -281,22 +281,30 @@ static void test_multi_device(cachalot_allocator *a, int n) {
 
 static void test_capture_info(cachalot_allocator *a) {
   current_test = "capture_relaxed_alloc";
-  /* A device allocation during a global-mode capture on another stream is illegal for plain cudaMalloc;
-   * nothing routes allocations during captures yet (graph issue), so this only checks that an allocation
-   * served from cache during a capture works and leaves the capture intact. */
+  /* While a global-mode capture is underway, a plain cudaMalloc fails ("operation not permitted when
+   * stream is capturing") and invalidates the capture. cachalot switches the thread to relaxed mode
+   * around its device allocations, so a new segment can be had and the capture survives. */
   cudaStream_t s;
   EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
   void *p;
   OK(cachalot_malloc(a, 0, 4096, NULL, &p));
   OK(cachalot_free(a, p));
   EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
-  void *q;
+  void *q, *big;
   OK(cachalot_malloc(a, 0, 4096, NULL, &q));
   EXPECT(q == p, "served from cache during the capture");
-  cudaGraph_t g;
-  EXPECT(cudaStreamEndCapture(s, &g) == cudaSuccess, "the capture was not invalidated");
-  cudaGraphDestroy(g);
+  cachalot_status st = cachalot_malloc(a, 0, 3 * MiB, NULL, &big); /* needs a new 20 MiB segment */
+  cudaGraph_t g = NULL;
+  cudaError_t end = cudaStreamEndCapture(s, &g);
+  if (g)
+    cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  EXPECT(st == CACHALOT_OK, "a new segment during a global-mode capture");
+  EXPECT(end == cudaSuccess, "the capture was invalidated: %s", cudaGetErrorString(end));
+  cachalot_device_stats stats = stats_of(a, 0);
+  EXPECT(stats.num_device_alloc == 2, "two device allocations (%lld)", (long long)stats.num_device_alloc);
   OK(cachalot_free(a, q));
+  OK(cachalot_free(a, big));
   cudaStreamDestroy(s);
   CHECKED(a);
 }
