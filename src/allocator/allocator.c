@@ -2,6 +2,7 @@
  * default, per-device state, metadata free lists and argument checks shared by the entry points. */
 #include "internal.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +113,10 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
     }
     pthread_mutex_unlock(&d->lock);
     if (b)
-      return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: %p (already freed)", fn, ptr);
+      return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)", fn,
+                     key);
   }
-  return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: %p", fn, ptr);
+  return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR, fn, key);
 }
 
 /* Applies a validated config to a device (lock held). */
