@@ -1,0 +1,427 @@
+/* Injected device failures on the simulated backend: a device allocation failing at every possible point
+ * of a sequence (fail the next N, fail every k-th), failures inside the oversize-release and the
+ * release-all retries, and event records that fail at free(). After each failure: the documented status
+ * and message, cachalot_check passes, every live allocation is intact, cachalot's reserved bytes equal the
+ * device's own count, and after freeing everything and empty_cache both are 0. */
+#include "helpers.h"
+
+/* ---- a fixed sequence of operations, replayed with faults injected ---------------------------- */
+
+enum { S_DEFAULT, S_ONE, S_TWO, N_STREAMS };
+enum { OP_MALLOC, OP_FREE, OP_RECORD, OP_COMPLETE };
+
+typedef struct {
+  int op;
+  int slot;    /* OP_MALLOC / OP_FREE / OP_RECORD */
+  size_t size; /* OP_MALLOC */
+  int stream;  /* OP_MALLOC: allocation stream; OP_RECORD: used stream; OP_COMPLETE: stream */
+} step;
+
+#define M(slot, size, stream) {OP_MALLOC, (slot), (size), (stream)}
+#define F(slot) {OP_FREE, (slot), 0, 0}
+#define R(slot, stream) {OP_RECORD, (slot), 0, (stream)}
+#define C(stream) {OP_COMPLETE, 0, 0, (stream)}
+
+static const step script[] = {
+    M(0, 1, S_ONE),               /* small segment */
+    M(1, 3 * MiB, S_ONE),         /* 20 MiB segment */
+    M(2, 12 * MiB, S_TWO),        /* 12 MiB segment */
+    F(1),
+    M(3, 2 * MiB, S_ONE),         /* reuses slot 1's segment */
+    M(4, 700 * KiB, S_TWO),       /* small segment of stream two */
+    F(2),
+    M(5, 30 * MiB, S_ONE),        /* 30 MiB segment */
+    F(0),
+    M(6, 12 * MiB, S_TWO),        /* reuses slot 2's segment */
+    M(7, 25 * MiB, S_TWO),        /* 26 MiB segment */
+    F(5),
+    M(8, MiB + 1, S_DEFAULT),     /* 20 MiB segment */
+    R(3, S_TWO),
+    F(3),                         /* pending on stream two */
+    M(9, 2 * MiB, S_ONE),         /* from slot 1's segment, beside the pending block */
+    M(10, 19 * MiB, S_ONE),       /* slot 5's cached 30 MiB segment */
+    M(11, 40 * MiB, S_ONE),       /* 40 MiB segment */
+    C(S_TWO),
+    M(12, 1000, S_TWO),           /* polls: the pending block is freed */
+    M(13, 64 * MiB, S_DEFAULT),   /* 64 MiB segment */
+};
+enum { N_STEPS = sizeof script / sizeof script[0], N_SLOTS = 14, N_MALLOCS = 14 };
+
+typedef struct {
+  env e;
+  cachalot_stream streams[N_STREAMS];
+  char *ptr[N_SLOTS];
+  size_t size[N_SLOTS];
+  bool live[N_SLOTS];
+} run_state;
+
+static void run_begin(run_state *r) {
+  memset(r, 0, sizeof *r);
+  r->e = ENV(1, 0, "");
+  r->streams[S_DEFAULT] = NULL;
+  r->streams[S_ONE] = STREAM(r->e.b, 0);
+  r->streams[S_TWO] = STREAM(r->e.b, 0);
+}
+
+/* Everything that must hold after any step, fault or not. */
+static void verify_(run_state *r, const char *file, int line) {
+  env *e = &r->e;
+  check_(e->a, file, line);
+  expect_reserved_is_used_(e, 0, file, line);
+  cachalot_device_stats st = stats_(e->a, 0, file, line);
+  int64_t n = 0, requested = 0;
+  for (int i = 0; i < N_SLOTS; i++) {
+    if (!r->live[i])
+      continue;
+    n++;
+    requested += (int64_t)r->size[i];
+    /* live ranges never overlap */
+    for (int j = 0; j < i; j++) {
+      if (r->live[j] && r->ptr[i] < r->ptr[j] + r->size[j] && r->ptr[j] < r->ptr[i] + r->size[i]) {
+        print_error("%s:%d: slots %d and %d overlap\n", file, line, i, j);
+        _fail(file, line);
+      }
+    }
+  }
+  eq_i64_(st.allocation[CACHALOT_STAT_ALL].current, n, "allocation.all.current vs live slots", file, line);
+  /* a pending block (slot 3, freed with a use on stream two) still counts as active and requested */
+  int64_t pending = st.active[CACHALOT_STAT_ALL].current - st.allocation[CACHALOT_STAT_ALL].current;
+  if (pending != 0 && pending != 1) {
+    print_error("%s:%d: %lld pending blocks\n", file, line, (long long)pending);
+    _fail(file, line);
+  }
+  eq_i64_(st.requested_bytes[CACHALOT_STAT_ALL].current, requested + (pending ? (int64_t)r->size[3] : 0),
+          "requested_bytes.all.current vs live slots", file, line);
+}
+#define VERIFY(r) verify_((r), __FILE__, __LINE__)
+
+/* Runs step i. A malloc may fail only when `may_fail`; returns its status. */
+static cachalot_status run_step(run_state *r, int i, bool may_fail) {
+  const step *s = &script[i];
+  env *e = &r->e;
+  cachalot_status rc = CACHALOT_OK;
+  switch (s->op) {
+  case OP_MALLOC: {
+    void *p = (void *)(uintptr_t)0x1;
+    rc = cachalot_malloc(e->a, 0, s->size, r->streams[s->stream], &p);
+    if (rc == CACHALOT_OK) {
+      assert_non_null(p);
+      r->ptr[s->slot] = p;
+      r->size[s->slot] = s->size;
+      r->live[s->slot] = true;
+    } else {
+      if (!may_fail || rc != CACHALOT_ERROR_OUT_OF_MEMORY)
+        fail_msg("step %d: malloc(%zu): %s: %s", i, s->size, cachalot_status_name(rc), cachalot_last_error());
+      assert_null(p);
+      CONTAINS(cachalot_last_error(), "CUDA out of memory. Tried to allocate ");
+    }
+    break;
+  }
+  case OP_FREE:
+    if (r->live[s->slot]) {
+      FREE(e->a, r->ptr[s->slot]);
+      r->live[s->slot] = false;
+    }
+    break;
+  case OP_RECORD:
+    if (r->live[s->slot])
+      RECORD(e->a, r->ptr[s->slot], r->streams[s->stream]);
+    break;
+  case OP_COMPLETE:
+    COMPLETE(e, r->streams[s->stream]);
+    break;
+  }
+  VERIFY(r);
+  return rc;
+}
+
+static void run_end(run_state *r) {
+  for (int i = 0; i < N_SLOTS; i++)
+    if (r->live[i]) {
+      FREE(r->e.a, r->ptr[i]);
+      r->live[i] = false;
+      VERIFY(r);
+    }
+  EMPTY(r->e.a);
+  VERIFY(r);
+  cachalot_device_stats st = STATS(r->e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(st.active[CACHALOT_STAT_ALL].current, 0);
+  EQ(st.requested_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(USED(r->e.b, 0), 0);
+  env_free(&r->e);
+}
+
+/* The reference run: which mallocs ask the device for a segment. */
+static void reference(bool needs_device[N_STEPS]) {
+  run_state r;
+  run_begin(&r);
+  for (int i = 0; i < N_STEPS; i++) {
+    int64_t before = STATS(r.e.a, 0).num_device_alloc;
+    OK(run_step(&r, i, false));
+    needs_device[i] = STATS(r.e.a, 0).num_device_alloc > before;
+  }
+  cachalot_device_stats st = STATS(r.e.a, 0);
+  EXPECT_COUNTERS(r.e.a, 0, 9, 0, 0, 0, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, (2 + 20 + 12 + 2 + 30 + 26 + 20 + 40 + 64) * MiB);
+  run_end(&r);
+}
+
+static void test_fail_next_at_every_step(void **state) {
+  (void)state;
+  bool needs_device[N_STEPS];
+  reference(needs_device);
+  int device_steps = 0;
+  for (int k = 0; k < N_STEPS; k++)
+    device_steps += needs_device[k];
+  EQ(device_steps, 9);
+
+  /* count 2: the first attempt and the release-all retry both fail: the call fails */
+  for (int k = 0; k < N_STEPS; k++) {
+    if (script[k].op != OP_MALLOC)
+      continue;
+    run_state r;
+    run_begin(&r);
+    for (int i = 0; i < N_STEPS; i++) {
+      if (i == k) {
+        OK(cachalot_sim_fail_device_allocs(r.e.b, 2));
+        cachalot_device_stats before = STATS(r.e.a, 0);
+        cachalot_status rc = run_step(&r, i, true);
+        OK(cachalot_sim_fail_device_allocs(r.e.b, 0));
+        cachalot_device_stats after = STATS(r.e.a, 0);
+        if (needs_device[k]) {
+          if (rc != CACHALOT_ERROR_OUT_OF_MEMORY)
+            fail_msg("k=%d: expected an out-of-memory failure, got %s", k, cachalot_status_name(rc));
+          EQ(after.num_ooms, 1);
+          EQ(after.num_alloc_retries, 1);
+          EQ(after.num_sync_all_streams, 1);
+          EQ(after.num_device_alloc, before.num_device_alloc);
+          EQ(after.allocation[CACHALOT_STAT_ALL].current, before.allocation[CACHALOT_STAT_ALL].current);
+          EQ(after.allocated_bytes[CACHALOT_STAT_ALL].current, before.allocated_bytes[CACHALOT_STAT_ALL].current);
+        } else {
+          OK(rc);
+          EQ(after.num_ooms, 0);
+          EQ(after.num_alloc_retries, 0);
+        }
+      } else {
+        OK(run_step(&r, i, false));
+      }
+    }
+    run_end(&r);
+  }
+
+  /* count 1: the release-all retry succeeds */
+  for (int k = 0; k < N_STEPS; k++) {
+    if (script[k].op != OP_MALLOC)
+      continue;
+    run_state r;
+    run_begin(&r);
+    for (int i = 0; i < N_STEPS; i++) {
+      if (i == k) {
+        OK(cachalot_sim_fail_device_allocs(r.e.b, 1));
+        OK(run_step(&r, i, false));
+        OK(cachalot_sim_fail_device_allocs(r.e.b, 0));
+        cachalot_device_stats after = STATS(r.e.a, 0);
+        EQ(after.num_alloc_retries, needs_device[k] ? 1 : 0);
+        EQ(after.num_ooms, 0);
+      } else {
+        OK(run_step(&r, i, false));
+      }
+    }
+    run_end(&r);
+  }
+}
+
+static void test_fail_every_k(void **state) {
+  (void)state;
+  bool needs_device[N_STEPS];
+  reference(needs_device);
+  for (int k = 1; k <= 6; k++) {
+    run_state r;
+    run_begin(&r);
+    OK(cachalot_sim_fail_every(r.e.b, k));
+    int failed = 0;
+    for (int i = 0; i < N_STEPS; i++)
+      failed += run_step(&r, i, true) != CACHALOT_OK;
+    cachalot_device_stats st = STATS(r.e.a, 0);
+    EQ(st.num_ooms, failed);
+    if (k == 1) /* every device allocation fails: nothing is ever cached, every malloc fails */
+      EQ(failed, N_MALLOCS);
+    else /* the retry always gets the next, good, attempt */
+      EQ(failed, 0);
+    OK(cachalot_sim_fail_every(r.e.b, 0));
+    run_end(&r);
+  }
+}
+
+static void test_fail_every_two_exact(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  OK(cachalot_sim_fail_every(e.b, 2));
+  void *m1 = ALLOC(e.a, 0, 12 * MiB, NULL); /* attempt 1: ok */
+  EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
+  void *m2 = ALLOC(e.a, 0, 14 * MiB, NULL); /* 2 fails, the retry (3) succeeds */
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 1, 0, 1);
+  void *m3 = ALLOC(e.a, 0, 16 * MiB, NULL); /* 4 fails, 5 */
+  EXPECT_COUNTERS(e.a, 0, 3, 0, 2, 0, 2);
+  FREE(e.a, m1);
+  void *m4 = ALLOC(e.a, 0, 18 * MiB, NULL); /* 6 fails; the retry gives m1's segment back; 7 */
+  EXPECT_COUNTERS(e.a, 0, 4, 1, 3, 0, 3);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 3, .alloc_b = 48 * MiB, .active = 3, .active_b = 48 * MiB, .req_b = 48 * MiB, .seg = 3,
+                  .res_b = 48 * MiB));
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  OK(cachalot_sim_fail_every(e.b, 1));
+  void *x = (void *)(uintptr_t)0x1;
+  STATUS(cachalot_malloc(e.a, 0, 1, NULL, &x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  assert_null(x);
+  STR_EQ(cachalot_last_error(),
+         "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 79.95 GiB "
+         "is free. Of the allocated memory 48.00 MiB is allocated by cachalot, and 0 bytes is reserved by cachalot "
+         "but unallocated. If reserved but unallocated memory is large try setting "
+         "CACHALOT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.");
+  CHECK(e.a);
+  EXPECT_COUNTERS(e.a, 0, 4, 1, 4, 1, 4);
+  OK(cachalot_sim_fail_every(e.b, 0));
+  void *y = ALLOC(e.a, 0, 1, NULL);
+  EXPECT_COUNTERS(e.a, 0, 5, 1, 4, 1, 4);
+  FREE(e.a, m2);
+  FREE(e.a, m3);
+  FREE(e.a, m4);
+  FREE(e.a, y);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
+/* Failures around step 6 (release of oversize blocks) and step 7 (wait for events, release all). */
+static void test_fail_in_oversize_and_retry_paths(void **state) {
+  (void)state;
+  for (int fails = 1; fails <= 3; fails++) {
+    env e = ENV(1, 100 * MiB, "max_split_size_mb:40");
+    cachalot_stream s = STREAM(e.b, 0);
+    void *a = ALLOC(e.a, 0, 60 * MiB, s);
+    FREE(e.a, a);
+    void *b = ALLOC(e.a, 0, 30 * MiB, s);
+    OK(cachalot_sim_fail_device_allocs(e.b, fails));
+    void *c = (void *)(uintptr_t)0x1;
+    cachalot_status rc = cachalot_malloc(e.a, 0, 30 * MiB, s, &c);
+    CHECK(e.a);
+    OK(cachalot_sim_fail_device_allocs(e.b, 0));
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    EXPECT_OVERSIZE(e.a, 0, 0, 0); /* the 60 MiB block went back at step 6 in every case */
+    if (fails == 1) {
+      /* step 5 fails, step 6 frees the oversize block and its retry succeeds */
+      OK(rc);
+      EXPECT_COUNTERS(e.a, 0, 3, 1, 0, 0, 0);
+    } else if (fails == 2) {
+      /* step 6's retry fails too; step 7's succeeds */
+      OK(rc);
+      EXPECT_COUNTERS(e.a, 0, 3, 1, 1, 0, 1);
+    } else {
+      STATUS(rc, CACHALOT_ERROR_OUT_OF_MEMORY);
+      assert_null(c);
+      CONTAINS(cachalot_last_error(), "Tried to allocate 30.00 MiB. GPU 0 has a total capacity of 100.00 MiB of "
+                                      "which 70.00 MiB is free. Of the allocated memory 30.00 MiB");
+      EXPECT_COUNTERS(e.a, 0, 2, 1, 1, 1, 1);
+      c = NULL;
+    }
+    FREE(e.a, b);
+    FREE(e.a, c);
+    EMPTY(e.a);
+    EXPECT_POOLS(e.a, 0, PX0, PX0);
+    EQ(USED(e.b, 0), 0);
+    env_free(&e);
+  }
+
+  /* step 7 waits for outstanding events: a pending block's segment becomes whole and goes back */
+  env e = ENV(1, 0, "");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0), s3 = STREAM(e.b, 0);
+  void *p = ALLOC(e.a, 0, 12 * MiB, s1);
+  RECORD(e.a, p, s2);
+  FREE(e.a, p);
+  OK(cachalot_sim_fail_device_allocs(e.b, 1));
+  void *q = ALLOC(e.a, 0, 12 * MiB, s3);
+  EXPECT_COUNTERS(e.a, 0, 2, 1, 1, 0, 1);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 12 * MiB, .active = 1, .active_b = 12 * MiB, .req_b = 12 * MiB, .seg = 1,
+                  .res_b = 12 * MiB));
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  FREE(e.a, q);
+  env_free(&e);
+}
+
+/* ---- event records that fail at free() --------------------------------------------------------- */
+
+static void test_fail_events(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0), s3 = STREAM(e.b, 0);
+  char *p = ALLOC(e.a, 0, 4 * MiB, s1);
+  RECORD(e.a, p, s2);
+  RECORD(e.a, p, s3);
+  cachalot_device_stats before = STATS(e.a, 0);
+  OK(cachalot_sim_fail_events(e.b, 2));
+  for (int i = 0; i < 2; i++) {
+    STATUS(cachalot_free(e.a, p), CACHALOT_ERROR_DEVICE);
+    CONTAINS(cachalot_last_error(), "injected event failure");
+    CONTAINS(cachalot_last_error(), "cachalot_free");
+    CHECK(e.a);
+    cachalot_device_stats now = STATS(e.a, 0);
+    assert_memory_equal(&before, &now, sizeof now); /* still allocated, nothing changed */
+  }
+  /* still a live allocation: it can be used and freed later */
+  RECORD(e.a, p, s2);
+  FREE(e.a, p);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.active = 1, .active_b = 4 * MiB, .req_b = 4 * MiB, .seg = 1, .res_b = 20 * MiB, .split = 1,
+                  .split_b = 16 * MiB));
+  COMPLETE(&e, s2);
+  COMPLETE(&e, s3);
+  char *q = ALLOC(e.a, 0, 4 * MiB, s1);
+  assert_ptr_equal(q, p);
+  FREE(e.a, q);
+  EXPECT_POOLS(e.a, 0, PX0, PX(.seg = 1, .res_b = 20 * MiB));
+
+  /* A block without stream uses records no event: a pending event failure does not touch its free. */
+  OK(cachalot_sim_fail_events(e.b, 1));
+  char *r = ALLOC(e.a, 0, 4 * MiB, s1);
+  FREE(e.a, r);
+  OK(cachalot_sim_fail_events(e.b, 0));
+
+  /* All or nothing: when the second stream's event cannot be recorded, the first one is given back
+   * and the block stays allocated. (A stream the simulator does not know stands for the failure.) */
+  char *t = ALLOC(e.a, 0, 4 * MiB, s1);
+  RECORD(e.a, t, s2);
+  RECORD(e.a, t, (cachalot_stream)(uintptr_t)0xdead0);
+  before = STATS(e.a, 0);
+  cachalot_status rc = cachalot_free(e.a, t);
+  if (rc == CACHALOT_OK)
+    fail_msg("free with an unknown used stream succeeded");
+  CONTAINS(cachalot_last_error(), "unknown simulated stream");
+  CHECK(e.a);
+  cachalot_device_stats now = STATS(e.a, 0);
+  assert_memory_equal(&before, &now, sizeof now);
+  /* no event was left outstanding on s2: a malloc after completing nothing still works, and
+   * empty_cache finds no event to wait for on t's behalf */
+  void *u = ALLOC(e.a, 0, 1000, s2);
+  FREE(e.a, u);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 4 * MiB, .active = 1, .active_b = 4 * MiB, .req_b = 4 * MiB, .seg = 1,
+                  .res_b = 20 * MiB, .split = 1, .split_b = 16 * MiB));
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  env_free(&e); /* destroy gives t's segment back */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fail_next_at_every_step),
+      cmocka_unit_test(test_fail_every_k),
+      cmocka_unit_test(test_fail_every_two_exact),
+      cmocka_unit_test(test_fail_in_oversize_and_retry_paths),
+      cmocka_unit_test(test_fail_events),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
