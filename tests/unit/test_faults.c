@@ -352,6 +352,38 @@ static void test_fail_in_oversize_and_retry_paths(void **state) {
   env_free(&e);
 }
 
+/* A device failure that is not out-of-memory is passed through at once: no oversize release, no
+ * release-all retry, no OOM counted (PyTorch's C10_CUDA_CHECK on a non-OOM cudaMalloc error). The
+ * simulator's address space (2^46 bytes per device) standing in for it. */
+static void test_device_error_is_not_oom(void **state) {
+  (void)state;
+  env e = ENV(1, (size_t)1 << 50, "max_split_size_mb:40");
+  cachalot_stream s = STREAM(e.b, 0);
+  void *huge = ALLOC(e.a, 0, (size_t)1 << 46, s); /* the whole simulated address space */
+  EXPECT_OVERSIZE(e.a, 0, 1, 1);
+  void *x = (void *)(uintptr_t)0x1;
+  STATUS(cachalot_malloc(e.a, 0, 1, NULL, &x), CACHALOT_ERROR_DEVICE);
+  assert_null(x);
+  CONTAINS(cachalot_last_error(), "cachalot_malloc: device 0: ");
+  CONTAINS(cachalot_last_error(), "address space exhausted");
+  CHECK(e.a);
+  EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  /* with the huge block cached (oversize) on s: still no step 6 release, no step 7 retry */
+  FREE(e.a, huge);
+  STATUS(cachalot_malloc(e.a, 0, MiB + 1, s, &x), CACHALOT_ERROR_DEVICE);
+  assert_null(x);
+  CHECK(e.a);
+  EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
+  EXPECT_OVERSIZE(e.a, 0, 0, 1);
+  EXPECT_POOLS(e.a, 0, PX0, PX(.seg = 1, .res_b = (int64_t)1 << 46));
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 /* ---- event records that fail at free() --------------------------------------------------------- */
 
 static void test_fail_events(void **state) {
@@ -415,13 +447,224 @@ static void test_fail_events(void **state) {
   env_free(&e); /* destroy gives t's segment back */
 }
 
+/* ---- a seeded random mix of everything, with faults ----------------------------------------------- */
+
+enum { RND_SLOTS = 64, RND_PENDING = 256 };
+
+typedef struct {
+  uintptr_t ptr;
+  size_t size;
+  unsigned streams; /* bit i: stream i has not been completed since the free */
+  int64_t device_frees, syncs; /* a device free or a wait for all events may complete the work early */
+} rnd_pending;
+
+typedef struct {
+  env e;
+  cachalot_stream st[3];
+  uintptr_t ptr[RND_SLOTS];
+  size_t size[RND_SLOTS];
+  unsigned uses[RND_SLOTS];
+  int alloc_stream[RND_SLOTS];
+  bool live[RND_SLOTS];
+  rnd_pending pend[RND_PENDING];
+  int n_pend;
+  uint64_t rng;
+} rnd_state;
+
+static uint64_t rnd_next(rnd_state *r) {
+  r->rng ^= r->rng << 13;
+  r->rng ^= r->rng >> 7;
+  r->rng ^= r->rng << 17;
+  return r->rng;
+}
+static unsigned rnd_below(rnd_state *r, unsigned n) { return (unsigned)(rnd_next(r) % n); }
+
+static size_t rnd_size(rnd_state *r) {
+  static const size_t fixed[] = {1, 512, 513, MiB, MiB + 1, 10 * MiB - 512, 10 * MiB, 10 * MiB + 512,
+                                 20 * MiB, 40 * MiB, 64 * MiB, 11 * MiB};
+  if (rnd_below(r, 4) == 0)
+    return fixed[rnd_below(r, sizeof fixed / sizeof fixed[0])];
+  unsigned bits = rnd_below(r, 27); /* up to 64 MiB */
+  return (size_t)1 + (size_t)(rnd_next(r) & (((uint64_t)1 << bits) - 1));
+}
+
+static void rnd_verify(rnd_state *r, int op) {
+  cachalot_status rc = cachalot_check(r->e.a);
+  if (rc != CACHALOT_OK)
+    fail_msg("op %d: cachalot_check: %s", op, cachalot_last_error());
+  cachalot_device_stats st = STATS(r->e.a, 0);
+  if (st.reserved_bytes[CACHALOT_STAT_ALL].current != (int64_t)USED(r->e.b, 0))
+    fail_msg("op %d: reserved %lld, device used %zu", op, (long long)st.reserved_bytes[CACHALOT_STAT_ALL].current,
+             USED(r->e.b, 0));
+  int64_t n = 0, req = 0;
+  for (int i = 0; i < RND_SLOTS; i++)
+    if (r->live[i]) {
+      n++;
+      req += (int64_t)r->size[i];
+    }
+  if (st.allocation[CACHALOT_STAT_ALL].current != n)
+    fail_msg("op %d: %lld allocations, %lld live", op, (long long)st.allocation[CACHALOT_STAT_ALL].current,
+             (long long)n);
+  int64_t pending_blocks = st.active[CACHALOT_STAT_ALL].current - n;
+  if (pending_blocks < 0 || st.requested_bytes[CACHALOT_STAT_ALL].current < req ||
+      (pending_blocks == 0 && st.requested_bytes[CACHALOT_STAT_ALL].current != req))
+    fail_msg("op %d: active %lld, requested %lld for %lld live blocks of %lld bytes", op,
+             (long long)st.active[CACHALOT_STAT_ALL].current, (long long)st.requested_bytes[CACHALOT_STAT_ALL].current,
+             (long long)n, (long long)req);
+  /* drop the pending ranges whose work may be done */
+  int k = 0;
+  for (int i = 0; i < r->n_pend; i++)
+    if (r->pend[i].streams && r->pend[i].device_frees == st.num_device_free && r->pend[i].syncs == st.num_sync_all_streams)
+      r->pend[k++] = r->pend[i];
+  r->n_pend = k;
+  /* no live range overlaps another, or memory still in use by a stream */
+  for (int i = 0; i < RND_SLOTS; i++) {
+    if (!r->live[i])
+      continue;
+    for (int j = 0; j < i; j++)
+      if (r->live[j] && r->ptr[i] < r->ptr[j] + r->size[j] && r->ptr[j] < r->ptr[i] + r->size[i])
+        fail_msg("op %d: slots %d and %d overlap", op, i, j);
+    for (int j = 0; j < r->n_pend; j++)
+      if (r->ptr[i] < r->pend[j].ptr + r->pend[j].size && r->pend[j].ptr < r->ptr[i] + r->size[i])
+        fail_msg("op %d: slot %d reuses memory still pending on a stream", op, i);
+  }
+  for (int k2 = 0; k2 < 3; k2++) {
+    const cachalot_stat *arrs[] = {st.allocation, st.allocated_bytes, st.active, st.active_bytes, st.requested_bytes,
+                                   st.segment, st.reserved_bytes, st.inactive_split, st.inactive_split_bytes};
+    for (size_t a = 0; a < sizeof arrs / sizeof arrs[0]; a++)
+      if (arrs[a][k2].allocated - arrs[a][k2].freed != arrs[a][k2].current || arrs[a][k2].peak < arrs[a][k2].current)
+        fail_msg("op %d: stat array %zu kind %d: allocated - freed != current or peak < current", op, a, k2);
+  }
+}
+
+static void rnd_run(uint64_t seed, int ops) {
+  static const char *confs[] = {
+      "max_split_size_mb:40",
+      "max_split_size_mb:20",
+      "max_split_size_mb:18446744073709551615",
+      "roundup_power2_divisions:4",
+      "roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]",
+      "roundup_power2_divisions:1",
+      "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+      "per_process_memory_fraction:1.0",
+      "release_lock_on_cudamalloc:False",
+      "release_lock_on_cudamalloc:True,max_non_split_rounding_mb:40",
+  };
+  rnd_state *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  r->rng = seed;
+  r->e = ENV(1, 512 * MiB, "");
+  r->st[0] = NULL;
+  r->st[1] = STREAM(r->e.b, 0);
+  r->st[2] = STREAM(r->e.b, 0);
+  int ooms = 0;
+  for (int op = 0; op < ops; op++) {
+    unsigned what = rnd_below(r, 100);
+    int slot = (int)rnd_below(r, RND_SLOTS);
+    if (what < 45) { /* malloc into a free slot, or free a live one */
+      if (!r->live[slot]) {
+        size_t size = rnd_size(r);
+        int si = (int)rnd_below(r, 3);
+        void *p = (void *)(uintptr_t)0x1;
+        cachalot_status rc = cachalot_malloc(r->e.a, 0, size, r->st[si], &p);
+        if (rc == CACHALOT_OK) {
+          assert_non_null(p);
+          r->live[slot] = true;
+          r->ptr[slot] = (uintptr_t)p;
+          r->size[slot] = size;
+          r->uses[slot] = 0;
+          r->alloc_stream[slot] = si;
+        } else if (rc == CACHALOT_ERROR_OUT_OF_MEMORY) {
+          assert_null(p);
+          ooms++;
+        } else {
+          fail_msg("op %d: malloc(%zu): %s: %s", op, size, cachalot_status_name(rc), cachalot_last_error());
+        }
+      } else {
+        cachalot_device_stats st = STATS(r->e.a, 0);
+        cachalot_status rc = cachalot_free(r->e.a, (void *)r->ptr[slot]);
+        if (rc == CACHALOT_OK) {
+          if (r->uses[slot] && r->n_pend < RND_PENDING)
+            r->pend[r->n_pend++] = (rnd_pending){r->ptr[slot], r->size[slot], r->uses[slot], st.num_device_free,
+                                                 st.num_sync_all_streams};
+          r->live[slot] = false;
+        } else if (rc != CACHALOT_ERROR_DEVICE || !r->uses[slot]) {
+          fail_msg("op %d: free: %s: %s", op, cachalot_status_name(rc), cachalot_last_error());
+        }
+      }
+    } else if (what < 60) { /* record_stream */
+      if (r->live[slot]) {
+        int si = (int)rnd_below(r, 3);
+        OK(cachalot_record_stream(r->e.a, (void *)r->ptr[slot], r->st[si]));
+        if (si != r->alloc_stream[slot])
+          r->uses[slot] |= 1u << si;
+      }
+    } else if (what < 75) { /* complete a stream */
+      int si = (int)rnd_below(r, 3);
+      OK(cachalot_sim_stream_complete(r->e.b, r->st[si]));
+      for (int i = 0; i < r->n_pend; i++)
+        r->pend[i].streams &= ~(1u << si);
+    } else if (what < 78) {
+      OK(cachalot_empty_cache(r->e.a));
+    } else if (what < 82) {
+      OK(cachalot_set_settings(r->e.a, confs[rnd_below(r, sizeof confs / sizeof confs[0])]));
+    } else if (what < 84) {
+      static const double fr[] = {0.25, 0.5, 0.75, 1.0};
+      OK(cachalot_set_memory_fraction(r->e.a, 0, fr[rnd_below(r, 4)]));
+    } else if (what < 88) {
+      OK(cachalot_sim_fail_device_allocs(r->e.b, (int)rnd_below(r, 4)));
+    } else if (what < 90) {
+      OK(cachalot_sim_fail_every(r->e.b, (int)rnd_below(r, 5)));
+    } else if (what < 92) {
+      OK(cachalot_sim_fail_events(r->e.b, (int)rnd_below(r, 3)));
+    } else if (what < 93) {
+      OK(cachalot_reset_peak_stats(r->e.a, 0));
+    }
+    rnd_verify(r, op);
+  }
+  OK(cachalot_sim_fail_device_allocs(r->e.b, 0));
+  OK(cachalot_sim_fail_every(r->e.b, 0));
+  OK(cachalot_sim_fail_events(r->e.b, 0));
+  for (int i = 0; i < RND_SLOTS; i++)
+    if (r->live[i]) {
+      FREE(r->e.a, (void *)r->ptr[i]);
+      r->live[i] = false;
+    }
+  for (int si = 0; si < 3; si++)
+    COMPLETE(&r->e, r->st[si]);
+  EMPTY(r->e.a);
+  rnd_verify(r, ops);
+  cachalot_device_stats st = STATS(r->e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(st.active[CACHALOT_STAT_ALL].current, 0);
+  EQ(st.requested_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(USED(r->e.b, 0), 0);
+  print_message("seed %llu: %d ops, %d failed mallocs, %lld device allocs, %lld device frees, %lld retries, "
+                "%lld syncs, peak %lld blocks active\n",
+                (unsigned long long)seed, ops, ooms, (long long)st.num_device_alloc, (long long)st.num_device_free,
+                (long long)st.num_alloc_retries, (long long)st.num_sync_all_streams,
+                (long long)st.active[CACHALOT_STAT_ALL].peak);
+  assert_true(ooms > 0); /* the mix does reach the out-of-memory path */
+  env_free(&r->e);
+  free(r);
+}
+
+static void test_random_ops_with_faults(void **state) {
+  (void)state;
+  static const uint64_t seeds[] = {0x9E3779B97F4A7C15ull, 12345, 0xC0FFEEull, 777};
+  for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+    rnd_run(seeds[i], 20000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fail_next_at_every_step),
       cmocka_unit_test(test_fail_every_k),
       cmocka_unit_test(test_fail_every_two_exact),
       cmocka_unit_test(test_fail_in_oversize_and_retry_paths),
+      cmocka_unit_test(test_device_error_is_not_oom),
       cmocka_unit_test(test_fail_events),
+      cmocka_unit_test(test_random_ops_with_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
