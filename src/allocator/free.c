@@ -6,6 +6,11 @@
 cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalot_stream s) {
   cl_device *d;
   cl_block *b;
+  /* A stream no event can be recorded on would make every later free of the block fail: refuse it now. */
+  if (a && a->backend->ops->stream_check(a->backend, s) != CACHALOT_OK) {
+    cl_error_prefix("cachalot_record_stream: ");
+    return CACHALOT_ERROR_INVALID_ARGUMENT;
+  }
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_record_stream", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;

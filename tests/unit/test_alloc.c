@@ -1349,6 +1349,33 @@ static void test_release_lock_false_same(void **state) {
   EQ(with.used, 22 * MiB);
 }
 
+/* A block of device 0 used by a stream of device 1 (peer access): the event goes on that stream's own
+ * device, and the block waits for it. */
+static void test_record_stream_other_device(void **state) {
+  (void)state;
+  env e = ENV(2, GiB, "");
+  cachalot_stream s0 = STREAM(e.b, 0), s1 = STREAM(e.b, 1);
+  void *p = ALLOC(e.a, 0, 3 * MiB, s0);
+  RECORD(e.a, p, s1);
+  FREE(e.a, p);
+  pool_x pending = PX(.active = 1, .active_b = 3 * MiB, .req_b = 3 * MiB, .seg = 1, .res_b = 20 * MiB, .split = 1,
+                      .split_b = 17 * MiB);
+  EXPECT_POOLS(e.a, 0, PX0, pending);
+  void *q = ALLOC(e.a, 0, 3 * MiB, s0);
+  assert_ptr_not_equal(q, p);
+  FREE(e.a, q);
+  COMPLETE(&e, s0); /* completing the allocation stream does not help: the use was on s1 */
+  void *r = ALLOC(e.a, 0, 3 * MiB, s0);
+  assert_ptr_not_equal(r, p);
+  FREE(e.a, r);
+  COMPLETE(&e, s1);
+  void *t = ALLOC(e.a, 0, 3 * MiB, s0);
+  assert_ptr_equal(t, p);
+  FREE(e.a, t);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rounding_table),
@@ -1375,6 +1402,7 @@ int main(void) {
       cmocka_unit_test(test_stats_resets),
       cmocka_unit_test(test_set_settings),
       cmocka_unit_test(test_two_devices),
+      cmocka_unit_test(test_record_stream_other_device),
       cmocka_unit_test(test_release_lock_false_same),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -422,16 +422,25 @@ static void test_fail_events(void **state) {
   FREE(e.a, r);
   OK(cachalot_sim_fail_events(e.b, 0));
 
-  /* All or nothing: when the second stream's event cannot be recorded, the first one is given back
-   * and the block stays allocated. (A stream the simulator does not know stands for the failure.) */
+  /* A stream no event can be recorded on is refused by record_stream itself, so that the block's free
+   * cannot fail forever later; nothing changes. */
   char *t = ALLOC(e.a, 0, 4 * MiB, s1);
-  RECORD(e.a, t, s2);
-  RECORD(e.a, t, (cachalot_stream)(uintptr_t)0xdead0);
   before = STATS(e.a, 0);
+  assert_int_equal(cachalot_record_stream(e.a, t, (cachalot_stream)(uintptr_t)0xdead0),
+                   CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "unknown simulated stream");
+  CHECK(e.a);
+
+  /* All or nothing: when an event cannot be recorded, those already recorded are given back and the
+   * block stays allocated. */
+  RECORD(e.a, t, s2);
+  RECORD(e.a, t, s3);
+  OK(cachalot_sim_fail_events(e.b, 1));
   cachalot_status rc = cachalot_free(e.a, t);
   if (rc == CACHALOT_OK)
-    fail_msg("free with an unknown used stream succeeded");
-  CONTAINS(cachalot_last_error(), "unknown simulated stream");
+    fail_msg("free with a failing event record succeeded");
+  assert_int_equal(rc, CACHALOT_ERROR_DEVICE);
+  CONTAINS(cachalot_last_error(), "injected event failure");
   CHECK(e.a);
   cachalot_device_stats now = STATS(e.a, 0);
   assert_memory_equal(&before, &now, sizeof now);

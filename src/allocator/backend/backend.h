@@ -35,8 +35,10 @@ typedef struct cl_backend_ops {
   /* The device's free and total bytes (cudaMemGetInfo). */
   cachalot_status (*mem_info)(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
 
-  /* Records an event on stream `s` of `device`, capturing all work enqueued on `s` so far. The event
-   * comes from a recycled pool; *out is valid until event_release. */
+  /* Records an event on stream `s`, capturing all work enqueued on `s` so far. A non-NULL stream is
+   * recorded on its own device (which may differ from `device`: a block can be used by a stream of
+   * another device); NULL is `device`'s default stream. The event comes from a recycled pool; *out is
+   * valid until event_release. */
   cachalot_status (*event_record)(cachalot_backend *b, int device, cachalot_stream s, cl_event **out);
   /* *done = whether the event has completed. Never blocks. */
   cachalot_status (*event_query)(cachalot_backend *b, cl_event *e, bool *done);
@@ -44,6 +46,11 @@ typedef struct cl_backend_ops {
   cachalot_status (*event_sync)(cachalot_backend *b, cl_event *e);
   /* Returns the event to the backend's pool. Never fails. */
   void (*event_release)(cachalot_backend *b, cl_event *e);
+
+  /* Verifies that events can be recorded on `s` (NULL, the default stream, always can): INVALID_ARGUMENT
+   * for a handle the backend knows is not a stream. Lets record_stream refuse a bad stream at once,
+   * instead of every later free of the block failing. */
+  cachalot_status (*stream_check)(cachalot_backend *b, cachalot_stream s);
 
   /* Whether stream `s` of `device` is being captured, and the capture's id (0 when not capturing). */
   cachalot_status (*stream_capture_info)(cachalot_backend *b, int device, cachalot_stream s, bool *capturing,

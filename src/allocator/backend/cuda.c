@@ -160,11 +160,35 @@ static struct cl_event *pool_pop(cl_cuda_event_pool *pool) {
   return e;
 }
 
+static cachalot_status cuda_stream_check(cachalot_backend *b, cachalot_stream s) {
+  (void)b;
+  if (!s)
+    return CACHALOT_OK;
+  int dev = 0;
+  cudaError_t err = cudaStreamGetDevice(s, &dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: %p is not a usable stream: %s", (void *)s,
+                   cudaGetErrorString(err));
+  }
+  return CACHALOT_OK;
+}
+
 static cachalot_status cuda_event_record(cachalot_backend *b, int device, cachalot_stream s,
                                          cl_event **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: event_record: out is NULL");
   *out = NULL;
+  /* A stream of another device (a block used by a peer device's stream) is recorded on that device,
+   * with an event of that device: cudaEventRecord refuses an event and a stream of different devices. */
+  if (s) {
+    int sdev = device;
+    cudaError_t derr = cudaStreamGetDevice(s, &sdev);
+    if (derr != cudaSuccess)
+      return cuda_fail(CACHALOT_ERROR_DEVICE, derr, "event_record", "cudaStreamGetDevice");
+    if (sdev >= 0 && sdev < b->device_count)
+      device = sdev;
+  }
   cl_cuda_event_pool *pool = &as_cuda(b)->pools[device];
   /* The device must be current even for a pooled event: the NULL (legacy) and per-thread default
    * stream handles name the current device's stream. */
@@ -389,6 +413,7 @@ static const cl_backend_ops cuda_ops = {
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
     .event_release = cuda_event_release,
+    .stream_check = cuda_stream_check,
     .stream_capture_info = cuda_stream_capture_info,
     .capture_mode_exchange = cuda_capture_mode_exchange,
     .destroy = cuda_destroy,

@@ -371,6 +371,17 @@ static struct sim_event *pop_event_locked(struct sim_backend *sim) {
   return ev;
 }
 
+static cachalot_status sim_stream_check(cachalot_backend *b, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  if (!s)
+    return CACHALOT_OK;
+  sim_lock(sim);
+  bool known = find_stream_locked(sim, s) != NULL;
+  sim_unlock(sim);
+  return known ? CACHALOT_OK
+               : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+}
+
 static cachalot_status sim_event_record(cachalot_backend *b, int device, cachalot_stream s, cl_event **out) {
   struct sim_backend *sim = sim_of(b);
   if (!out)
@@ -381,10 +392,12 @@ static cachalot_status sim_event_record(cachalot_backend *b, int device, cachalo
     return st;
 
   sim_lock(sim);
-  struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
-  if (st != CACHALOT_OK)
+  /* A stream of another device is fine: the event goes on that stream's own device, as with CUDA. */
+  struct sim_stream *stream = s ? find_stream_locked(sim, s) : &sim->dev[device].default_stream;
+  if (!stream) {
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
     goto out;
+  }
   if (sim->fail_events > 0) {
     sim->fail_events--;
     st = cl_fail(CACHALOT_ERROR_DEVICE, "injected event failure");
@@ -542,6 +555,7 @@ static const cl_backend_ops sim_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .event_release = sim_event_release,
+    .stream_check = sim_stream_check,
     .stream_capture_info = sim_stream_capture_info,
     .capture_mode_exchange = sim_capture_mode_exchange,
     .destroy = sim_destroy,
