@@ -276,6 +276,32 @@ static void test_multi_device(cachalot_allocator *a, int n) {
     OK(cachalot_free(a, p[d]));
   }
   CHECKED(a);
+
+  /* A block of device 0 used by a stream of device 1: the event goes on device 1, after a kernel that
+   * runs there for a while; the block is not reused until that kernel is done. */
+  cudaStream_t s1;
+  void *scratch = NULL;
+  EXPECT(cudaSetDevice(1) == cudaSuccess && cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess,
+         "stream on device 1");
+  OK(cachalot_malloc(a, 1, MiB, (cachalot_stream)s1, &scratch));
+  EXPECT(cl_test_fill(scratch, MiB, 1u, 800000000ll, s1) == 0, "slow kernel on device 1");
+  EXPECT(cudaSetDevice(0) == cudaSuccess, "device 0");
+  void *blk, *other, *again;
+  OK(cachalot_malloc(a, 0, 4 * MiB, NULL, &blk));
+  OK(cachalot_record_stream(a, blk, (cachalot_stream)s1));
+  OK(cachalot_free(a, blk));
+  EXPECT(cudaStreamQuery(s1) == cudaErrorNotReady, "the kernel on device 1 is still running");
+  (void)cudaGetLastError();
+  OK(cachalot_malloc(a, 0, 4 * MiB, NULL, &other));
+  EXPECT(other != blk, "a block waiting on device 1's stream was handed out again");
+  EXPECT(cudaStreamSynchronize(s1) == cudaSuccess, "sync device 1");
+  OK(cachalot_malloc(a, 0, 4 * MiB, NULL, &again));
+  EXPECT(again == blk, "after device 1's stream is done the block is reused");
+  OK(cachalot_free(a, other));
+  OK(cachalot_free(a, again));
+  OK(cachalot_free(a, scratch));
+  cudaStreamDestroy(s1);
+  CHECKED(a);
   OK(cachalot_empty_cache(a));
 }
 
