@@ -91,6 +91,9 @@ def run_one(lib_path, conf, ops, which, out_path):
             assert lib.cachalot_malloc(alloc, 0, size, None, C.byref(p)) == 0, lib.cachalot_last_error()
             return p
 
+        def addr(p):
+            return p.value
+
         def do_free(p):
             assert lib.cachalot_free(alloc, p) == 0, lib.cachalot_last_error()
 
@@ -104,6 +107,7 @@ def run_one(lib_path, conf, ops, which, out_path):
     else:
         stream = torch.cuda.current_stream().cuda_stream  # the legacy default stream, 0
         do_malloc = lambda size: torch.cuda.caching_allocator_alloc(size, 0, stream)
+        addr = int
         do_free = torch.cuda.caching_allocator_delete
         do_empty = torch.cuda.empty_cache
 
@@ -114,13 +118,15 @@ def run_one(lib_path, conf, ops, which, out_path):
     with open(out_path, "w") as f:
         f.write(json.dumps(keys) + "\n")
         for op in sequence(1234, ops):
+            ptr = None
             if op[0] == "malloc":
                 live.append(do_malloc(op[1]))
+                ptr = addr(live[-1])
             elif op[0] == "free":
                 do_free(live.pop(op[1]))
             else:
                 do_empty()
-            f.write(json.dumps([list(op), stats()]) + "\n")
+            f.write(json.dumps([list(op), stats(), ptr]) + "\n")
     if which == "cachalot":
         assert lib.cachalot_check(alloc) == 0, lib.cachalot_last_error()
 
@@ -132,9 +138,12 @@ def compare(conf, path_c, path_t):
         ft.readline()
         n = mismatches = 0
         last = None
+        first_ptr_diff = None
         for lc, lt in zip(fc, ft):
             n += 1
-            (op, a), (_, b) = json.loads(lc), json.loads(lt)
+            (op, a, pa), (_, b, pb) = json.loads(lc), json.loads(lt)
+            if pa != pb and first_ptr_diff is None:
+                first_ptr_diff = n
             diff = {k: (x, y) for k, x, y in zip(keys, a, b) if x != y}
             if diff:
                 mismatches += 1
@@ -143,7 +152,7 @@ def compare(conf, path_c, path_t):
             last = dict(zip(keys, a))
     print(f"config {conf!r}: {n} ops, {mismatches} steps with a difference in any of {len(keys)} stats; "
           f"reserved peak {last['reserved_bytes.all.peak']} B, device allocs {last['num_device_alloc']}, "
-          f"device frees {last['num_device_free']}")
+          f"device frees {last['num_device_free']}; returned pointers first differ at op {first_ptr_diff}")
     return mismatches
 
 
