@@ -257,16 +257,4 @@ static inline void for_each_stat(cachalot_device_stats *st, void (*fn)(cachalot_
   fn(&st->oversize_segments, "oversize_segments", ctx);
 }
 
-/* PyTorch's format_size (c10/cuda/CUDACachingAllocator.cpp), for building expected OOM messages. */
-static inline void fmt_size(char *buf, size_t cap, uint64_t n) {
-  if (n <= 1024)
-    snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
-  else if (n <= 1048576)
-    snprintf(buf, cap, "%.2f KiB", (double)n / 1024.0);
-  else if (n <= 1073741824ull)
-    snprintf(buf, cap, "%.2f MiB", (double)n / 1048576.0);
-  else
-    snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
-}
-
 #endif
