@@ -80,7 +80,6 @@ void cl_fraction_resolve_locked(cl_device *d) {
   size_t free_bytes = 0, total = 0;
   if (b->ops->mem_info(b, d->index, &free_bytes, &total) != CACHALOT_OK)
     return; /* allowed_max stays 0: every new segment is refused, which is the safe side */
-  d->device_total = total;
   d->allowed_max = (size_t)(d->fraction * (double)total);
   d->total_known = true;
 }
@@ -125,6 +124,7 @@ static void apply_config_locked(cl_device *d, const cl_config *c) {
   d->cfg = *c;
   if (c->keys_set & CL_KEY_FRACTION) {
     d->fraction = c->memory_fraction;
+    d->allowed_max = 0; /* until the device total is known: refuse rather than use an old limit */
     d->total_known = false;
   }
   d->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
@@ -216,7 +216,6 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     d->owner = a;
     d->fraction = -1.0;
     apply_config_locked(d, &cfg);
-    d->stats.max_split_size = cfg.max_split_size == SIZE_MAX ? -1 : (int64_t)cfg.max_split_size;
   }
   *out = a;
   return CACHALOT_OK;
@@ -310,7 +309,6 @@ cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, 
   }
   pthread_mutex_lock(&d->lock);
   d->fraction = fraction;
-  d->device_total = total;
   d->allowed_max = (size_t)(fraction * (double)total);
   d->total_known = true;
   pthread_mutex_unlock(&d->lock);

@@ -11,8 +11,8 @@
  *
  * Locking: everything under a cl_device is guarded by that device's `lock` (names ending in _locked
  * expect it held). The lock is dropped around device allocations and frees unless the config's
- * release_lock_on_cudamalloc is False; `inflight` counts the bytes in transit meanwhile, so memory
- * fraction checks stay honest.
+ * release_lock_on_cudamalloc is False; `inflight` counts the bytes of device allocations in transit
+ * meanwhile, so memory fraction checks stay honest (segments being freed still count as reserved).
  */
 #ifndef CACHALOT_ALLOCATOR_INTERNAL_H
 #define CACHALOT_ALLOCATOR_INTERNAL_H
@@ -68,15 +68,22 @@ typedef struct cl_block {
 } cl_block;
 
 /* A segment: one device allocation of `size` bytes at `ptr`, served to requests on `stream` from
- * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, starting at `head`. */
+ * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, starting at `head`.
+ * A `releasing` segment is being given back with the device lock dropped: it is still in the list and
+ * in the stats, its single FREE block is in no index, and it leaves the books only once the device
+ * free succeeded (or goes back to its index if the free failed). */
 struct cl_segment {
   uintptr_t ptr;
   size_t size;
   cl_pool *pool;
   cachalot_stream stream;
   bool small;
+  bool releasing;
+  bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
+                        after it is retaken, by the releasing thread only) */
   cl_block *head;
-  cl_segment *prev, *next; /* the device's segment list */
+  cl_segment *prev, *next;  /* the device's segment list */
+  cl_segment *release_next; /* a release list, while releasing */
 };
 
 /* The free blocks of one (pool, stream): a treap per kind ordered by (size, ptr), so the lower bound of
@@ -128,10 +135,9 @@ typedef struct cl_device {
   void **chunks;               /* host chunks the spares were carved from */
   size_t n_chunks, cap_chunks;
   int captures_underway;       /* begin_allocate_to_pool routings active (graph issue) */
-  size_t inflight;             /* bytes being allocated or freed on the device with the lock dropped */
+  size_t inflight;             /* bytes being allocated on the device with the lock dropped */
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
-  size_t device_total;
   bool total_known;
   cachalot_device_stats stats;
 } cl_device;
@@ -186,20 +192,22 @@ cachalot_status cl_sync_all_events_locked(cl_device *d);
 void cl_free_block_locked(cl_device *d, cl_block *b);
 
 /* --- release.c --- */
-/* Segments detached from the device's books and waiting to be given back to the device. */
+/* Whole free segments marked `releasing`, waiting to be given back to the device. */
 typedef struct cl_release_list {
   cl_segment *head;
-  size_t bytes;
 } cl_release_list;
-void cl_detach_segment_locked(cl_device *d, cl_segment *s, cl_release_list *out);
-/* Gives a release list back to the device, dropping the lock meanwhile when the config allows. */
+/* Takes a whole free segment out of its free index and adds it to `out`. */
+void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out);
+/* Gives a release list back to the device, dropping the lock meanwhile when the config allows. A
+ * segment leaves the books when its device free succeeded; one whose free failed goes back to its free
+ * index, so nothing is lost (the first failure is returned). */
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
 /* Detaches every whole free segment of pool `p` (NULL: all pools). */
 void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out);
 /* malloc step 4: garbage collection of aged whole free large segments of the default pool. */
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out);
-/* malloc step 6: frees oversize cached blocks of (pool, stream). True when enough was released. */
-bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, size_t size,
+/* malloc step 6: frees oversize cached blocks of (pool, stream, kind). True when enough was marked. */
+bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                 cl_release_list *out);
 
 /* --- stats (src/stats/stats.c) --- */

@@ -35,11 +35,13 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
 
 /* malloc step 5: a new segment of `alloc_size` from the device. The lock is dropped around the device
  * call unless release_lock_on_cudamalloc is False. On success *out is the segment's single block, not
- * in any index. OUT_OF_MEMORY when the fraction or the device says no; other statuses are device
- * errors. */
+ * in any index. OUT_OF_MEMORY when the fraction or the device says no, or, with *host_oom set, when
+ * the host has no memory for the metadata (freeing device memory would not help then); other statuses
+ * are device errors. */
 static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
-                                            size_t alloc_size, bool is_retry, cl_block **out) {
+                                            size_t alloc_size, bool is_retry, cl_block **out, bool *host_oom) {
   *out = NULL;
+  *host_oom = false;
   cachalot_device_stats *st = &d->stats;
   if (is_retry)
     st->num_alloc_retries++;
@@ -51,12 +53,13 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   }
   /* Metadata first, so that a host allocation failure never strands device memory. */
   cl_bins *bins = cl_bins_get_locked(p, s, true);
-  cl_segment *seg = malloc(sizeof *seg);
+  cl_segment *seg = calloc(1, sizeof *seg);
   cl_block *blk = cl_block_new_locked(d);
   if (!bins || !seg || !blk) {
     free(seg);
     if (blk)
       cl_block_delete_locked(d, blk);
+    *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
 
@@ -201,23 +204,25 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
   cl_block *b = get_free_block_locked(d, p, s, small, rounded);
   if (!b) {
     cl_release_list rel = {0};
+    bool host_oom = false;
     if (d->fraction >= 0 && d->cfg.gc_threshold > 0) {
       cl_garbage_collect_locked(d, &rel);
       (void)cl_release_flush_locked(d, &rel);
     }
-    rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b);
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && cl_release_oversize_locked(d, p, s, rounded, &rel)) {
+    rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom &&
+        cl_release_oversize_locked(d, p, s, small, rounded, &rel)) {
       (void)cl_release_flush_locked(d, &rel);
-      rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b);
+      rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
     }
-    (void)cl_release_flush_locked(d, &rel); /* oversize blocks freed without reaching enough */
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && d->captures_underway == 0) {
+    (void)cl_release_flush_locked(d, &rel); /* oversize blocks marked without reaching enough */
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && d->captures_underway == 0) {
       (void)cl_sync_all_events_locked(d);
       cl_release_free_segments_locked(d, NULL, &rel);
       (void)cl_release_flush_locked(d, &rel);
-      rc = alloc_segment_locked(d, p, s, small, alloc_size, true, &b);
+      rc = alloc_segment_locked(d, p, s, small, alloc_size, true, &b, &host_oom);
     }
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY)
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);
     if (rc != CACHALOT_OK) {
       pthread_mutex_unlock(&d->lock);
@@ -228,7 +233,10 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
   rc = hand_out_locked(d, b, rounded, size);
   void *ptr = (void *)b->ptr;
   pthread_mutex_unlock(&d->lock);
-  if (rc == CACHALOT_OK)
-    *out = ptr;
-  return rc;
+  if (rc != CACHALOT_OK) {
+    cl_error_prefix("cachalot_malloc: device %d: ", device);
+    return rc;
+  }
+  *out = ptr;
+  return CACHALOT_OK;
 }

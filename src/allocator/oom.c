@@ -3,7 +3,6 @@
 #include "internal.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 void cl_format_size(char *buf, size_t cap, uint64_t n) {
   if (n <= 1024)
@@ -38,20 +37,18 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   if (b->ops->mem_info(b, d->index, &device_free, &device_total) != CACHALOT_OK)
     device_free = device_total = 0;
 
-  /* Observers run with no allocator lock held (they may allocate, or take their own locks). A copy of
-   * the list is taken so that one attaching meanwhile does not race with the calls. */
+  /* Observers run with no allocator lock held (they may allocate, or take their own locks). The list
+   * only grows, so each entry is read under the lock and called without it; one attached meanwhile is
+   * not called for this failure. */
   pthread_mutex_lock(&a->meta_lock);
-  size_t n = a->n_observers;
-  cl_observer *obs = n ? malloc(n * sizeof *obs) : NULL;
-  if (obs)
-    for (size_t i = 0; i < n; i++)
-      obs[i] = a->observers[i];
-  else
-    n = 0;
+  const size_t n = a->n_observers;
   pthread_mutex_unlock(&a->meta_lock);
-  for (size_t i = 0; i < n; i++)
-    obs[i].fn(d->index, alloc_size, fraction_set ? allowed : device_total, device_free, obs[i].ctx);
-  free(obs);
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&a->meta_lock);
+    cl_observer o = a->observers[i];
+    pthread_mutex_unlock(&a->meta_lock);
+    o.fn(d->index, alloc_size, fraction_set ? allowed : device_total, device_free, o.ctx);
+  }
 
   char tried[32], total_s[32], free_s[32], allowed_s[48] = "", alloc_s[32], priv_s[96] = "", unalloc_s[32];
   cl_format_size(tried, sizeof tried, alloc_size);

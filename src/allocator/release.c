@@ -2,22 +2,28 @@
  * release everything (empty_cache, the OOM retry), garbage collection by age (malloc step 4) and
  * release of oversize blocks (step 6).
  *
- * Releasing is two-phase so that no lock is held across the device free: segments are first detached
- * from the device's books under the lock (stats drop at once), then flushed to the backend with the
- * lock dropped; `inflight` keeps the bytes counted against the memory fraction until they are gone. */
+ * Releasing is two-phase so that no lock is held across the device free: segments are first marked
+ * `releasing` under the lock (out of their free index, so nobody can be handed their memory), then
+ * flushed to the backend with the lock dropped; only a segment whose device free succeeded leaves the
+ * books and the stats. A free can fail (e.g. while the program captures a CUDA graph): that segment
+ * simply stays cached. */
 #include "internal.h"
 
 #include <stdlib.h>
 
 static inline bool segment_is_free(const cl_segment *s) {
-  return s->head->state == CL_FREE && s->head->next == NULL;
+  return !s->releasing && s->head->state == CL_FREE && s->head->next == NULL;
 }
 
-void cl_detach_segment_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
-  cl_block *b = s->head;
-  cl_free_index_remove_locked(d, b);
-  cl_block_delete_locked(d, b);
-  s->head = NULL;
+void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
+  cl_free_index_remove_locked(d, s->head);
+  s->releasing = true;
+  s->release_next = out->head;
+  out->head = s;
+}
+
+/* The segment is gone from the device: off the books. */
+static void forget_segment_locked(cl_device *d, cl_segment *s) {
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -25,44 +31,45 @@ void cl_detach_segment_locked(cl_device *d, cl_segment *s, cl_release_list *out)
   if (s->next)
     s->next->prev = s->prev;
   d->n_segments--;
-
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->segment, s->small, -1);
   cl_stat_array_add(st->reserved_bytes, s->small, -(int64_t)s->size);
   if (s->size >= d->cfg.max_split_size)
     cl_stat_dec(&st->oversize_segments, 1);
   st->num_device_free++;
-
-  s->prev = NULL;
-  s->next = out->head;
-  out->head = s;
-  out->bytes += s->size;
+  cl_block_delete_locked(d, s->head);
+  free(s);
 }
 
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
-  if (!list->head)
+  cl_segment *head = list->head;
+  list->head = NULL;
+  if (!head)
     return CACHALOT_OK;
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
-  const size_t bytes = list->bytes;
-  cl_segment *s = list->head;
-  list->head = NULL;
-  list->bytes = 0;
-  d->inflight += bytes;
   if (drop)
     pthread_mutex_unlock(&d->lock);
   cachalot_status result = CACHALOT_OK;
-  while (s) {
-    cl_segment *next = s->next;
+  /* Other threads leave `releasing` segments alone (no index holds them, every walk skips them), so the
+   * releasing thread may use ptr and device_freed without the lock. */
+  for (cl_segment *s = head; s; s = s->release_next) {
     cachalot_status st = b->ops->free(b, d->index, (void *)s->ptr);
     if (st != CACHALOT_OK && result == CACHALOT_OK)
       result = st;
-    free(s);
-    s = next;
+    s->device_freed = st == CACHALOT_OK;
   }
   if (drop)
     pthread_mutex_lock(&d->lock);
-  d->inflight -= bytes;
+  for (cl_segment *s = head, *next; s; s = next) {
+    next = s->release_next;
+    s->release_next = NULL;
+    s->releasing = false;
+    if (s->device_freed)
+      forget_segment_locked(d, s);
+    else
+      cl_free_index_insert_locked(d, s->head);
+  }
   return result;
 }
 
@@ -71,7 +78,7 @@ void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *
   while (s) {
     cl_segment *next = s->next;
     if ((!p || s->pool == p) && segment_is_free(s))
-      cl_detach_segment_locked(d, s, out);
+      cl_mark_release_locked(d, s, out);
     s = next;
   }
 }
@@ -114,7 +121,7 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
           reclaimed += s->size;
           total_age -= age;
           count--;
-          cl_detach_segment_locked(d, s, out);
+          cl_mark_release_locked(d, s, out);
         }
       }
       s = next;
@@ -122,10 +129,11 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
   }
 }
 
-bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, size_t size,
+bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                 cl_release_list *out) {
   const size_t max_split = d->cfg.max_split_size;
-  if (max_split == SIZE_MAX)
+  /* Small-pool blocks (at most 2 MiB) are never oversize: max_split_size is at least 20 MiB. */
+  if (max_split == SIZE_MAX || small)
     return false;
   cl_bins *bins = cl_bins_get_locked(p, s, false);
   if (!bins)
@@ -133,7 +141,7 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, siz
   const size_t key = size < max_split ? max_split : size;
   cl_block *b = cl_tree_lower_bound(bins->root[0], key);
   if (b && !b->prev && !b->next) {
-    cl_detach_segment_locked(d, b->seg, out);
+    cl_mark_release_locked(d, b->seg, out);
     return true;
   }
   /* No single block is large enough: free oversize blocks from the largest down until enough. Only
@@ -144,7 +152,7 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, siz
     cl_block *prev = cl_tree_prev(bins->root[0], cur);
     if (!cur->prev && !cur->next) {
       released += cur->size;
-      cl_detach_segment_locked(d, cur->seg, out);
+      cl_mark_release_locked(d, cur->seg, out);
     }
     cur = prev;
   }

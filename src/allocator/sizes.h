@@ -40,9 +40,7 @@ static inline size_t cl_round_size(const cl_config *c, size_t s) {
     if ((s & (s - 1)) == 0)
       return s;
     size_t floor2 = (size_t)1 << cl_log2_floor(s);
-    size_t step = floor2 >> cl_log2_floor(d);
-    if (step == 0)
-      return floor2 << 1;
+    size_t step = floor2 >> cl_log2_floor(d); /* >= 512: s > 512 d and d is a power of two */
     size_t low = s & ~(step - 1);
     return low == s ? s : low + step;
   }

@@ -79,6 +79,12 @@ static cachalot_status check_device_locked(cl_device *d) {
                        "cachalot_check: device %d: free neighbours at 0x%llx were not merged", dev,
                        (unsigned long long)b->ptr);
       expect += b->size;
+      if (b->state == CL_FREE && s->releasing) {
+        if (split)
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a split segment is being released",
+                         dev);
+        continue; /* being given back by another thread: in no index until that finishes */
+      }
       if (b->state == CL_FREE) {
         cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
         if (!bins || !cl_tree_contains(bins->root[s->small], b))

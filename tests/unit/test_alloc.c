@@ -1376,6 +1376,29 @@ static void test_record_stream_other_device(void **state) {
   env_free(&e);
 }
 
+/* malloc step 6 frees oversize blocks of the request's own pool only: a small request never releases
+ * large-pool blocks there, so a full device goes on to step 7 (sync, release all, a counted retry). */
+static void test_oversize_release_not_for_small(void **state) {
+  (void)state;
+  env e = ENV(1, 60 * MiB, "max_split_size_mb:20");
+  cachalot_stream s = STREAM(e.b, 0);
+  void *big = ALLOC(e.a, 0, 40 * MiB, s);
+  FREE(e.a, big);
+  void *keep = ALLOC(e.a, 0, 20 * MiB, s);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 0);
+  void *tiny = ALLOC(e.a, 0, 1, s); /* the device is full: 40 + 20 of 60 MiB */
+  CHECK(e.a);
+  EXPECT_COUNTERS(e.a, 0, 3, 1, 1, 0, 1);
+  EXPECT_POOLS(e.a, 0,
+               PX(.alloc = 1, .alloc_b = 512, .active = 1, .active_b = 512, .req_b = 1, .seg = 1, .res_b = 2 * MiB,
+                  .split = 1, .split_b = 2 * MiB - 512),
+               PX(.alloc = 1, .alloc_b = 20 * MiB, .active = 1, .active_b = 20 * MiB, .req_b = 20 * MiB, .seg = 1,
+                  .res_b = 20 * MiB));
+  FREE(e.a, tiny);
+  FREE(e.a, keep);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rounding_table),
@@ -1403,6 +1426,7 @@ int main(void) {
       cmocka_unit_test(test_set_settings),
       cmocka_unit_test(test_two_devices),
       cmocka_unit_test(test_record_stream_other_device),
+      cmocka_unit_test(test_oversize_release_not_for_small),
       cmocka_unit_test(test_release_lock_false_same),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -665,6 +665,51 @@ static void test_random_ops_with_faults(void **state) {
     rnd_run(seeds[i], 20000);
 }
 
+/* A device free can fail (here: the simulated device refuses frees while a global-mode capture is
+ * underway, as cudaFree does). The segment must stay cached and counted, never be dropped from the books
+ * while the device still holds it. */
+static void test_failed_device_free_keeps_segment(void **state) {
+  (void)state;
+  env e = ENV(1, 80 * MiB, "");
+  cachalot_stream s = STREAM(e.b, 0), s2 = STREAM(e.b, 0), cap = STREAM(e.b, 0);
+  void *p = ALLOC(e.a, 0, 40 * MiB, s);
+  FREE(e.a, p);
+  OK(cachalot_sim_capture_begin(e.b, cap, CACHALOT_CAPTURE_GLOBAL));
+
+  /* empty_cache: the free fails, the status says so, the segment stays */
+  STATUS(cachalot_empty_cache(e.a), CACHALOT_ERROR_DEVICE);
+  CONTAINS(cachalot_last_error(), "operation not permitted when stream is capturing");
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX(.seg = 1, .res_b = 40 * MiB));
+  EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 1);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+
+  /* step 7 under the capture: on another stream 30 MiB more fits beside the cached 40 MiB; 50 MiB does
+   * not, the release of the cached segment fails, and the call is an OOM that loses nothing */
+  void *q = ALLOC(e.a, 0, 30 * MiB, s2);
+  void *r = NULL;
+  STATUS(cachalot_malloc(e.a, 0, 50 * MiB, s2, &r), CACHALOT_ERROR_OUT_OF_MEMORY);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 1, 1, 2);
+  assert_null(r);
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 30 * MiB, .active = 1, .active_b = 30 * MiB, .req_b = 30 * MiB, .seg = 2,
+                  .res_b = 70 * MiB));
+  EXPECT_RESERVED_IS_USED(&e, 0);
+
+  /* after the capture the cached segment serves a request again, and frees work */
+  OK(cachalot_sim_capture_end(e.b, cap));
+  void *t = ALLOC(e.a, 0, 40 * MiB, s);
+  assert_ptr_equal(t, p);
+  FREE(e.a, t);
+  FREE(e.a, q);
+  EMPTY(e.a);
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fail_next_at_every_step),
@@ -673,6 +718,7 @@ int main(void) {
       cmocka_unit_test(test_fail_in_oversize_and_retry_paths),
       cmocka_unit_test(test_device_error_is_not_oom),
       cmocka_unit_test(test_fail_events),
+      cmocka_unit_test(test_failed_device_free_keeps_segment),
       cmocka_unit_test(test_random_ops_with_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
