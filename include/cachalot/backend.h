@@ -77,6 +77,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_capture_begin(cacha
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_capture_end(cachalot_backend *b,
                                                                          cachalot_stream s);
 
+/* Enqueues one simulated kernel on `s`: outside a capture it is work the stream must complete; inside a
+ * capture it becomes a node of the captured graph (replaying the graph enqueues its nodes as work). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_launch(cachalot_backend *b, cachalot_stream s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,5 +13,7 @@
 #include "backend.h"
 #include "allocator.h"
 #include "stats.h"
+#include "pool.h"
+#include "graph.h"
 
 #endif

@@ -174,6 +174,8 @@ static void free_device(cl_device *d) {
     HASH_DEL(d->default_pool.bins, bins);
     free(bins);
   }
+  cl_pools_destroy_locked(d);
+  free(d->deferred);
   for (size_t i = 0; i < d->n_chunks; i++)
     free(d->chunks[i]);
   free(d->chunks);
@@ -207,6 +209,8 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
   a->backend = b;
   a->device_count = b->device_count;
   a->devices = devs;
+  atomic_init(&a->next_capture_pool, 1);
+  atomic_init(&a->next_pool_handle, 1);
   a->conf_raw = raw;
   pthread_mutex_init(&a->meta_lock, NULL);
   for (int i = 0; i < a->device_count; i++) {

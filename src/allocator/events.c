@@ -69,7 +69,20 @@ static void complete_head_locked(cl_device *d, cl_stream_events *se) {
     cl_free_block_locked(d, blk);
 }
 
+void cl_insert_deferred_events_locked(cl_device *d) {
+  size_t kept = 0;
+  for (size_t i = 0; i < d->n_deferred; i++) {
+    cl_block *b = d->deferred[i];
+    /* a block whose events cannot be had now stays deferred: never reused early */
+    if (cl_insert_events_locked(d, b) != CACHALOT_OK)
+      d->deferred[kept++] = b;
+  }
+  d->n_deferred = kept;
+}
+
 void cl_process_events_locked(cl_device *d) {
+  if (d->n_deferred)
+    cl_insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
@@ -87,6 +100,8 @@ void cl_process_events_locked(cl_device *d) {
 
 cachalot_status cl_sync_all_events_locked(cl_device *d) {
   d->stats.num_sync_all_streams++;
+  if (d->n_deferred)
+    cl_insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return CACHALOT_OK;
   cachalot_backend *b = d->owner->backend;

@@ -58,7 +58,7 @@ static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
 
 /* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
  * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
-static cachalot_status insert_events_locked(cl_device *d, cl_block *b) {
+cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   enum { INLINE = 8 };
   cl_pending_event *inline_buf[INLINE];
   cl_pending_event **pend = inline_buf;
@@ -115,8 +115,23 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
-  if (b->n_uses > 0) {
-    rc = insert_events_locked(d, b);
+  if (b->n_uses > 0 && cl_capturing(d)) {
+    /* Recording an event now would be captured into the graph: the block waits, PENDING without events,
+     * until no capture is underway (SPEC.md §5). */
+    if (d->n_deferred == d->cap_deferred) {
+      size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
+      cl_block **nd = realloc(d->deferred, cap * sizeof *nd);
+      if (!nd) {
+        pthread_mutex_unlock(&d->lock);
+        return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
+      }
+      d->deferred = nd;
+      d->cap_deferred = cap;
+    }
+    d->deferred[d->n_deferred++] = b;
+    b->state = CL_PENDING;
+  } else if (b->n_uses > 0) {
+    rc = cl_insert_events_locked(d, b);
     if (rc != CACHALOT_OK) {
       pthread_mutex_unlock(&d->lock);
       return rc;
@@ -141,7 +156,8 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     pthread_mutex_lock(&d->lock);
-    if (d->captures_underway == 0) {
+    /* During a capture nothing is synchronized or freed: either would break the capture. */
+    if (!cl_capturing(d)) {
       cachalot_status rc = cl_sync_all_events_locked(d);
       if (rc != CACHALOT_OK && result == CACHALOT_OK)
         result = rc;
@@ -150,6 +166,7 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
       rc = cl_release_flush_locked(d, &rel);
       if (rc != CACHALOT_OK && result == CACHALOT_OK)
         result = rc;
+      cl_pools_collect_locked(d);
     }
     pthread_mutex_unlock(&d->lock);
   }

@@ -20,6 +20,7 @@
 #include <cachalot/cachalot.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -95,13 +96,25 @@ typedef struct cl_bins {
   UT_hash_handle hh;
 } cl_bins;
 
-/* A pool: the default pool of a device ({0,0}) or a private one. `lookups[kind]` counts free-block
- * searches (only while garbage collection is on): a free block's age is lookups - gc_base. */
+/* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
+ * free-block searches (only while garbage collection is on): a free block's age is lookups - gc_base.
+ * A private pool lives in its device's `pools` table from its first begin_allocate_to_pool until it is
+ * freeable (use_count 0) and has no segment left; n_segments counts its segments (any state). */
 struct cl_pool {
-  uint64_t id_first, id_second;
+  cachalot_mempool_id id;
   cl_bins *bins; /* hash by stream */
   uint64_t lookups[2];
+  int use_count;
+  size_t n_segments;
+  UT_hash_handle hh; /* the device's private pool table, key id */
 };
+
+/* An active begin_allocate_to_pool: requests whose stream passes `filter` go to `pool`. */
+typedef struct cl_route {
+  cl_pool *pool;
+  cachalot_stream_filter filter;
+  void *ctx;
+} cl_route;
 
 /* One event waiting on a stream, for a PENDING block. */
 typedef struct cl_pending_event {
@@ -134,7 +147,11 @@ typedef struct cl_device {
   cl_pending_event *spare_events;
   void **chunks;               /* host chunks the spares were carved from */
   size_t n_chunks, cap_chunks;
-  int captures_underway;       /* begin_allocate_to_pool routings active (graph issue) */
+  cl_pool *pools;              /* private pools by id */
+  cl_route *routes;            /* active routings, most recent last */
+  int n_routes, cap_routes;    /* n_routes > 0 means a capture is underway: no event query or record */
+  cl_block **deferred;         /* freed during a capture with stream uses: events recorded after it */
+  size_t n_deferred, cap_deferred;
   size_t inflight;             /* bytes being allocated on the device with the lock dropped */
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
@@ -149,6 +166,7 @@ typedef struct cl_observer {
 
 struct cachalot_allocator {
   cachalot_backend *backend;
+  _Atomic uint64_t next_capture_pool, next_pool_handle; /* the two MempoolId counters, from 1 */
   int device_count;
   cl_device *devices;
   pthread_mutex_t meta_lock; /* observers and the raw config string */
@@ -156,6 +174,22 @@ struct cachalot_allocator {
   size_t n_observers, cap_observers;
   char *conf_raw;
 };
+
+/* --- pool.c --- */
+/* A fresh id {n, 0} for a graph capture given no pool (the first counter; from 1, never reused). */
+cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a);
+static inline bool cl_capturing(const cl_device *d) { return d->n_routes > 0; }
+static inline bool cl_pool_is_default(const cl_device *d, const cl_pool *p) { return p == &d->default_pool; }
+/* The pool a request on `s` goes to: the first route, most recent first, whose filter takes `s`. */
+cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s);
+/* Frees the private pools that are freeable and have no segment left. */
+void cl_pools_collect_locked(cl_device *d);
+/* Frees every private pool (destroy). */
+void cl_pools_destroy_locked(cl_device *d);
+/* Bytes of free blocks held in private pools (for the OOM message). */
+uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
+/* Calls fn on every pool of the device, default first. */
+void cl_pools_for_each_locked(cl_device *d, void (*fn)(cl_pool *p, void *ctx), void *ctx);
 
 /* --- allocator.c --- */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
@@ -184,6 +218,10 @@ void cl_free_index_insert_locked(cl_device *d, cl_block *b);
 void cl_free_index_remove_locked(cl_device *d, cl_block *b);
 
 /* --- events.c --- */
+/* Records an event per stream use of `b` and makes it PENDING; all or nothing (free.c). */
+cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b);
+/* Records the events of blocks freed during a capture, once no capture is underway. */
+void cl_insert_deferred_events_locked(cl_device *d);
 /* Polls outstanding events in order per stream and frees the blocks whose events all completed. */
 void cl_process_events_locked(cl_device *d);
 /* Waits for every outstanding event (num_sync_all_streams + 1) and frees their blocks. */
@@ -202,7 +240,8 @@ void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out);
  * segment leaves the books when its device free succeeded; one whose free failed goes back to its free
  * index, so nothing is lost (the first failure is returned). */
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
-/* Detaches every whole free segment of pool `p` (NULL: all pools). */
+/* Marks every whole free segment of pool `p` for release; NULL: of the default pool and of every freeable
+ * private pool (empty_cache, the out-of-memory retry). */
 void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out);
 /* malloc step 4: garbage collection of aged whole free large segments of the default pool. */
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out);

@@ -7,12 +7,6 @@
 
 #include <stdlib.h>
 
-/* The pool a request on stream `s` goes to. Private pools (graph issue) will route here. */
-static cl_pool *route_pool_locked(cl_device *d, cachalot_stream s) {
-  (void)s;
-  return &d->default_pool;
-}
-
 /* malloc step 3: best fit from (pool, stream, kind), honouring the oversize rules. The block is taken
  * out of the index. */
 static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size) {
@@ -101,6 +95,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     d->segments->prev = seg;
   d->segments = seg;
   d->n_segments++;
+  p->n_segments++;
 
   blk->ptr = seg->ptr;
   blk->size = alloc_size;
@@ -193,13 +188,13 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
 
   cl_device *d = &a->devices[device];
   pthread_mutex_lock(&d->lock);
-  if (d->captures_underway == 0)
+  if (!cl_capturing(d))
     cl_process_events_locked(d);
 
   const size_t rounded = cl_round_size(&d->cfg, size);
   const bool small = cl_is_small(rounded);
   const size_t alloc_size = cl_segment_size(rounded);
-  cl_pool *p = route_pool_locked(d, s);
+  cl_pool *p = d->n_routes ? cl_route_pool_locked(d, s) : &d->default_pool;
 
   cl_block *b = get_free_block_locked(d, p, s, small, rounded);
   if (!b) {
@@ -216,10 +211,11 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
       rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
     }
     (void)cl_release_flush_locked(d, &rel); /* oversize blocks marked without reaching enough */
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && d->captures_underway == 0) {
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && !cl_capturing(d)) {
       (void)cl_sync_all_events_locked(d);
       cl_release_free_segments_locked(d, NULL, &rel);
       (void)cl_release_flush_locked(d, &rel);
+      cl_pools_collect_locked(d);
       rc = alloc_segment_locked(d, p, s, small, alloc_size, true, &b, &host_oom);
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)

@@ -15,12 +15,6 @@ void cl_format_size(char *buf, size_t cap, uint64_t n) {
     snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
 }
 
-/* Bytes of free blocks held in private pools (none until the graph issue adds private pools). */
-static uint64_t private_pool_free_bytes_locked(const cl_device *d) {
-  (void)d;
-  return 0;
-}
-
 cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   cachalot_allocator *a = d->owner;
   d->stats.num_ooms++;
@@ -29,7 +23,7 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   const size_t allowed = d->allowed_max;
   const uint64_t allocated = (uint64_t)d->stats.allocated_bytes[CACHALOT_STAT_ALL].current;
   const uint64_t reserved = (uint64_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current;
-  const uint64_t in_private = private_pool_free_bytes_locked(d);
+  const uint64_t in_private = cl_private_pool_free_bytes_locked(d);
   pthread_mutex_unlock(&d->lock);
 
   cachalot_backend *b = a->backend;

@@ -31,6 +31,7 @@ static void forget_segment_locked(cl_device *d, cl_segment *s) {
   if (s->next)
     s->next->prev = s->prev;
   d->n_segments--;
+  s->pool->n_segments--;
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->segment, s->small, -1);
   cl_stat_array_add(st->reserved_bytes, s->small, -(int64_t)s->size);
@@ -77,7 +78,9 @@ void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
-    if ((!p || s->pool == p) && segment_is_free(s))
+    /* a private pool still in use keeps its segments: a graph may replay into them */
+    bool eligible = p ? s->pool == p : (cl_pool_is_default(d, s->pool) || s->pool->use_count == 0);
+    if (eligible && segment_is_free(s))
       cl_mark_release_locked(d, s, out);
     s = next;
   }

@@ -1,6 +1,7 @@
 #include "error.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,4 +48,31 @@ const char *cachalot_status_name(cachalot_status s) {
   case CACHALOT_ERROR_NOT_SUPPORTED: return "CACHALOT_ERROR_NOT_SUPPORTED";
   }
   return "CACHALOT_STATUS_UNKNOWN";
+}
+
+/* The handler and its context change together, rarely; a reader takes one consistent pair. */
+typedef struct {
+  cachalot_warning_handler fn;
+  void *ctx;
+} warning_sink;
+static warning_sink sinks[2];
+static atomic_int current_sink;
+
+void cachalot_set_warning_handler(cachalot_warning_handler fn, void *ctx) {
+  int next = 1 - atomic_load(&current_sink);
+  sinks[next] = (warning_sink){fn, ctx};
+  atomic_store(&current_sink, next);
+}
+
+void cl_warn(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  warning_sink s = sinks[atomic_load(&current_sink)];
+  if (s.fn)
+    s.fn(msg, s.ctx);
+  else
+    fprintf(stderr, "cachalot: warning: %s\n", msg);
 }

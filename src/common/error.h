@@ -19,6 +19,9 @@
 /* Records the message (printf format) and returns `s`. */
 cachalot_status cl_fail(cachalot_status s, const char *fmt, ...) CL_PRINTF(2, 3);
 
+/* Sends a warning to the handler set with cachalot_set_warning_handler (stderr by default). */
+void cl_warn(const char *fmt, ...) CL_PRINTF(1, 2);
+
 /* Prefixes the current thread's message with printf-formatted context ("cachalot_free: " ...). */
 void cl_error_prefix(const char *fmt, ...) CL_PRINTF(1, 2);
 

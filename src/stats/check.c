@@ -119,8 +119,13 @@ static cachalot_status check_device_locked(cl_device *d) {
         tally_add(&allocated_bytes, s->small, (int64_t)b->size);
         oversize_allocs += b->size >= max_split;
       } else if (b->state == CL_PENDING) {
-        if (!b->event_count)
+        bool deferred = false;
+        for (size_t i = 0; i < d->n_deferred && !deferred; i++)
+          deferred = d->deferred[i] == b;
+        if (!b->event_count && !deferred)
           return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pending block without events", dev);
+        if (b->event_count && deferred)
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: deferred block with events", dev);
         n_event_refs += b->event_count;
       } else {
         return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block in unknown state %d", dev,
@@ -142,19 +147,30 @@ static cachalot_status check_device_locked(cl_device *d) {
                    "cachalot_check: device %d: pointer map holds %u blocks, segments hold %zu active ones", dev,
                    HASH_COUNT(d->active), n_mapped);
 
-  size_t n_indexed = 0;
-  cl_bins *bins, *tmp;
-  HASH_ITER(hh, d->default_pool.bins, bins, tmp) {
-    for (int k = 0; k < 2; k++) {
-      const cl_block *last = NULL;
-      long n = check_tree(dev, bins->root[k], bins, k == 1, &last);
-      if (n < 0)
-        return CACHALOT_ERROR_INVALID_STATE;
-      if ((size_t)n != bins->count[k])
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
-      n_indexed += (size_t)n;
+  size_t n_indexed = 0, pool_segments = 0;
+  const cl_pool *pool = &d->default_pool;
+  for (const cl_pool *next_private = d->pools; pool;
+       pool = next_private, next_private = next_private ? next_private->hh.next : NULL) {
+    if (pool != &d->default_pool && pool->use_count < 0)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: negative pool use count", dev);
+    if (pool != &d->default_pool && pool->use_count == 0 && pool->n_segments == 0)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a freeable empty pool lingers", dev);
+    pool_segments += pool->n_segments;
+    for (const cl_bins *bins = pool->bins; bins; bins = bins->hh.next) {
+      for (int k = 0; k < 2; k++) {
+        const cl_block *last = NULL;
+        long n = check_tree(dev, bins->root[k], bins, k == 1, &last);
+        if (n < 0)
+          return CACHALOT_ERROR_INVALID_STATE;
+        if ((size_t)n != bins->count[k])
+          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
+        n_indexed += (size_t)n;
+      }
     }
   }
+  if (pool_segments != n_segments)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pools count %zu segments, the list %zu",
+                   dev, pool_segments, n_segments);
   if (n_indexed != n_free)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: free indexes hold %zu blocks, segments hold %zu free ones", dev,

@@ -22,6 +22,9 @@
 
 /* A recorded event. Owned by the backend; the core holds it from event_record until event_release. */
 typedef struct cl_event cl_event;
+/* A captured graph (on CUDA, the cudaGraph_t itself) and an instantiated one (cudaGraphExec_t). */
+typedef struct cl_graph cl_graph;
+typedef struct cl_graph_exec cl_graph_exec;
 
 typedef struct cl_backend_ops {
   const char *name; /* "cuda" or "sim" */
@@ -58,6 +61,32 @@ typedef struct cl_backend_ops {
   /* Exchanges the calling thread's stream-capture mode (cudaThreadExchangeStreamCaptureMode): *mode in,
    * previous mode out. */
   cachalot_status (*capture_mode_exchange)(cachalot_backend *b, cachalot_capture_mode *mode);
+
+  /* --- graphs (used by src/graph/) --- */
+  /* Begins capturing stream `s` of `device` in `mode` (cudaStreamBeginCapture). */
+  cachalot_status (*capture_begin)(cachalot_backend *b, int device, cachalot_stream s, cachalot_capture_mode mode);
+  /* Ends the capture of `s`: *graph is the captured graph (destroy it with graph_destroy), *n_nodes its
+   * node count. An invalidated capture fails with DEVICE (and still ends it, with no graph). */
+  cachalot_status (*capture_end)(cachalot_backend *b, int device, cachalot_stream s, cl_graph **graph,
+                                 size_t *n_nodes);
+  /* Instantiates with auto-free-on-launch. */
+  cachalot_status (*graph_instantiate)(cachalot_backend *b, int device, cl_graph *g, cl_graph_exec **exec);
+  /* Launches an instance on `s`. */
+  cachalot_status (*graph_launch)(cachalot_backend *b, int device, cl_graph_exec *e, cachalot_stream s);
+  void (*graph_destroy)(cachalot_backend *b, cl_graph *g);
+  void (*graph_exec_destroy)(cachalot_backend *b, cl_graph_exec *e);
+  /* Writes the graph as a DOT file (cudaGraphDebugDotPrint). */
+  cachalot_status (*graph_debug_dot)(cachalot_backend *b, cl_graph *g, const char *path);
+  /* Copies n bytes between device buffers on `s`, in stream order (cudaMemcpyAsync). */
+  cachalot_status (*memcpy_async)(cachalot_backend *b, int device, void *dst, const void *src, size_t n,
+                                  cachalot_stream s);
+  /* Makes `waiter` wait for the work enqueued on `s` so far (an event recorded on s, waited on by waiter). */
+  cachalot_status (*stream_wait)(cachalot_backend *b, int device, cachalot_stream waiter, cachalot_stream s);
+  /* A new stream of `device` (non-blocking), and its destruction. */
+  cachalot_status (*stream_create)(cachalot_backend *b, int device, cachalot_stream *out);
+  void (*stream_destroy)(cachalot_backend *b, cachalot_stream s);
+  /* Blocks until all work enqueued on `s` is done. */
+  cachalot_status (*stream_sync)(cachalot_backend *b, int device, cachalot_stream s);
 
   /* Frees the backend and everything it owns. */
   void (*destroy)(cachalot_backend *b);

@@ -1,0 +1,90 @@
+/* cachalot: private memory pools (SPEC.md §5), the memory of CUDA graphs.
+ *
+ * A private pool has its own free blocks and segments, apart from the device's default pools. While a
+ * begin_allocate_to_pool routing is active, every malloc on that device asks the routing filters, most
+ * recent first, whether its stream belongs to them; the first that says yes serves the request from its
+ * pool. Filters are called with the device's lock held: they must be quick and must not call cachalot.
+ */
+#ifndef CACHALOT_POOL_H
+#define CACHALOT_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allocator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A pool id: at most one half non-zero. {0,0} names the default pools; graph captures without a given
+ * pool use {n,0}; cachalot_graph_pool_handle hands out {0,n}. */
+typedef struct {
+  uint64_t first, second;
+} cachalot_mempool_id;
+
+typedef bool (*cachalot_stream_filter)(cachalot_stream s, void *ctx);
+
+/* A new id {0, n} for a pool to be shared by several graphs (counter from 1, never reused). {0,0} when
+ * `a` is NULL. */
+CACHALOT_API cachalot_mempool_id cachalot_graph_pool_handle(cachalot_allocator *a);
+
+/* Starts routing mallocs on `device` whose stream passes `filter` to pool `id` (made with use count 1, or
+ * given one more use). Errors: {0,0}; `id` already being allocated to; `id` a pool released to use count 0. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device,
+                                                                                cachalot_mempool_id id,
+                                                                                cachalot_stream_filter filter,
+                                                                                void *ctx);
+/* Stops routing to `id` (error if it is not routed to). The use count is unchanged. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
+                                                                              cachalot_mempool_id id);
+/* One use fewer. At 0 the pool is freeable: its whole free segments go back to the device at the next
+ * empty_cache or out-of-memory retry, and it disappears once it has no segment. Blocks still allocated
+ * from it stay valid and return to it when freed. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_allocator *a, int device,
+                                                                      cachalot_mempool_id id);
+
+/* --- checkpoint / restore (for trees of graphs sharing a pool) --- */
+
+typedef struct {
+  uintptr_t offset;     /* from the segment's address */
+  size_t size;
+  size_t requested;     /* 0 when free */
+  bool allocated;
+} cachalot_block_state;
+
+typedef struct {
+  uintptr_t address;
+  size_t size;
+  cachalot_stream stream;
+  bool small;
+  size_t n_blocks;
+  cachalot_block_state *blocks; /* address order */
+} cachalot_segment_state;
+
+typedef struct {
+  int device;
+  cachalot_mempool_id pool;
+  size_t n_segments;
+  cachalot_segment_state *segments; /* address order */
+} cachalot_pool_state;
+
+/* The state of every segment and block of a private pool (free it with cachalot_pool_state_free). A
+ * block pending free counts as allocated. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device,
+                                                                         cachalot_mempool_id id,
+                                                                         cachalot_pool_state **out);
+/* Frees every block now allocated in the pool, waits for pending ones, and re-carves each checkpointed
+ * segment (which must still exist, unchanged in size and stream) into the checkpointed blocks. The blocks
+ * allocated in the checkpoint are allocated again, and *ptrs (malloc'ed; free() it) lists their addresses
+ * in checkpoint order. Segments of the pool not in the checkpoint are left free. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_restore_pool(cachalot_allocator *a,
+                                                                      const cachalot_pool_state *state,
+                                                                      void ***ptrs, size_t *n_ptrs);
+CACHALOT_API void cachalot_pool_state_free(cachalot_pool_state *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
