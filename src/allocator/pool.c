@@ -179,3 +179,291 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   pthread_mutex_unlock(&d->lock);
   return CACHALOT_OK;
 }
+
+/* --- checkpoint / restore --- */
+
+static int cmp_segment_addr(const void *x, const void *y) {
+  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
+  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
+}
+
+/* The pool's segments (not being released), in address order, in a malloc'ed array. */
+static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment ***out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (!p->n_segments)
+    return CACHALOT_OK;
+  cl_segment **v = malloc(p->n_segments * sizeof *v);
+  if (!v)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+  size_t k = 0;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    if (s->pool == p && !s->releasing)
+      v[k++] = s;
+  qsort(v, k, sizeof *v, cmp_segment_addr);
+  *out = v;
+  *n = k;
+  return CACHALOT_OK;
+}
+
+void cachalot_pool_state_free(cachalot_pool_state *st) {
+  if (!st)
+    return;
+  for (size_t i = 0; i < st->n_segments; i++)
+    free(st->segments[i].blocks);
+  free(st->segments);
+  free(st);
+}
+
+cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
+                                         cachalot_pool_state **out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_checkpoint_pool: out is NULL");
+  *out = NULL;
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_checkpoint_pool");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  pthread_mutex_lock(&d->lock);
+  cl_pool *p = find_pool_locked(d, id);
+  cl_segment **segs = NULL;
+  size_t n = 0;
+  cachalot_pool_state *st = NULL;
+  if (!p) {
+    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_checkpoint_pool: no such pool " ID_FMT, ID_ARGS(id));
+    goto out;
+  }
+  if ((rc = pool_segments_locked(d, p, &segs, &n)) != CACHALOT_OK)
+    goto out;
+  st = calloc(1, sizeof *st);
+  if (!st || (n && !(st->segments = calloc(n, sizeof *st->segments)))) {
+    rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_checkpoint_pool: host out of memory");
+    goto out;
+  }
+  st->device = device;
+  st->pool = id;
+  for (size_t i = 0; i < n; i++) {
+    cachalot_segment_state *ss = &st->segments[i];
+    st->n_segments = i + 1; /* so that a failure below frees what was filled */
+    ss->address = segs[i]->ptr;
+    ss->size = segs[i]->size;
+    ss->stream = segs[i]->stream;
+    ss->small = segs[i]->small;
+    for (cl_block *b = segs[i]->head; b; b = b->next)
+      ss->n_blocks++;
+    if (!(ss->blocks = calloc(ss->n_blocks, sizeof *ss->blocks))) {
+      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_checkpoint_pool: host out of memory");
+      goto out;
+    }
+    size_t k = 0;
+    for (cl_block *b = segs[i]->head; b; b = b->next, k++)
+      ss->blocks[k] = (cachalot_block_state){b->ptr - segs[i]->ptr, b->size, b->state == CL_FREE ? 0 : b->requested,
+                                             b->state != CL_FREE};
+  }
+out:
+  pthread_mutex_unlock(&d->lock);
+  free(segs);
+  if (rc == CACHALOT_OK)
+    *out = st;
+  else
+    cachalot_pool_state_free(st);
+  return rc;
+}
+
+/* Whether checkpointed segment `ss` can be re-carved into `s`: same place, size, stream and kind, and
+ * blocks that tile it. */
+static bool segment_matches(const cl_segment *s, const cachalot_segment_state *ss) {
+  if (s->size != ss->size || s->stream != ss->stream || s->small != ss->small || !ss->n_blocks || !ss->blocks)
+    return false;
+  uintptr_t off = 0;
+  for (size_t k = 0; k < ss->n_blocks; k++) {
+    const cachalot_block_state *bs = &ss->blocks[k];
+    if (bs->offset != off || bs->size == 0 || bs->size % CL_MIN_BLOCK || bs->size > s->size - off ||
+        (bs->allocated && (bs->requested == 0 || bs->requested > bs->size)) || (k && !bs->allocated &&
+                                                                                  !ss->blocks[k - 1].allocated))
+      return false;
+    off += bs->size;
+  }
+  return off == s->size;
+}
+
+/* Gives an ALLOCATED block back as free() would with no stream uses. */
+static void free_allocated_locked(cl_device *d, cl_block *b) {
+  cachalot_device_stats *st = &d->stats;
+  const bool small = b->seg->small;
+  cl_stat_array_add(st->allocation, small, -1);
+  cl_stat_array_add(st->allocated_bytes, small, -(int64_t)b->size);
+  if (b->size >= d->cfg.max_split_size)
+    cl_stat_dec(&st->oversize_allocations, 1);
+  b->n_uses = 0;
+  cl_free_block_locked(d, b);
+}
+
+/* Re-carves segment `s` (a single FREE block, in its index) into the blocks of `ss`, taking block
+ * metadata from `spare` (linked through next). Allocated blocks are appended to ptrs. */
+static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_state *ss, cl_block **spare,
+                           void **ptrs, size_t *n_ptrs) {
+  cachalot_device_stats *st = &d->stats;
+  const bool small = s->small;
+  const bool split = ss->n_blocks > 1;
+  cl_block *head = s->head;
+  cl_free_index_remove_locked(d, head);
+  cl_block *prev = NULL;
+  for (size_t k = 0; k < ss->n_blocks; k++) {
+    const cachalot_block_state *bs = &ss->blocks[k];
+    cl_block *b = k == 0 ? head : *spare;
+    if (k)
+      *spare = b->next;
+    b->ptr = s->ptr + bs->offset;
+    b->size = bs->size;
+    b->seg = s;
+    b->prev = prev;
+    b->next = NULL;
+    if (prev)
+      prev->next = b;
+    prev = b;
+  }
+  size_t k = 0;
+  for (cl_block *b = head; b; b = b->next, k++) {
+    const cachalot_block_state *bs = &ss->blocks[k];
+    bool hash_oom = false;
+    if (bs->allocated)
+      HASH_ADD_PTR(d->active, ptr, b);
+    if (!bs->allocated || hash_oom) {
+      /* a block the pointer map cannot take stays free rather than be lost (host OOM only) */
+      cl_free_index_insert_locked(d, b);
+      if (split) {
+        cl_stat_array_add(st->inactive_split, small, 1);
+        cl_stat_array_add(st->inactive_split_bytes, small, (int64_t)b->size);
+      }
+      continue;
+    }
+    b->state = CL_ALLOCATED;
+    b->requested = bs->requested;
+    b->n_uses = 0;
+    b->event_count = 0;
+    cl_stat_array_add(st->allocation, small, 1);
+    cl_stat_array_add(st->allocated_bytes, small, (int64_t)b->size);
+    cl_stat_array_add(st->active, small, 1);
+    cl_stat_array_add(st->active_bytes, small, (int64_t)b->size);
+    cl_stat_array_add(st->requested_bytes, small, (int64_t)b->requested);
+    if (b->size >= d->cfg.max_split_size)
+      cl_stat_inc(&st->oversize_allocations, 1);
+    ptrs[(*n_ptrs)++] = (void *)b->ptr;
+  }
+}
+
+cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool_state *state, void ***ptrs,
+                                      size_t *n_ptrs) {
+  if (!ptrs || !n_ptrs)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: ptrs or n_ptrs is NULL");
+  *ptrs = NULL;
+  *n_ptrs = 0;
+  if (!state)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: state is NULL");
+  cachalot_status rc = cl_check_device_arg(a, state->device, "cachalot_restore_pool");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[state->device];
+  size_t n_alloc = 0, n_blocks = 0;
+  for (size_t i = 0; i < state->n_segments; i++) {
+    n_blocks += state->segments[i].n_blocks;
+    for (size_t k = 0; k < state->segments[i].n_blocks; k++)
+      n_alloc += state->segments[i].blocks[k].allocated;
+  }
+  void **out = malloc((n_alloc ? n_alloc : 1) * sizeof *out);
+  cl_segment **targets = malloc((state->n_segments ? state->n_segments : 1) * sizeof *targets);
+  if (!out || !targets) {
+    free(out);
+    free(targets);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
+  }
+  pthread_mutex_lock(&d->lock);
+  cl_pool *p = find_pool_locked(d, state->pool);
+  cl_block *spare = NULL;
+  if (!p) {
+    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: no such pool " ID_FMT,
+                 ID_ARGS(state->pool));
+    goto fail;
+  }
+  /* Validate everything before changing anything. */
+  for (size_t i = 0; i < state->n_segments; i++) {
+    targets[i] = NULL;
+    for (cl_segment *s = d->segments; s; s = s->next)
+      if (s->pool == p && !s->releasing && s->ptr == state->segments[i].address)
+        targets[i] = s;
+    if (!targets[i] || !segment_matches(targets[i], &state->segments[i])) {
+      rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_restore_pool: segment 0x%llx of the checkpoint is %s", (unsigned long long)
+                   state->segments[i].address, targets[i] ? "not the same segment any more" : "no longer in the pool");
+      goto fail;
+    }
+  }
+  bool pending = false;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    for (cl_block *b = s->head; b && s->pool == p; b = b->next)
+      pending |= b->state == CL_PENDING;
+  if (pending && cl_capturing(d)) {
+    rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                 "cachalot_restore_pool: blocks of the pool are pending free and a capture is underway");
+    goto fail;
+  }
+  for (size_t k = 0; k < n_blocks; k++) {
+    cl_block *b = cl_block_new_locked(d);
+    if (!b) {
+      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
+      goto fail;
+    }
+    b->next = spare;
+    spare = b;
+  }
+  if (pending)
+    (void)cl_sync_all_events_locked(d);
+  /* Free what is allocated now: every segment of the pool becomes one free block. */
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    if (s->pool != p)
+      continue;
+    for (cl_block *b = s->head, *next; b; b = next) {
+      next = b->next;
+      if (b->state == CL_ALLOCATED) {
+        free_allocated_locked(d, b);
+        next = s->head; /* merging may have removed `next`: walk the segment again */
+      }
+    }
+  }
+  for (size_t i = 0; i < state->n_segments; i++) {
+    if (targets[i]->head->state != CL_FREE || targets[i]->head->next) {
+      /* a pending block whose wait failed (a device error) still holds part of the segment */
+      rc = cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_restore_pool: a pending block of segment 0x%llx could not be "
+                   "waited for", (unsigned long long)targets[i]->ptr);
+      goto fail;
+    }
+  }
+  size_t n_out = 0;
+  for (size_t i = 0; i < state->n_segments; i++)
+    recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
+  while (spare) {
+    cl_block *b = spare;
+    spare = b->next;
+    cl_block_delete_locked(d, b);
+  }
+  pthread_mutex_unlock(&d->lock);
+  free(targets);
+  if (n_out == 0) {
+    free(out);
+    out = NULL;
+  }
+  *ptrs = out;
+  *n_ptrs = n_out;
+  return CACHALOT_OK;
+fail:
+  while (spare) {
+    cl_block *b = spare;
+    spare = b->next;
+    cl_block_delete_locked(d, b);
+  }
+  pthread_mutex_unlock(&d->lock);
+  free(out);
+  free(targets);
+  return rc;
+}

@@ -1,0 +1,346 @@
+/* Private pools on the simulated device (SPEC.md §5): ids, routing, use counts, freeable pools, outputs
+ * that outlive their pool's release, capture safety (deferred frees, no retry), checkpoint/restore.
+ * Exact counts, cachalot_check after every step (ALLOC/FREE/... run it). */
+#include "helpers.h"
+
+#include <cachalot/pool.h>
+
+#include <string.h>
+
+static bool only_stream(cachalot_stream s, void *ctx) { return s == (cachalot_stream)ctx; }
+static bool any_stream(cachalot_stream s, void *ctx) {
+  (void)s, (void)ctx;
+  return true;
+}
+
+#define BEGIN(a, id, s) OK(cachalot_begin_allocate_to_pool((a), 0, (id), only_stream, (void *)(s)))
+#define END(a, id) OK(cachalot_end_allocate_to_pool((a), 0, (id)))
+#define RELEASE(a, id) OK(cachalot_release_pool((a), 0, (id)))
+
+static void test_ids(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_mempool_id h1 = cachalot_graph_pool_handle(e.a), h2 = cachalot_graph_pool_handle(e.a);
+  EQ(h1.first, 0);
+  EQ(h1.second, 1);
+  EQ(h2.first, 0);
+  EQ(h2.second, 2);
+  cachalot_mempool_id none = cachalot_graph_pool_handle(NULL);
+  EQ(none.first, 0);
+  EQ(none.second, 0);
+  env_free(&e);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, (cachalot_mempool_id){0, 0}, any_stream, NULL),
+         CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "not a private pool id");
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, (cachalot_mempool_id){1, 1}, any_stream, NULL),
+         CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, p, NULL, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 1, p, any_stream, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_begin_allocate_to_pool(NULL, 0, p, any_stream, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_end_allocate_to_pool(e.a, 0, p), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "not allocating to pool {0, 1}");
+  STATUS(cachalot_release_pool(e.a, 0, p), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "no such pool {0, 1}");
+  BEGIN(e.a, p, cap);
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, p, any_stream, NULL), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "already allocating to pool {0, 1}");
+  void *x = ALLOC(e.a, 0, 512, cap); /* the pool gets a segment */
+  END(e.a, p);
+  STATUS(cachalot_end_allocate_to_pool(e.a, 0, p), CACHALOT_ERROR_INVALID_STATE);
+  RELEASE(e.a, p); /* use count 0: freeable, but it still has a segment */
+  STATUS(cachalot_release_pool(e.a, 0, p), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "already released");
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, p, any_stream, NULL), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "was released");
+  FREE(e.a, x);
+  EMPTY(e.a); /* the freeable pool gives its segment back and disappears: the id may be used afresh */
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  BEGIN(e.a, p, cap);
+  END(e.a, p);
+  RELEASE(e.a, p);
+  STATUS(cachalot_release_pool(e.a, 0, p), CACHALOT_ERROR_INVALID_ARGUMENT); /* gone at once: no segment */
+  CHECK(e.a);
+  env_free(&e);
+}
+
+static void test_routing_and_own_segments(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0), other = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  void *a = ALLOC(e.a, 0, 512, cap);   /* pool p: a 2 MiB segment */
+  void *b = ALLOC(e.a, 0, 512, other); /* the default pool: another */
+  pool_x two = PX(.alloc = 2, .alloc_b = 1024, .active = 2, .active_b = 1024, .req_b = 1024, .seg = 2,
+                  .res_b = 4 * MiB, .split = 2, .split_b = 4 * MiB - 1024);
+  EXPECT_POOLS(e.a, 0, two, PX0);
+  FREE(e.a, a);
+  FREE(e.a, b);
+  void *a2 = ALLOC(e.a, 0, 512, cap);
+  assert_ptr_equal(a2, a); /* the pool's own free block */
+  FREE(e.a, a2);
+  END(e.a, p);
+  void *c = ALLOC(e.a, 0, 512, cap); /* no routing: the default pool, where cap has no free block */
+  assert_ptr_not_equal(c, a);
+  FREE(e.a, c);
+  EXPECT_COUNTERS(e.a, 0, 3, 0, 0, 0, 0);
+  EMPTY(e.a); /* the pool is in use: its segment stays, the default pool's two go */
+  EXPECT_POOLS(e.a, 0, PX(.seg = 1, .res_b = 2 * MiB), PX0);
+  EXPECT_COUNTERS(e.a, 0, 3, 2, 0, 0, 1);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
+static void test_most_recent_route_first(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_mempool_id pa = cachalot_graph_pool_handle(e.a), pb = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, pa, any_stream, NULL));
+  void *x = ALLOC(e.a, 0, 512, s);
+  FREE(e.a, x);
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, pb, any_stream, NULL));
+  void *y = ALLOC(e.a, 0, 512, s); /* pb, the most recent: a new segment */
+  assert_ptr_not_equal(y, x);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 0);
+  FREE(e.a, y);
+  END(e.a, pb);
+  void *z = ALLOC(e.a, 0, 512, s); /* pa again: its free block */
+  assert_ptr_equal(z, x);
+  FREE(e.a, z);
+  END(e.a, pa);
+  RELEASE(e.a, pa);
+  RELEASE(e.a, pb);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+static void test_outputs_outlive_release(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  void *out = ALLOC(e.a, 0, 3 * MiB, cap);
+  void *tmp = ALLOC(e.a, 0, 512, cap);
+  FREE(e.a, tmp);
+  END(e.a, p);
+  RELEASE(e.a, p);
+  EMPTY(e.a); /* the small segment goes; the output keeps the large one */
+  pool_x out_only = PX(.alloc = 1, .alloc_b = 3 * MiB, .active = 1, .active_b = 3 * MiB, .req_b = 3 * MiB, .seg = 1,
+                       .res_b = 20 * MiB, .split = 1, .split_b = 17 * MiB);
+  EXPECT_POOLS(e.a, 0, PX0, out_only);
+  FREE(e.a, out); /* back to its (freeable) pool, not to the default pool */
+  void *d = ALLOC(e.a, 0, 3 * MiB, cap);
+  assert_ptr_not_equal(d, out);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 3 * MiB, .active = 1, .active_b = 3 * MiB, .req_b = 3 * MiB, .seg = 2,
+                  .res_b = 40 * MiB, .split = 1, .split_b = 17 * MiB));
+  FREE(e.a, d);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
+static void test_deferred_free_during_capture(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0), other = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  void *q = ALLOC(e.a, 0, 512, other);
+  RECORD(e.a, q, side);
+  FREE(e.a, q); /* an event on side, before any capture */
+  void *p1 = ALLOC(e.a, 0, 512, other);
+  assert_ptr_not_equal(p1, q);
+  RECORD(e.a, p1, side);
+  COMPLETE(&e, side); /* q's event is done, but nothing polls it before the capture */
+  BEGIN(e.a, p, cap);
+  /* during the capture: no event is queried (q's completed event is not polled) nor recorded */
+  OK(cachalot_sim_fail_events(e.b, 1));
+  FREE(e.a, p1); /* deferred: it would have failed had an event been recorded */
+  OK(cachalot_sim_fail_events(e.b, 0));
+  void *r = ALLOC(e.a, 0, 512, other);
+  assert_ptr_not_equal(r, q);
+  assert_ptr_not_equal(r, p1);
+  cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.allocation[CACHALOT_STAT_ALL].current, 1);
+  EQ(st.active[CACHALOT_STAT_ALL].current, 3);
+  END(e.a, p);
+  /* after the capture: q's event is polled, p1 gets its event now (not complete yet) */
+  void *s1 = ALLOC(e.a, 0, 512, other);
+  assert_ptr_equal(s1, q);
+  void *s2 = ALLOC(e.a, 0, 512, other);
+  assert_ptr_not_equal(s2, p1);
+  COMPLETE(&e, side);
+  void *s3 = ALLOC(e.a, 0, 512, other);
+  assert_ptr_equal(s3, p1);
+  FREE(e.a, r);
+  FREE(e.a, s1);
+  FREE(e.a, s2);
+  FREE(e.a, s3);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+static void test_no_retry_during_capture(void **state) {
+  (void)state;
+  env e = ENV(1, 40 * MiB, "");
+  cachalot_stream s = STREAM(e.b, 0), cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  void *x = ALLOC(e.a, 0, 3 * MiB, s);
+  FREE(e.a, x); /* a cached 20 MiB default segment */
+  BEGIN(e.a, p, cap);
+  void *g = ALLOC(e.a, 0, 3 * MiB, cap); /* the pool's 20 MiB: the device is full */
+  void *y = NULL;
+  STATUS(cachalot_malloc(e.a, 0, 512, cap, &y), CACHALOT_ERROR_OUT_OF_MEMORY);
+  assert_null(y);
+  /* the out-of-memory message counts the private pool's free bytes (17 MiB) */
+  CONTAINS(cachalot_last_error(), "Of the allocated memory 20.00 MiB is allocated by cachalot, with 17.00 MiB "
+                                  "allocated in private pools (e.g., CUDA Graphs), and 20.00 MiB is reserved");
+  CHECK(e.a);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 1, 0); /* no sync, no release, no retry during a capture */
+  END(e.a, p);
+  void *z = ALLOC(e.a, 0, 512, cap); /* now the retry frees the cached default segment */
+  EXPECT_COUNTERS(e.a, 0, 3, 1, 1, 1, 1);
+  FREE(e.a, z);
+  FREE(e.a, g);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
+static void expect_same_state(const cachalot_pool_state *x, const cachalot_pool_state *y) {
+  EQ(x->device, y->device);
+  EQ(x->pool.first, y->pool.first);
+  EQ(x->pool.second, y->pool.second);
+  EQ(x->n_segments, y->n_segments);
+  for (size_t i = 0; i < x->n_segments; i++) {
+    const cachalot_segment_state *a = &x->segments[i], *b = &y->segments[i];
+    EQ(a->address, b->address);
+    EQ(a->size, b->size);
+    assert_ptr_equal(a->stream, b->stream);
+    EQ(a->small, b->small);
+    EQ(a->n_blocks, b->n_blocks);
+    for (size_t k = 0; k < a->n_blocks; k++) {
+      EQ(a->blocks[k].offset, b->blocks[k].offset);
+      EQ(a->blocks[k].size, b->blocks[k].size);
+      EQ(a->blocks[k].requested, b->blocks[k].requested);
+      EQ(a->blocks[k].allocated, b->blocks[k].allocated);
+    }
+  }
+}
+
+static void test_checkpoint_restore(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  char *a1 = ALLOC(e.a, 0, 500, cap);
+  char *a2 = ALLOC(e.a, 0, 4096, cap);
+  char *a3 = ALLOC(e.a, 0, 3 * MiB, cap);
+  char *a4 = ALLOC(e.a, 0, 1000, cap);
+  FREE(e.a, a2); /* a hole between a1 and a4 */
+  cachalot_pool_state *ck = NULL;
+  OK(cachalot_checkpoint_pool(e.a, 0, p, &ck));
+  EQ(ck->n_segments, 2);
+  const cachalot_segment_state *sm = ck->segments[0].small ? &ck->segments[0] : &ck->segments[1];
+  const cachalot_segment_state *lg = ck->segments[0].small ? &ck->segments[1] : &ck->segments[0];
+  EQ(sm->size, 2 * MiB);
+  EQ(sm->n_blocks, 4);
+  EQ(sm->blocks[0].size, 512);
+  EQ(sm->blocks[0].requested, 500);
+  EQ(sm->blocks[0].allocated, 1);
+  EQ(sm->blocks[1].size, 4096);
+  EQ(sm->blocks[1].allocated, 0);
+  EQ(sm->blocks[2].offset, 512 + 4096);
+  EQ(sm->blocks[2].requested, 1000);
+  EQ(sm->blocks[3].size, 2 * MiB - 512 - 4096 - 1024);
+  EQ(lg->n_blocks, 2);
+  EQ(lg->blocks[0].size, 3 * MiB);
+  EQ(lg->blocks[1].size, 17 * MiB);
+  assert_true(ck->segments[0].address < ck->segments[1].address);
+  cachalot_device_stats before = STATS(e.a, 0);
+
+  /* change everything, then restore */
+  FREE(e.a, a1);
+  FREE(e.a, a3);
+  FREE(e.a, a4);
+  (void)ALLOC(e.a, 0, MiB, cap);
+  (void)ALLOC(e.a, 0, 7 * MiB, cap);
+  void **ptrs = NULL;
+  size_t n = 0;
+  OK(cachalot_restore_pool(e.a, ck, &ptrs, &n));
+  CHECK(e.a);
+  EQ(n, 3);
+  /* checkpoint order: segments by address, blocks by address */
+  void *want_small[] = {a1, a4}, *want_large[] = {a3};
+  void **first = sm == &ck->segments[0] ? want_small : want_large;
+  assert_ptr_equal(ptrs[0], first[0]);
+  cachalot_pool_state *ck2 = NULL;
+  OK(cachalot_checkpoint_pool(e.a, 0, p, &ck2));
+  expect_same_state(ck, ck2);
+  cachalot_device_stats after = STATS(e.a, 0);
+  EQ(after.allocation[CACHALOT_STAT_ALL].current, before.allocation[CACHALOT_STAT_ALL].current);
+  EQ(after.allocated_bytes[CACHALOT_STAT_ALL].current, before.allocated_bytes[CACHALOT_STAT_ALL].current);
+  EQ(after.requested_bytes[CACHALOT_STAT_ALL].current, before.requested_bytes[CACHALOT_STAT_ALL].current);
+  EQ(after.inactive_split[CACHALOT_STAT_ALL].current, before.inactive_split[CACHALOT_STAT_ALL].current);
+  EQ(after.inactive_split_bytes[CACHALOT_STAT_ALL].current, before.inactive_split_bytes[CACHALOT_STAT_ALL].current);
+  EQ(after.reserved_bytes[CACHALOT_STAT_ALL].current, before.reserved_bytes[CACHALOT_STAT_ALL].current);
+
+  /* a checkpoint that no longer fits is refused before anything changes */
+  ck2->segments[0].blocks[0].size += 512;
+  void **bad = (void **)1;
+  size_t nbad = 9;
+  STATUS(cachalot_restore_pool(e.a, ck2, &bad, &nbad), CACHALOT_ERROR_INVALID_STATE);
+  assert_null(bad);
+  EQ(nbad, 0);
+  ck2->segments[0].blocks[0].size -= 512;
+  ck2->segments[0].address += 512; /* no segment starts there */
+  STATUS(cachalot_restore_pool(e.a, ck2, &bad, &nbad), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "no longer in the pool");
+  cachalot_device_stats same = STATS(e.a, 0);
+  assert_memory_equal(&same, &after, sizeof same);
+  CHECK(e.a);
+
+  for (size_t i = 0; i < n; i++)
+    FREE(e.a, ptrs[i]);
+  free(ptrs);
+  cachalot_pool_state_free(ck);
+  cachalot_pool_state_free(ck2);
+  END(e.a, p);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ids),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_routing_and_own_segments),
+      cmocka_unit_test(test_most_recent_route_first),
+      cmocka_unit_test(test_outputs_outlive_release),
+      cmocka_unit_test(test_deferred_free_during_capture),
+      cmocka_unit_test(test_no_retry_during_capture),
+      cmocka_unit_test(test_checkpoint_restore),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
