@@ -77,9 +77,16 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_capture_begin(cacha
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_capture_end(cachalot_backend *b,
                                                                          cachalot_stream s);
 
-/* Enqueues one simulated kernel on `s`: outside a capture it is work the stream must complete; inside a
- * capture it becomes a node of the captured graph (replaying the graph enqueues its nodes as work). */
+/* Enqueues one simulated kernel on `s` (NULL: device 0's default stream): outside a capture it is work
+ * the stream must complete, taking the stream's next number, so an event recorded after it completes only
+ * once the stream is completed (unless complete_immediately); inside a capture it becomes a node of the
+ * captured graph (replaying the graph enqueues its nodes as work). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_launch(cachalot_backend *b, cachalot_stream s);
+/* How many numbers `s` (NULL: device 0's default stream) has submitted so far: one per work item enqueued
+ * outside a capture (a launch, a copy, each node of a replayed graph) and one per event recorded outside
+ * a capture. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_stream_submitted(cachalot_backend *b,
+                                                                              cachalot_stream s, uint64_t *out);
 
 #ifdef __cplusplus
 }

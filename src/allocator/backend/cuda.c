@@ -160,12 +160,39 @@ static struct cl_event *pool_pop(cl_cuda_event_pool *pool) {
   return e;
 }
 
+/* Whether stream `s` (not NULL) takes part in a capture, active or invalidated. Of the stream queries,
+ * only cudaStreamGetCaptureInfo may be asked of a capturing stream: cudaStreamGetDevice, GetFlags, GetId
+ * and cuStreamGetCtx fail with cudaErrorStreamCaptureUnsupported and invalidate the capture, whatever
+ * the capture and thread modes (seen on CUDA 13.0, driver 580.159). */
+static cudaError_t stream_capturing(cachalot_stream s, bool *capturing) {
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, NULL, NULL, NULL, NULL, NULL);
+  *capturing = err == cudaSuccess && status != cudaStreamCaptureStatusNone;
+  return err;
+}
+
+/* The device of stream `s`; NULL (the legacy stream) is `device`'s. A capturing stream cannot be asked
+ * (see stream_capturing), so it is taken to be `device`'s: the caller's device, which is the capture's
+ * in every use cachalot makes of it. */
+static cudaError_t stream_device(cachalot_stream s, int device, int *out) {
+  *out = device;
+  if (!s)
+    return cudaSuccess;
+  bool capturing = false;
+  cudaError_t err = stream_capturing(s, &capturing);
+  if (err != cudaSuccess || capturing)
+    return err;
+  return cudaStreamGetDevice(s, out);
+}
+
 static cachalot_status cuda_stream_check(cachalot_backend *b, cachalot_stream s) {
   (void)b;
   if (!s)
     return CACHALOT_OK;
   int dev = 0;
-  cudaError_t err = cudaStreamGetDevice(s, &dev);
+  /* stream_device asks cudaStreamGetCaptureInfo first, so checking a capturing stream does not break the
+   * capture (record_stream may be called during one). */
+  cudaError_t err = stream_device(s, 0, &dev);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: %p is not a usable stream: %s", (void *)s,
@@ -183,7 +210,7 @@ static cachalot_status cuda_event_record(cachalot_backend *b, int device, cachal
    * with an event of that device: cudaEventRecord refuses an event and a stream of different devices. */
   if (s) {
     int sdev = device;
-    cudaError_t derr = cudaStreamGetDevice(s, &sdev);
+    cudaError_t derr = stream_device(s, device, &sdev);
     if (derr != cudaSuccess)
       return cuda_fail(CACHALOT_ERROR_DEVICE, derr, "event_record", "cudaStreamGetDevice");
     if (sdev >= 0 && sdev < b->device_count)
@@ -349,6 +376,239 @@ static cachalot_status cuda_capture_mode_exchange(cachalot_backend *b, cachalot_
   return CACHALOT_OK;
 }
 
+/* ---- graphs (used by src/graph/) ---- */
+
+/* The status for a CUDA error of the capture calls: misuses of the capture sequence (not capturing, ended
+ * on a stream that only joined it, from the wrong thread, with an unjoined fork) are INVALID_STATE, as the
+ * simulated backend reports them; everything else, an invalidated capture included, is DEVICE. */
+static cachalot_status capture_status(cudaError_t err) {
+  switch (err) {
+  case cudaErrorIllegalState:
+  case cudaErrorStreamCaptureUnmatched:
+  case cudaErrorStreamCaptureWrongThread:
+  case cudaErrorStreamCaptureUnjoined:
+    return CACHALOT_ERROR_INVALID_STATE;
+  default:
+    return CACHALOT_ERROR_DEVICE;
+  }
+}
+
+static cachalot_status cuda_capture_begin(cachalot_backend *b, int device, cachalot_stream s,
+                                          cachalot_capture_mode mode) {
+  (void)b;
+  if (!s)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
+  enum cudaStreamCaptureMode m;
+  if (!mode_to_cuda(mode, &m))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_begin: bad mode %d", (int)mode);
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "capture_begin");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaStreamBeginCapture(s, m);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(capture_status(err), err, "capture_begin", "cudaStreamBeginCapture");
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_capture_end(cachalot_backend *b, int device, cachalot_stream s, cl_graph **graph,
+                                        size_t *n_nodes) {
+  (void)b;
+  if (graph)
+    *graph = NULL;
+  if (n_nodes)
+    *n_nodes = 0;
+  if (!graph || !n_nodes)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_end: an out-pointer is NULL");
+  if (!s)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "capture_end");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaGraph_t g = NULL;
+  cudaError_t err = cudaStreamEndCapture(s, &g);
+  device_leave(&sc);
+  if (err != cudaSuccess) {
+    /* An invalidated or unjoined capture is ended by the call, with no graph; should one come back
+     * anyway, it is not handed on. */
+    if (g && cudaGraphDestroy(g) != cudaSuccess)
+      (void)cudaGetLastError();
+    return cuda_fail(capture_status(err), err, "capture_end", "cudaStreamEndCapture");
+  }
+  if (!g)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: capture_end: cudaStreamEndCapture returned no graph");
+  size_t n = 0;
+  err = cudaGraphGetNodes(g, NULL, &n);
+  if (err != cudaSuccess) {
+    cachalot_status rc = cuda_fail(CACHALOT_ERROR_DEVICE, err, "capture_end", "cudaGraphGetNodes");
+    if (cudaGraphDestroy(g) != cudaSuccess)
+      (void)cudaGetLastError();
+    return rc;
+  }
+  *graph = (cl_graph *)g;
+  *n_nodes = n;
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_graph_instantiate(cachalot_backend *b, int device, cl_graph *g, cl_graph_exec **exec) {
+  (void)b;
+  if (!exec)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: graph_instantiate: exec is NULL");
+  *exec = NULL;
+  if (!g)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: graph_instantiate: graph is NULL");
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "graph_instantiate");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaGraphExec_t e = NULL;
+  cudaError_t err = cudaGraphInstantiateWithFlags(&e, (cudaGraph_t)g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "graph_instantiate", "cudaGraphInstantiateWithFlags");
+  *exec = (cl_graph_exec *)e;
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_graph_launch(cachalot_backend *b, int device, cl_graph_exec *e, cachalot_stream s) {
+  (void)b;
+  if (!e)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: graph_launch: instance is NULL");
+  /* The device must be current: NULL names the current device's legacy stream. */
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "graph_launch");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaGraphLaunch((cudaGraphExec_t)e, s);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "graph_launch", "cudaGraphLaunch");
+  return CACHALOT_OK;
+}
+
+static void cuda_graph_destroy(cachalot_backend *b, cl_graph *g) {
+  (void)b;
+  if (g && cudaGraphDestroy((cudaGraph_t)g) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+static void cuda_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e) {
+  (void)b;
+  if (e && cudaGraphExecDestroy((cudaGraphExec_t)e) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+static cachalot_status cuda_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path) {
+  (void)b;
+  if (!g || !path)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: graph_debug_dot: %s is NULL",
+                   !g ? "graph" : "path");
+  cudaError_t err = cudaGraphDebugDotPrint((cudaGraph_t)g, path, cudaGraphDebugDotFlagsVerbose);
+  if (err != cudaSuccess) {
+    /* cudaErrorOperatingSystem is what CUDA 13 says when the file cannot be opened (a bad path, as the
+     * simulated backend's INVALID_ARGUMENT), cudaErrorInvalidValue for a bad graph. */
+    bool bad_arg = err == cudaErrorOperatingSystem || err == cudaErrorInvalidValue;
+    cachalot_status rc = cuda_fail(bad_arg ? CACHALOT_ERROR_INVALID_ARGUMENT : CACHALOT_ERROR_DEVICE, err,
+                                   "graph_debug_dot", "cudaGraphDebugDotPrint");
+    cl_error_prefix("writing '%s': ", path);
+    return rc;
+  }
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_memcpy_async(cachalot_backend *b, int device, void *dst, const void *src, size_t n,
+                                         cachalot_stream s) {
+  (void)b;
+  if (n == 0)
+    return CACHALOT_OK;
+  if (!dst || !src)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: memcpy_async: %s is NULL for %zu bytes",
+                   !dst ? "dst" : "src", n);
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "memcpy_async");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "memcpy_async", "cudaMemcpyAsync");
+  return CACHALOT_OK;
+}
+
+/* An event from the pool of the device of `s`, recorded on `s` (with that device current), waited on by
+ * `waiter` (with its device current), and returned to the pool: the wait keeps the state the event had
+ * when it was made, so re-recording the event later does not affect it. During a capture, this record and
+ * wait are how a side stream joins the capture (a fork) and how its work is joined back; a capturing
+ * stream is then taken to be of `device` (see stream_device). */
+static cachalot_status cuda_stream_wait(cachalot_backend *b, int device, cachalot_stream waiter, cachalot_stream s) {
+  cl_event *e = NULL;
+  cachalot_status st = cuda_event_record(b, device, s, &e);
+  if (st != CACHALOT_OK) {
+    cl_error_prefix("cuda backend: stream_wait: recording on the waited stream: ");
+    return st;
+  }
+  int wdev = device;
+  cudaError_t derr = stream_device(waiter, device, &wdev);
+  if (derr != cudaSuccess) {
+    cuda_event_release(b, e);
+    return cuda_fail(CACHALOT_ERROR_DEVICE, derr, "stream_wait", "cudaStreamGetDevice");
+  }
+  if (wdev < 0 || wdev >= b->device_count)
+    wdev = device;
+  cl_cuda_device_scope sc;
+  st = device_enter(wdev, &sc, "stream_wait");
+  if (st != CACHALOT_OK) {
+    cuda_event_release(b, e);
+    return st;
+  }
+  cudaError_t err = cudaStreamWaitEvent(waiter, e->ev, 0);
+  device_leave(&sc);
+  cuda_event_release(b, e);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "stream_wait", "cudaStreamWaitEvent");
+  return CACHALOT_OK;
+}
+
+static cachalot_status cuda_stream_create(cachalot_backend *b, int device, cachalot_stream *out) {
+  (void)b;
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: stream_create: out is NULL");
+  *out = NULL;
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "stream_create");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaStream_t s = NULL;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "stream_create", "cudaStreamCreateWithFlags");
+  *out = s;
+  return CACHALOT_OK;
+}
+
+static void cuda_stream_destroy(cachalot_backend *b, cachalot_stream s) {
+  (void)b;
+  if (s && cudaStreamDestroy(s) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+static cachalot_status cuda_stream_sync(cachalot_backend *b, int device, cachalot_stream s) {
+  (void)b;
+  /* The device must be current: NULL names the current device's legacy stream. */
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "stream_sync");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaStreamSynchronize(s);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "stream_sync", "cudaStreamSynchronize");
+  return CACHALOT_OK;
+}
+
 static void cuda_destroy(cachalot_backend *b) {
   if (!b)
     return;
@@ -416,5 +676,17 @@ static const cl_backend_ops cuda_ops = {
     .stream_check = cuda_stream_check,
     .stream_capture_info = cuda_stream_capture_info,
     .capture_mode_exchange = cuda_capture_mode_exchange,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+    .graph_exec_destroy = cuda_graph_exec_destroy,
+    .graph_debug_dot = cuda_graph_debug_dot,
+    .memcpy_async = cuda_memcpy_async,
+    .stream_wait = cuda_stream_wait,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_sync = cuda_stream_sync,
     .destroy = cuda_destroy,
 };

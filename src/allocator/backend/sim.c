@@ -12,7 +12,16 @@
  * - Stream capture: CUDA's rule for calls that may synchronize (cudaMalloc, cudaFree) made while a
  *   capture is underway. A thread whose capture mode is GLOBAL is refused while any GLOBAL
  *   capture is underway on this backend or while it has a non-RELAXED capture of its own; a THREAD_LOCAL
- *   thread only in the latter case; a RELAXED thread never.
+ *   thread only in the latter case; a RELAXED thread never. (CUDA also invalidates the captures that
+ *   caused such a refusal; the simulation only refuses the call, and the capture carries on.)
+ * - Graphs: work (cachalot_sim_launch, memcpy_async) enqueued on a capturing stream becomes a node of
+ *   the capture's graph, with an edge from each node the stream depends on, as CUDA builds it. A stream
+ *   joins a capture by waiting (stream_wait) on a stream of it, and takes the capture's id; the capture
+ *   ends on its origin stream only, and fails as "unjoined" unless every node is an ancestor of (or is)
+ *   a node the origin stream depends on at that point, i.e. every side stream's work was waited on by
+ *   the origin stream after it was enqueued. The misuses CUDA answers by invalidating a capture (see
+ *   capture_invalidate_locked's callers) do so here too; ending an invalidated capture fails with no
+ *   graph. A replay enqueues the graph's nodes as work on the stream, one number each.
  * - Fault injection: the next N device allocations fail, every k-th fails, the next N event records fail.
  *
  * One mutex guards the whole backend; nothing here is on the allocator's warm path except event record,
@@ -22,9 +31,12 @@
 
 #include "../../common/error.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Whether `b` is a simulated backend, so that the cachalot_sim_* controls and sim-only paths apply.
  * Declared here until the prototype moves to backend.h. */
@@ -51,22 +63,72 @@ enum {
 #define SIM_RANGE ((uint64_t)1 << SIM_RANGE_SHIFT) /* bytes of address space per device */
 #define SIM_DEFAULT_CAPACITY ((size_t)80 << 30)
 
-/* A simulated stream. Its work is numbered 1, 2, ...: each event recorded outside a capture submits
- * the next number.
+/* A simulated stream. Its work is numbered 1, 2, ...: each event recorded and each work item enqueued
+ * outside a capture submits the next number.
  * Invariant: completed <= submitted; an event with seq <= completed is done.
- * capture_id != 0 exactly when capturing; capture_mode and capture_thread mean something only then.
+ * capture != NULL exactly while the stream takes part in a capture (as its origin or joined into it);
+ * deps[0..n_deps) then lists the nodes of the capture's graph that the stream's next node will depend
+ * on (CUDA's capture dependency set, without duplicates), and n_deps is 0 otherwise.
  * Created streams live in sim_backend.streams, keyed by their handle (`key`, the struct's own address),
- * until the backend is destroyed; each device's default stream (the NULL handle) is embedded in
- * sim_device and is never in the hash, so no caller-supplied handle can name it, and it never captures. */
+ * until the backend is destroyed, also once `destroyed` (so an event recorded on a destroyed stream
+ * stays valid and no later stream can have the same handle); each device's default stream (the NULL
+ * handle) is embedded in sim_device and is never in the hash, so no caller-supplied handle can name it,
+ * and it never captures. */
 struct sim_stream {
   const void *key;
   int device;
+  bool destroyed;
   uint64_t submitted;
   uint64_t completed;
-  uint64_t capture_id;
-  cachalot_capture_mode capture_mode;
-  pthread_t capture_thread;
+  struct sim_capture *capture;
+  size_t *deps;
+  size_t n_deps, cap_deps;
   UT_hash_handle hh;
+};
+
+/* What a capture node stands for, for the DOT dump. */
+enum sim_node_kind { SIM_NODE_KERNEL, SIM_NODE_MEMCPY };
+
+struct sim_edge {
+  size_t from, to;
+};
+
+/* A capture sequence: begun on `origin`, joined by the other `members`. The graph under construction is
+ * n_nodes nodes (kinds[i] the kind of node i) and the edges between them.
+ * Invariant: the capture is on sim_backend.captures exactly while it is underway; members[0] == origin
+ * and every member's `capture` points here; mode and thread are the begin's; id != 0 and unique on the
+ * backend; invalidated once a misuse broke it (it then still counts as underway, with id 0 shown to
+ * stream_capture_info, until the origin ends it). */
+struct sim_capture {
+  uint64_t id;
+  struct sim_stream *origin;
+  cachalot_capture_mode mode;
+  pthread_t thread;
+  bool invalidated;
+  struct sim_stream **members;
+  size_t n_members, cap_members;
+  unsigned char *kinds;
+  size_t n_nodes, cap_nodes;
+  struct sim_edge *edges;
+  size_t n_edges, cap_edges;
+  struct sim_capture *prev, *next;
+};
+
+/* A captured graph and an instantiated one, handed to the core as cl_graph* / cl_graph_exec*. Both are
+ * listed on the backend (so a handle can be checked, and what the caller never destroyed is freed with the
+ * backend); an instance does not refer to its graph, which may be destroyed first, as in CUDA. */
+struct cl_graph {
+  uint64_t capture_id;
+  size_t n_nodes;
+  unsigned char *kinds;
+  struct sim_edge *edges;
+  size_t n_edges;
+  struct cl_graph *prev, *next;
+};
+
+struct cl_graph_exec {
+  size_t n_nodes;
+  struct cl_graph_exec *prev, *next;
 };
 
 /* A recorded event, handed to the core as a cl_event* (the core never looks inside).
@@ -104,7 +166,7 @@ struct sim_device {
 };
 
 /* Everything below `mu` is guarded by it.
- * Invariant: global_captures / strict_captures count the capturing streams whose mode is GLOBAL /
+ * Invariant: global_captures / strict_captures count the captures underway whose mode is GLOBAL /
  * not RELAXED; they let an allocation skip the scan for captures of its own thread in the common case. */
 struct sim_backend {
   struct cachalot_backend base;
@@ -117,6 +179,9 @@ struct sim_backend {
   struct sim_alloc *allocs;
   struct sim_event *free_events;
   struct sim_event_slab *slabs;
+  struct sim_capture *captures;
+  struct cl_graph *graphs;
+  struct cl_graph_exec *execs;
 
   int fail_allocs;      /* injected failures left for the next device allocations */
   int fail_every;       /* 0: off; else the fail_every-th, 2*fail_every-th, ... allocation fails */
@@ -167,8 +232,21 @@ static struct sim_stream *find_stream_locked(struct sim_backend *sim, cachalot_s
   return st;
 }
 
+/* A non-NULL handle that must name a stream of this backend (of any device) that is not destroyed. */
+static cachalot_status live_stream_locked(struct sim_backend *sim, cachalot_stream s, struct sim_stream **out) {
+  struct sim_stream *st = find_stream_locked(sim, s);
+  *out = NULL;
+  if (!st)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+  if (st->destroyed)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated stream 0x%" PRIxPTR " was destroyed",
+                   handle_bits(s));
+  *out = st;
+  return CACHALOT_OK;
+}
+
 /* Resolves a handle used with `device`: NULL is that device's default stream; anything else must be a
- * stream created on this backend for the same device. */
+ * live stream created on this backend for the same device. */
 static cachalot_status resolve_stream_locked(struct sim_backend *sim, int device, cachalot_stream s,
                                              struct sim_stream **out) {
   *out = NULL;
@@ -176,9 +254,10 @@ static cachalot_status resolve_stream_locked(struct sim_backend *sim, int device
     *out = &sim->dev[device].default_stream;
     return CACHALOT_OK;
   }
-  struct sim_stream *st = find_stream_locked(sim, s);
-  if (!st)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+  struct sim_stream *st = NULL;
+  cachalot_status rc = live_stream_locked(sim, s, &st);
+  if (rc != CACHALOT_OK)
+    return rc;
   if (st->device != device)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "simulated stream 0x%" PRIxPTR " belongs to device %d, not device %d", handle_bits(s),
@@ -186,6 +265,31 @@ static cachalot_status resolve_stream_locked(struct sim_backend *sim, int device
   *out = st;
   return CACHALOT_OK;
 }
+
+/* Like resolve_stream_locked, but a non-NULL stream may belong to any device (a cross-device wait or
+ * event record is legal in CUDA); NULL is `device`'s default stream. */
+static cachalot_status resolve_any_stream_locked(struct sim_backend *sim, int device, cachalot_stream s,
+                                                 struct sim_stream **out) {
+  if (!s) {
+    *out = &sim->dev[device].default_stream;
+    return CACHALOT_OK;
+  }
+  return live_stream_locked(sim, s, out);
+}
+
+/* The capture id a stream shows: 0 when it takes part in no capture, and also (as CUDA does) when its
+ * capture has been invalidated. */
+static uint64_t shown_capture_id(const struct sim_stream *st) {
+  return st->capture && !st->capture->invalidated ? st->capture->id : 0;
+}
+
+/* CUDA's messages for the capture errors the simulation reproduces. */
+static const char MSG_UNSUPPORTED[] = "operation not permitted when stream is capturing";
+static const char MSG_INVALIDATED[] = "operation failed due to a previous error during capture";
+
+/* A misuse during a capture breaks it, as in CUDA: it stays underway (and keeps prohibiting unsafe calls)
+ * until its origin stream ends it, which then fails with no graph. */
+static void capture_invalidate_locked(struct sim_capture *c) { c->invalidated = true; }
 
 /* CUDA's rule for calls that may synchronize (cudaMalloc, cudaFree) while a capture is underway; see the
  * comment at the top of the file. */
@@ -198,10 +302,8 @@ static bool unsafe_call_prohibited_locked(struct sim_backend *sim) {
   if (sim->strict_captures == 0)
     return false;
   pthread_t self = pthread_self();
-  struct sim_stream *st, *tmp;
-  HASH_ITER(hh, sim->streams, st, tmp) {
-    if (st->capture_id != 0 && st->capture_mode != CACHALOT_CAPTURE_RELAXED &&
-        pthread_equal(st->capture_thread, self))
+  for (const struct sim_capture *c = sim->captures; c; c = c->next) {
+    if (c->mode != CACHALOT_CAPTURE_RELAXED && pthread_equal(c->thread, self))
       return true;
   }
   return false;
@@ -376,10 +478,10 @@ static cachalot_status sim_stream_check(cachalot_backend *b, cachalot_stream s) 
   if (!s)
     return CACHALOT_OK;
   sim_lock(sim);
-  bool known = find_stream_locked(sim, s) != NULL;
+  struct sim_stream *stream = NULL;
+  cachalot_status st = live_stream_locked(sim, s, &stream);
   sim_unlock(sim);
-  return known ? CACHALOT_OK
-               : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+  return st;
 }
 
 static cachalot_status sim_event_record(cachalot_backend *b, int device, cachalot_stream s, cl_event **out) {
@@ -393,9 +495,12 @@ static cachalot_status sim_event_record(cachalot_backend *b, int device, cachalo
 
   sim_lock(sim);
   /* A stream of another device is fine: the event goes on that stream's own device, as with CUDA. */
-  struct sim_stream *stream = s ? find_stream_locked(sim, s) : &sim->dev[device].default_stream;
-  if (!stream) {
-    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+  struct sim_stream *stream = NULL;
+  st = resolve_any_stream_locked(sim, device, s, &stream);
+  if (st != CACHALOT_OK)
+    goto out;
+  if (stream->capture && stream->capture->invalidated) {
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated event record: %s", MSG_INVALIDATED);
     goto out;
   }
   if (sim->fail_events > 0) {
@@ -409,7 +514,7 @@ static cachalot_status sim_event_record(cachalot_backend *b, int device, cachalo
     goto out;
   }
   ev->stream = stream;
-  ev->captured = stream->capture_id != 0;
+  ev->captured = stream->capture != NULL;
   if (ev->captured) {
     /* Recording into a capture adds a graph node, not device work: the stream's numbering is untouched. */
     ev->seq = stream->submitted;
@@ -501,8 +606,9 @@ static cachalot_status sim_stream_capture_info(cachalot_backend *b, int device, 
   struct sim_stream *stream = NULL;
   st = resolve_stream_locked(sim, device, s, &stream);
   if (st == CACHALOT_OK) {
-    *capturing = stream->capture_id != 0;
-    *capture_id = stream->capture_id;
+    /* An invalidated capture counts as capturing with id 0, as cudaStreamGetCaptureInfo reports it. */
+    *capturing = stream->capture != NULL;
+    *capture_id = shown_capture_id(stream);
   }
   sim_unlock(sim);
   return st;
@@ -525,11 +631,625 @@ static cachalot_status sim_capture_mode_exchange(cachalot_backend *b, cachalot_c
   return CACHALOT_OK;
 }
 
+/* ---- captures and graphs ---- */
+
+/* Room for `need` elements of `elem` bytes in the array `p` of capacity *cap, where need > *cap: the
+ * (possibly moved) array, or NULL on host OOM with `p` untouched. */
+static void *grow_array(void *p, size_t *cap, size_t need, size_t elem) {
+  size_t n = *cap ? *cap : 8;
+  while (n < need) {
+    if (n > SIZE_MAX / 2)
+      return NULL;
+    n *= 2;
+  }
+  if (n > SIZE_MAX / elem)
+    return NULL;
+  void *q = realloc(p, n * elem);
+  if (q)
+    *cap = n;
+  return q;
+}
+
+static bool reserve_deps(struct sim_stream *st, size_t need) {
+  if (need <= st->cap_deps)
+    return true;
+  size_t *q = grow_array(st->deps, &st->cap_deps, need, sizeof *q);
+  if (q)
+    st->deps = q;
+  return q != NULL;
+}
+
+static cachalot_status host_oom(const char *fn) {
+  return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", fn);
+}
+
+/* Ends capture `c` whatever its state: every member leaves it, and the counters and the capture list
+ * forget it. Its node arrays are freed unless they were moved to a graph (set to NULL) first. */
+static void capture_finish_locked(struct sim_backend *sim, struct sim_capture *c) {
+  for (size_t i = 0; i < c->n_members; i++) {
+    c->members[i]->capture = NULL;
+    c->members[i]->n_deps = 0;
+  }
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    sim->captures = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  if (c->mode == CACHALOT_CAPTURE_GLOBAL)
+    sim->global_captures--;
+  if (c->mode != CACHALOT_CAPTURE_RELAXED)
+    sim->strict_captures--;
+  free(c->members);
+  free(c->kinds);
+  free(c->edges);
+  free(c);
+}
+
+/* Shared by the capture_begin op and cachalot_sim_capture_begin; `stream` is a live created stream. */
+static cachalot_status capture_begin_locked(struct sim_backend *sim, struct sim_stream *stream,
+                                            cachalot_capture_mode mode, const char *fn) {
+  if (stream->capture)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "%s: stream 0x%" PRIxPTR " is already capturing (capture %" PRIu64 ")", fn,
+                   (uintptr_t)stream->key, stream->capture->id);
+  struct sim_capture *c = calloc(1, sizeof *c);
+  struct sim_stream **members = malloc(4 * sizeof *members);
+  if (!c || !members) {
+    free(c);
+    free(members);
+    return host_oom(fn);
+  }
+  c->id = sim->next_capture_id++;
+  c->origin = stream;
+  c->mode = mode;
+  c->thread = pthread_self();
+  c->members = members;
+  c->members[0] = stream;
+  c->n_members = 1;
+  c->cap_members = 4;
+  c->next = sim->captures;
+  if (sim->captures)
+    sim->captures->prev = c;
+  sim->captures = c;
+  if (mode == CACHALOT_CAPTURE_GLOBAL)
+    sim->global_captures++;
+  if (mode != CACHALOT_CAPTURE_RELAXED)
+    sim->strict_captures++;
+  stream->capture = c;
+  stream->n_deps = 0;
+  return CACHALOT_OK;
+}
+
+/* Whether every node of `c` is one the origin stream depends on, or an ancestor of one: CUDA's rule that
+ * each fork is joined back into the origin stream before the capture ends. Relies on the edges being
+ * sorted by `to` (a node's incoming edges are added with the node). False on host OOM. */
+static bool capture_joined(const struct sim_capture *c, bool *joined, size_t *unjoined) {
+  size_t n = c->n_nodes;
+  *joined = true;
+  *unjoined = 0;
+  if (n == 0)
+    return true;
+  size_t *first_in = malloc((n + 1) * sizeof *first_in);
+  size_t *stack = malloc(n * sizeof *stack);
+  unsigned char *seen = calloc(n, 1);
+  if (!first_in || !stack || !seen) {
+    free(first_in);
+    free(stack);
+    free(seen);
+    return false;
+  }
+  size_t e = 0;
+  for (size_t v = 0; v <= n; v++) {
+    while (e < c->n_edges && c->edges[e].to < v)
+      e++;
+    first_in[v] = e; /* the edges into v are [first_in[v], first_in[v + 1]) */
+  }
+  size_t top = 0, reached = 0;
+  const struct sim_stream *o = c->origin;
+  for (size_t i = 0; i < o->n_deps; i++) {
+    if (!seen[o->deps[i]]) {
+      seen[o->deps[i]] = 1;
+      stack[top++] = o->deps[i];
+    }
+  }
+  while (top > 0) {
+    size_t v = stack[--top];
+    reached++;
+    for (size_t k = first_in[v]; k < first_in[v + 1]; k++) {
+      size_t u = c->edges[k].from;
+      if (!seen[u]) {
+        seen[u] = 1;
+        stack[top++] = u;
+      }
+    }
+  }
+  free(first_in);
+  free(stack);
+  free(seen);
+  *joined = reached == n;
+  *unjoined = n - reached;
+  return true;
+}
+
+/* Shared by the capture_end op and cachalot_sim_capture_end (graph == NULL: the graph is dropped). */
+static cachalot_status capture_end_locked(struct sim_backend *sim, struct sim_stream *stream, const char *fn,
+                                          struct cl_graph **graph, size_t *n_nodes) {
+  struct sim_capture *c = stream->capture;
+  if (!c)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: stream 0x%" PRIxPTR " is not capturing", fn,
+                   (uintptr_t)stream->key);
+  if (c->origin != stream) {
+    /* cudaErrorStreamCaptureUnmatched, which also invalidates the capture (seen on CUDA 13). */
+    capture_invalidate_locked(c);
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "%s: capture was not initiated in this stream (stream 0x%" PRIxPTR
+                   " joined capture %" PRIu64 " of stream 0x%" PRIxPTR "); the capture is now invalidated",
+                   fn, (uintptr_t)stream->key, c->id, (uintptr_t)c->origin->key);
+  }
+  uint64_t id = c->id;
+  if (c->mode != CACHALOT_CAPTURE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
+    /* cudaErrorStreamCaptureWrongThread, which also ends the capture (seen on CUDA 13). */
+    capture_finish_locked(sim, c);
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "%s: capture %" PRIu64 " must be ended by the thread that began it; it is ended, with no graph",
+                   fn, id);
+  }
+  if (c->invalidated) {
+    capture_finish_locked(sim, c);
+    return cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s (capture %" PRIu64 " was invalidated; no graph)", fn,
+                   MSG_INVALIDATED, id);
+  }
+  bool joined = true;
+  size_t unjoined = 0;
+  if (!capture_joined(c, &joined, &unjoined))
+    return host_oom(fn); /* the capture stays underway */
+  if (!joined) {
+    size_t total = c->n_nodes;
+    capture_finish_locked(sim, c);
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "%s: capture sequence contains a fork that was not joined to the primary stream (%zu of the "
+                   "%zu nodes of capture %" PRIu64 " are not waited on by stream 0x%" PRIxPTR
+                   "); it is ended, with no graph",
+                   fn, unjoined, total, id, (uintptr_t)stream->key);
+  }
+  if (graph) {
+    struct cl_graph *g = calloc(1, sizeof *g);
+    if (!g)
+      return host_oom(fn); /* the capture stays underway */
+    g->capture_id = id;
+    g->n_nodes = c->n_nodes;
+    g->kinds = c->kinds;
+    g->edges = c->edges;
+    g->n_edges = c->n_edges;
+    c->kinds = NULL;
+    c->edges = NULL;
+    g->next = sim->graphs;
+    if (sim->graphs)
+      sim->graphs->prev = g;
+    sim->graphs = g;
+    *graph = g;
+    *n_nodes = g->n_nodes;
+  }
+  capture_finish_locked(sim, c);
+  return CACHALOT_OK;
+}
+
+/* Adds a node of `kind` to the capture of `st` (capturing, not invalidated), depending on every node
+ * `st` depends on; `st` then depends on the new node alone. Nothing changes on host OOM. */
+static cachalot_status capture_add_node_locked(struct sim_stream *st, enum sim_node_kind kind, const char *fn) {
+  struct sim_capture *c = st->capture;
+  if (c->n_nodes + 1 > c->cap_nodes) {
+    unsigned char *q = grow_array(c->kinds, &c->cap_nodes, c->n_nodes + 1, sizeof *q);
+    if (!q)
+      return host_oom(fn);
+    c->kinds = q;
+  }
+  if (c->n_edges + st->n_deps > c->cap_edges) {
+    struct sim_edge *q = grow_array(c->edges, &c->cap_edges, c->n_edges + st->n_deps, sizeof *q);
+    if (!q)
+      return host_oom(fn);
+    c->edges = q;
+  }
+  if (!reserve_deps(st, 1))
+    return host_oom(fn);
+  size_t id = c->n_nodes++;
+  c->kinds[id] = (unsigned char)kind;
+  for (size_t i = 0; i < st->n_deps; i++)
+    c->edges[c->n_edges++] = (struct sim_edge){st->deps[i], id};
+  st->deps[0] = id;
+  st->n_deps = 1;
+  return CACHALOT_OK;
+}
+
+/* One work item on `st`: a node of its capture, or the stream's next number. */
+static cachalot_status enqueue_locked(struct sim_backend *sim, struct sim_stream *st, enum sim_node_kind kind,
+                                      const char *fn) {
+  if (st->capture) {
+    if (st->capture->invalidated)
+      return cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s", fn, MSG_INVALIDATED);
+    return capture_add_node_locked(st, kind, fn);
+  }
+  st->submitted++;
+  if (sim->complete_immediately)
+    st->completed = st->submitted;
+  return CACHALOT_OK;
+}
+
+static cachalot_status sim_capture_begin(cachalot_backend *b, int device, cachalot_stream s,
+                                         cachalot_capture_mode mode) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated capture begin");
+  if (st != CACHALOT_OK)
+    return st;
+  if (!s)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
+  if (!valid_mode(mode))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture begin: invalid capture mode %d", (int)mode);
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_stream_locked(sim, device, s, &stream);
+  if (st == CACHALOT_OK)
+    st = capture_begin_locked(sim, stream, mode, "simulated capture begin");
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status sim_capture_end(cachalot_backend *b, int device, cachalot_stream s, cl_graph **graph,
+                                       size_t *n_nodes) {
+  struct sim_backend *sim = sim_of(b);
+  if (graph)
+    *graph = NULL;
+  if (n_nodes)
+    *n_nodes = 0;
+  if (!graph || !n_nodes)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture end: NULL output");
+  cachalot_status st = sim_check_device(sim, device, "simulated capture end");
+  if (st != CACHALOT_OK)
+    return st;
+  if (!s)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_stream_locked(sim, device, s, &stream);
+  if (st == CACHALOT_OK)
+    st = capture_end_locked(sim, stream, "simulated capture end", graph, n_nodes);
+  sim_unlock(sim);
+  return st;
+}
+
+static bool graph_known_locked(const struct sim_backend *sim, const struct cl_graph *g) {
+  for (const struct cl_graph *x = sim->graphs; x; x = x->next)
+    if (x == g)
+      return true;
+  return false;
+}
+
+static bool exec_known_locked(const struct sim_backend *sim, const struct cl_graph_exec *e) {
+  for (const struct cl_graph_exec *x = sim->execs; x; x = x->next)
+    if (x == e)
+      return true;
+  return false;
+}
+
+static cachalot_status sim_graph_instantiate(cachalot_backend *b, int device, cl_graph *g, cl_graph_exec **exec) {
+  struct sim_backend *sim = sim_of(b);
+  if (!exec)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph instantiate: exec is NULL");
+  *exec = NULL;
+  cachalot_status st = sim_check_device(sim, device, "simulated graph instantiate");
+  if (st != CACHALOT_OK)
+    return st;
+  struct cl_graph_exec *e = calloc(1, sizeof *e);
+  if (!e)
+    return host_oom("simulated graph instantiate");
+  sim_lock(sim);
+  if (!g || !graph_known_locked(sim, g)) {
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph instantiate: %p is not a live simulated graph",
+                 (void *)g);
+    free(e);
+  } else {
+    e->n_nodes = g->n_nodes;
+    e->next = sim->execs;
+    if (sim->execs)
+      sim->execs->prev = e;
+    sim->execs = e;
+    *exec = e;
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status sim_graph_launch(cachalot_backend *b, int device, cl_graph_exec *e, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated graph launch");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  if (!e || !exec_known_locked(sim, e)) {
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
+                 "simulated graph launch: %p is not a live simulated graph instance", (void *)e);
+  } else if ((st = resolve_stream_locked(sim, device, s, &stream)) != CACHALOT_OK) {
+    /* failed */
+  } else if (stream->capture) {
+    /* cudaGraphLaunch into a capture is refused and invalidates it (seen on CUDA 13). */
+    capture_invalidate_locked(stream->capture);
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated graph launch: %s (the capture is now invalidated)",
+                 MSG_UNSUPPORTED);
+  } else {
+    stream->submitted += e->n_nodes;
+    if (sim->complete_immediately)
+      stream->completed = stream->submitted;
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+static void sim_graph_destroy(cachalot_backend *b, cl_graph *g) {
+  struct sim_backend *sim = sim_of(b);
+  if (!g)
+    return;
+  sim_lock(sim);
+  /* An unknown handle (destroyed twice, or not ours) is ignored rather than freed. */
+  if (graph_known_locked(sim, g)) {
+    if (g->prev)
+      g->prev->next = g->next;
+    else
+      sim->graphs = g->next;
+    if (g->next)
+      g->next->prev = g->prev;
+    free(g->kinds);
+    free(g->edges);
+    free(g);
+  }
+  sim_unlock(sim);
+}
+
+static void sim_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e) {
+  struct sim_backend *sim = sim_of(b);
+  if (!e)
+    return;
+  sim_lock(sim);
+  if (exec_known_locked(sim, e)) {
+    if (e->prev)
+      e->prev->next = e->next;
+    else
+      sim->execs = e->next;
+    if (e->next)
+      e->next->prev = e->prev;
+    free(e);
+  }
+  sim_unlock(sim);
+}
+
+/* The DOT file: one line per node ("n3 [label=\"kernel\"];"), then one per edge ("n0 -> n3;"). */
+static cachalot_status sim_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path) {
+  struct sim_backend *sim = sim_of(b);
+  if (!path)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: path is NULL");
+  sim_lock(sim);
+  cachalot_status st = CACHALOT_OK;
+  if (!g || !graph_known_locked(sim, g)) {
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: %p is not a live simulated graph",
+                 (void *)g);
+    goto out;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    int err = errno;
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: cannot open '%s' for writing: %s",
+                 path, strerror(err));
+    goto out;
+  }
+  fprintf(f, "digraph cachalot_sim_graph {\n");
+  fprintf(f, "  label=\"capture %" PRIu64 ", %zu nodes\";\n", g->capture_id, g->n_nodes);
+  for (size_t i = 0; i < g->n_nodes; i++)
+    fprintf(f, "  n%zu [label=\"%s\"];\n", i, g->kinds[i] == SIM_NODE_MEMCPY ? "memcpy" : "kernel");
+  for (size_t i = 0; i < g->n_edges; i++)
+    fprintf(f, "  n%zu -> n%zu;\n", g->edges[i].from, g->edges[i].to);
+  fprintf(f, "}\n");
+  int werr = ferror(f) ? (errno ? errno : EIO) : 0;
+  if (fclose(f) != 0 && !werr)
+    werr = errno ? errno : EIO;
+  if (werr)
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: writing '%s' failed: %s", path,
+                 strerror(werr));
+out:
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status sim_memcpy_async(cachalot_backend *b, int device, void *dst, const void *src, size_t n,
+                                        cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated memcpy");
+  if (st != CACHALOT_OK)
+    return st;
+  if (n > 0 && (!dst || !src))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated memcpy: %s is NULL for %zu bytes",
+                   !dst ? "dst" : "src", n);
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_stream_locked(sim, device, s, &stream);
+  /* Nothing is copied: the addresses are fake. A copy of 0 bytes is no work and no node, as in CUDA. */
+  if (st == CACHALOT_OK && n > 0)
+    st = enqueue_locked(sim, stream, SIM_NODE_MEMCPY, "simulated memcpy");
+  sim_unlock(sim);
+  return st;
+}
+
+/* Adds the dependencies of `s` to those of `waiter` (both in the same capture), without duplicates. */
+static cachalot_status deps_union_locked(struct sim_stream *waiter, const struct sim_stream *s, const char *fn) {
+  if (waiter == s)
+    return CACHALOT_OK;
+  if (!reserve_deps(waiter, waiter->n_deps + s->n_deps))
+    return host_oom(fn);
+  size_t n = waiter->n_deps;
+  for (size_t i = 0; i < s->n_deps; i++) {
+    bool have = false;
+    for (size_t j = 0; j < n && !have; j++)
+      have = waiter->deps[j] == s->deps[i];
+    if (!have)
+      waiter->deps[waiter->n_deps++] = s->deps[i];
+  }
+  return CACHALOT_OK;
+}
+
+/* See the comment at the top of the file and the ops table entry. During a capture this is CUDA's event
+ * record on `s` + wait on `waiter`; outside one it only checks its arguments: the simulation does not make
+ * the waiter's completion wait for `s` (the caller completes streams, and may complete `s` first). */
+static cachalot_status sim_stream_wait(cachalot_backend *b, int device, cachalot_stream waiter, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  static const char fn[] = "simulated stream wait";
+  cachalot_status st = sim_check_device(sim, device, fn);
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_stream *w = NULL, *src = NULL;
+  if ((st = resolve_any_stream_locked(sim, device, waiter, &w)) != CACHALOT_OK ||
+      (st = resolve_any_stream_locked(sim, device, s, &src)) != CACHALOT_OK)
+    goto out;
+  struct sim_capture *cs = src->capture, *cw = w->capture;
+  if (cs && cs->invalidated) {
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "%s: recording on the waited stream: %s", fn, MSG_INVALIDATED);
+  } else if (cw && cw->invalidated) {
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s", fn, MSG_INVALIDATED);
+  } else if (cs && !cw) {
+    /* A fork: the waiter joins the capture of `s`, depending on what `s` depends on. */
+    if (w == &sim->dev[w->device].default_stream) {
+      st = cl_fail(CACHALOT_ERROR_DEVICE, "%s: the default stream cannot join capture %" PRIu64 ": %s", fn, cs->id,
+                   MSG_UNSUPPORTED);
+    } else if (cs->n_members + 1 > cs->cap_members) {
+      struct sim_stream **q = grow_array(cs->members, &cs->cap_members, cs->n_members + 1, sizeof *q);
+      if (q)
+        cs->members = q;
+      else
+        st = host_oom(fn);
+    }
+    if (st == CACHALOT_OK && !reserve_deps(w, src->n_deps))
+      st = host_oom(fn);
+    if (st == CACHALOT_OK) {
+      cs->members[cs->n_members++] = w;
+      w->capture = cs;
+      if (src->n_deps > 0)
+        memcpy(w->deps, src->deps, src->n_deps * sizeof *w->deps);
+      w->n_deps = src->n_deps;
+    }
+  } else if (cs && cw == cs) {
+    /* A join (or a further fork) inside one capture. */
+    st = deps_union_locked(w, src, fn);
+  } else if (cs && cw) {
+    /* cudaErrorStreamCaptureMerge, which invalidates both captures (seen on CUDA 13). */
+    capture_invalidate_locked(cs);
+    capture_invalidate_locked(cw);
+    st = cl_fail(CACHALOT_ERROR_DEVICE,
+                 "%s: operation would have resulted in a merge of two independent capture sequences (captures %" PRIu64
+                 " and %" PRIu64 " are now invalidated)",
+                 fn, cw->id, cs->id);
+  } else if (cw) {
+    /* cudaErrorStreamCaptureIsolation, which invalidates the capture (seen on CUDA 13). */
+    capture_invalidate_locked(cw);
+    st = cl_fail(CACHALOT_ERROR_DEVICE,
+                 "%s: dependency created on uncaptured work in another stream (capture %" PRIu64
+                 " is now invalidated)",
+                 fn, cw->id);
+  }
+  /* else: neither captures; see the comment above. */
+out:
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status stream_create_impl(struct sim_backend *sim, int device, cachalot_stream *out,
+                                          const char *fn) {
+  struct sim_stream *stream = calloc(1, sizeof *stream);
+  if (!stream)
+    return host_oom(fn);
+  stream->key = stream;
+  stream->device = device;
+  bool oom = false;
+  sim_lock(sim);
+  HASH_ADD_PTR(sim->streams, key, stream);
+  sim_unlock(sim);
+  if (oom) {
+    free(stream);
+    return host_oom(fn);
+  }
+  *out = (cachalot_stream)(void *)stream;
+  return CACHALOT_OK;
+}
+
+static cachalot_status sim_stream_create(cachalot_backend *b, int device, cachalot_stream *out) {
+  struct sim_backend *sim = sim_of(b);
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated stream create: out is NULL");
+  *out = NULL;
+  cachalot_status st = sim_check_device(sim, device, "simulated stream create");
+  if (st != CACHALOT_OK)
+    return st;
+  return stream_create_impl(sim, device, out, "simulated stream create");
+}
+
+/* The stream is only marked destroyed (see struct sim_stream): its events stay valid and keep completing
+ * as the caller completes work. Destroying a capture's origin abandons the capture; a destroyed joined
+ * stream stays in its capture, whose end then still needs the stream's nodes joined (as CUDA does). */
+static void sim_stream_destroy(cachalot_backend *b, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  if (!s)
+    return;
+  sim_lock(sim);
+  struct sim_stream *stream = find_stream_locked(sim, s);
+  if (stream && !stream->destroyed) {
+    stream->destroyed = true;
+    if (stream->capture && stream->capture->origin == stream)
+      capture_finish_locked(sim, stream->capture);
+  }
+  sim_unlock(sim);
+}
+
+static cachalot_status sim_stream_sync(cachalot_backend *b, int device, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated stream sync");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_stream_locked(sim, device, s, &stream);
+  if (st == CACHALOT_OK) {
+    if (stream->capture) {
+      /* cudaStreamSynchronize of a capturing stream is refused and invalidates it (seen on CUDA 13). */
+      capture_invalidate_locked(stream->capture);
+      st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated stream sync: %s (the capture is now invalidated)",
+                   MSG_UNSUPPORTED);
+    } else {
+      stream->completed = stream->submitted;
+    }
+  }
+  sim_unlock(sim);
+  return st;
+}
+
 static void sim_destroy(cachalot_backend *b) {
   struct sim_backend *sim = sim_of(b);
+  while (sim->captures)
+    capture_finish_locked(sim, sim->captures);
+  while (sim->graphs) {
+    struct cl_graph *next = sim->graphs->next;
+    free(sim->graphs->kinds);
+    free(sim->graphs->edges);
+    free(sim->graphs);
+    sim->graphs = next;
+  }
+  while (sim->execs) {
+    struct cl_graph_exec *next = sim->execs->next;
+    free(sim->execs);
+    sim->execs = next;
+  }
   struct sim_stream *st, *stmp;
   HASH_ITER(hh, sim->streams, st, stmp) {
     HASH_DEL(sim->streams, st);
+    free(st->deps);
     free(st);
   }
   struct sim_alloc *a, *atmp;
@@ -558,6 +1278,18 @@ static const cl_backend_ops sim_ops = {
     .stream_check = sim_stream_check,
     .stream_capture_info = sim_stream_capture_info,
     .capture_mode_exchange = sim_capture_mode_exchange,
+    .capture_begin = sim_capture_begin,
+    .capture_end = sim_capture_end,
+    .graph_instantiate = sim_graph_instantiate,
+    .graph_launch = sim_graph_launch,
+    .graph_destroy = sim_graph_destroy,
+    .graph_exec_destroy = sim_graph_exec_destroy,
+    .graph_debug_dot = sim_graph_debug_dot,
+    .memcpy_async = sim_memcpy_async,
+    .stream_wait = sim_stream_wait,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_sync = sim_stream_sync,
     .destroy = sim_destroy,
 };
 
@@ -607,22 +1339,7 @@ cachalot_status cachalot_sim_stream_create(cachalot_backend *b, int device, cach
   st = sim_check_device(sim, device, "cachalot_sim_stream_create");
   if (st != CACHALOT_OK)
     return st;
-
-  struct sim_stream *stream = calloc(1, sizeof *stream);
-  if (!stream)
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_sim_stream_create: host out of memory");
-  stream->key = stream;
-  stream->device = device;
-  bool oom = false;
-  sim_lock(sim);
-  HASH_ADD_PTR(sim->streams, key, stream);
-  sim_unlock(sim);
-  if (oom) {
-    free(stream);
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_sim_stream_create: host out of memory");
-  }
-  *out = (cachalot_stream)(void *)stream;
-  return CACHALOT_OK;
+  return stream_create_impl(sim, device, out, "cachalot_sim_stream_create");
 }
 
 cachalot_status cachalot_sim_stream_complete(cachalot_backend *b, cachalot_stream s) {
@@ -716,23 +1433,12 @@ cachalot_status cachalot_sim_capture_begin(cachalot_backend *b, cachalot_stream 
                    (int)mode);
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
-  struct sim_stream *stream = find_stream_locked(sim, s);
-  if (!stream) {
-    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                 "cachalot_sim_capture_begin: unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
-  } else if (stream->capture_id != 0) {
-    st = cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                 "cachalot_sim_capture_begin: stream 0x%" PRIxPTR " is already capturing (capture %" PRIu64 ")",
-                 handle_bits(s), stream->capture_id);
-  } else {
-    stream->capture_id = sim->next_capture_id++;
-    stream->capture_mode = mode;
-    stream->capture_thread = pthread_self();
-    if (mode == CACHALOT_CAPTURE_GLOBAL)
-      sim->global_captures++;
-    if (mode != CACHALOT_CAPTURE_RELAXED)
-      sim->strict_captures++;
-  }
+  struct sim_stream *stream = NULL;
+  st = live_stream_locked(sim, s, &stream);
+  if (st != CACHALOT_OK)
+    cl_error_prefix("cachalot_sim_capture_begin: ");
+  else
+    st = capture_begin_locked(sim, stream, mode, "cachalot_sim_capture_begin");
   sim_unlock(sim);
   return st;
 }
@@ -745,26 +1451,56 @@ cachalot_status cachalot_sim_capture_end(cachalot_backend *b, cachalot_stream s)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
-  struct sim_stream *stream = find_stream_locked(sim, s);
-  if (!stream) {
-    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                 "cachalot_sim_capture_end: unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
-  } else if (stream->capture_id == 0) {
-    st = cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                 "cachalot_sim_capture_end: stream 0x%" PRIxPTR " is not capturing", handle_bits(s));
-  } else if (stream->capture_mode != CACHALOT_CAPTURE_RELAXED &&
-             !pthread_equal(stream->capture_thread, pthread_self())) {
-    /* cudaStreamEndCapture's cudaErrorStreamCaptureWrongThread. */
-    st = cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                 "cachalot_sim_capture_end: capture %" PRIu64 " must be ended by the thread that began it",
-                 stream->capture_id);
-  } else {
-    if (stream->capture_mode == CACHALOT_CAPTURE_GLOBAL)
-      sim->global_captures--;
-    if (stream->capture_mode != CACHALOT_CAPTURE_RELAXED)
-      sim->strict_captures--;
-    stream->capture_id = 0;
-  }
+  struct sim_stream *stream = NULL;
+  st = live_stream_locked(sim, s, &stream);
+  if (st != CACHALOT_OK)
+    cl_error_prefix("cachalot_sim_capture_end: ");
+  else
+    st = capture_end_locked(sim, stream, "cachalot_sim_capture_end", NULL, NULL);
+  sim_unlock(sim);
+  return st;
+}
+
+/* The stream a public control names: NULL is device 0's default stream; a destroyed stream is still
+ * named (its work can still be inspected). */
+static cachalot_status public_stream_locked(struct sim_backend *sim, cachalot_stream s, const char *fn,
+                                            struct sim_stream **out) {
+  *out = s ? find_stream_locked(sim, s) : &sim->dev[0].default_stream;
+  if (!*out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: unknown simulated stream 0x%" PRIxPTR, fn, handle_bits(s));
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_sim_launch(cachalot_backend *b, cachalot_stream s) {
+  cachalot_status st = sim_check(b, "cachalot_sim_launch");
+  if (st != CACHALOT_OK)
+    return st;
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = public_stream_locked(sim, s, "cachalot_sim_launch", &stream);
+  if (st == CACHALOT_OK && stream->destroyed)
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_sim_launch: simulated stream 0x%" PRIxPTR " was destroyed",
+                 handle_bits(s));
+  if (st == CACHALOT_OK)
+    st = enqueue_locked(sim, stream, SIM_NODE_KERNEL, "cachalot_sim_launch");
+  sim_unlock(sim);
+  return st;
+}
+
+cachalot_status cachalot_sim_stream_submitted(cachalot_backend *b, cachalot_stream s, uint64_t *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_sim_stream_submitted: out is NULL");
+  *out = 0;
+  cachalot_status st = sim_check(b, "cachalot_sim_stream_submitted");
+  if (st != CACHALOT_OK)
+    return st;
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = public_stream_locked(sim, s, "cachalot_sim_stream_submitted", &stream);
+  if (st == CACHALOT_OK)
+    *out = stream->submitted;
   sim_unlock(sim);
   return st;
 }
