@@ -43,3 +43,43 @@ extern "C" long long cl_test_verify(const void *p, size_t bytes, uint32_t patter
     return -1;
   return (long long)host;
 }
+
+// y[i] = a * x[i] + b, over floats.
+__global__ void axpb_kernel(float *y, const float *x, size_t n, float a, float b) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = a * x[i] + b;
+}
+
+extern "C" int cl_test_axpb(float *y, const float *x, size_t n, float a, float b, cudaStream_t s) {
+  unsigned blocks = (unsigned)((n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024);
+  axpb_kernel<<<blocks, 256, 0, s>>>(y, x, n, a, b);
+  return (int)cudaGetLastError();
+}
+
+// A counter-based generator: out[i] = hash(seed, offset + i), with the offset either a value (eager) or
+// read from device memory plus a captured increment (graph mode, as PyTorch's philox offsets are).
+__device__ uint32_t cl_hash(uint64_t seed, uint64_t ctr) {
+  uint64_t z = seed ^ (ctr * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (uint32_t)(z ^ (z >> 31));
+}
+
+__global__ void rng_kernel(uint32_t *out, size_t n, uint64_t seed, uint64_t offset, const uint64_t *offset_ptr) {
+  uint64_t base = offset_ptr ? *offset_ptr + offset : offset;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = cl_hash(seed, base + i);
+}
+
+__global__ void set_u64_kernel(uint64_t *p, uint64_t v) { *p = v; }
+
+extern "C" int cl_test_rng(uint32_t *out, size_t n, uint64_t seed, uint64_t offset, const uint64_t *offset_ptr,
+                           cudaStream_t s) {
+  rng_kernel<<<64, 256, 0, s>>>(out, n, seed, offset, offset_ptr);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cl_test_set_u64(uint64_t *p, uint64_t v, cudaStream_t s) {
+  set_u64_kernel<<<1, 1, 0, s>>>(p, v);
+  return (int)cudaGetLastError();
+}
