@@ -137,12 +137,7 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
       return rc;
     }
   }
-  const bool small = b->seg->small;
-  cachalot_device_stats *st = &d->stats;
-  cl_stat_array_add(st->allocation, small, -1);
-  cl_stat_array_add(st->allocated_bytes, small, -(int64_t)b->size);
-  if (b->size >= d->cfg.max_split_size)
-    cl_stat_dec(&st->oversize_allocations, 1);
+  cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
   pthread_mutex_unlock(&d->lock);

@@ -271,6 +271,24 @@ static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) 
     cl_stat_dec(&arr[k], -n);
   }
 }
+/* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
+static inline void cl_stats_hand_out(cachalot_device_stats *st, const cl_config *c, bool small, size_t size,
+                                     size_t requested) {
+  cl_stat_array_add(st->allocation, small, 1);
+  cl_stat_array_add(st->allocated_bytes, small, (int64_t)size);
+  cl_stat_array_add(st->active, small, 1);
+  cl_stat_array_add(st->active_bytes, small, (int64_t)size);
+  cl_stat_array_add(st->requested_bytes, small, (int64_t)requested);
+  if (size >= c->max_split_size)
+    cl_stat_inc(&st->oversize_allocations, 1);
+}
+/* free() of a block: the allocation stats drop at once (active ones only when it is really free). */
+static inline void cl_stats_free_called(cachalot_device_stats *st, const cl_config *c, bool small, size_t size) {
+  cl_stat_array_add(st->allocation, small, -1);
+  cl_stat_array_add(st->allocated_bytes, small, -(int64_t)size);
+  if (size >= c->max_split_size)
+    cl_stat_dec(&st->oversize_allocations, 1);
+}
 /* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
 void cl_stats_recount_oversize_locked(cl_device *d);
 

@@ -164,13 +164,7 @@ static cachalot_status hand_out_locked(cl_device *d, cl_block *b, size_t size, s
   b->requested = requested;
   b->n_uses = 0;
   b->event_count = 0;
-  cl_stat_array_add(st->allocation, small, 1);
-  cl_stat_array_add(st->allocated_bytes, small, (int64_t)b->size);
-  cl_stat_array_add(st->active, small, 1);
-  cl_stat_array_add(st->active_bytes, small, (int64_t)b->size);
-  cl_stat_array_add(st->requested_bytes, small, (int64_t)requested);
-  if (b->size >= d->cfg.max_split_size)
-    cl_stat_inc(&st->oversize_allocations, 1);
+  cl_stats_hand_out(st, &d->cfg, small, b->size, requested);
   return CACHALOT_OK;
 }
 

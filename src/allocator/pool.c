@@ -289,14 +289,18 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 
 /* Gives an ALLOCATED block back as free() would with no stream uses. */
 static void free_allocated_locked(cl_device *d, cl_block *b) {
-  cachalot_device_stats *st = &d->stats;
-  const bool small = b->seg->small;
-  cl_stat_array_add(st->allocation, small, -1);
-  cl_stat_array_add(st->allocated_bytes, small, -(int64_t)b->size);
-  if (b->size >= d->cfg.max_split_size)
-    cl_stat_dec(&st->oversize_allocations, 1);
+  cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
   b->n_uses = 0;
   cl_free_block_locked(d, b);
+}
+
+/* Gives unused block metadata back. */
+static void drop_spares_locked(cl_device *d, cl_block *spare) {
+  while (spare) {
+    cl_block *b = spare;
+    spare = b->next;
+    cl_block_delete_locked(d, b);
+  }
 }
 
 /* Re-carves segment `s` (a single FREE block, in its index) into the blocks of `ss`, taking block
@@ -342,13 +346,7 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
     b->requested = bs->requested;
     b->n_uses = 0;
     b->event_count = 0;
-    cl_stat_array_add(st->allocation, small, 1);
-    cl_stat_array_add(st->allocated_bytes, small, (int64_t)b->size);
-    cl_stat_array_add(st->active, small, 1);
-    cl_stat_array_add(st->active_bytes, small, (int64_t)b->size);
-    cl_stat_array_add(st->requested_bytes, small, (int64_t)b->requested);
-    if (b->size >= d->cfg.max_split_size)
-      cl_stat_inc(&st->oversize_allocations, 1);
+    cl_stats_hand_out(st, &d->cfg, small, b->size, b->requested);
     ptrs[(*n_ptrs)++] = (void *)b->ptr;
   }
 }
@@ -442,11 +440,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   size_t n_out = 0;
   for (size_t i = 0; i < state->n_segments; i++)
     recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
-  while (spare) {
-    cl_block *b = spare;
-    spare = b->next;
-    cl_block_delete_locked(d, b);
-  }
+  drop_spares_locked(d, spare);
   pthread_mutex_unlock(&d->lock);
   free(targets);
   if (n_out == 0) {
@@ -457,11 +451,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   *n_ptrs = n_out;
   return CACHALOT_OK;
 fail:
-  while (spare) {
-    cl_block *b = spare;
-    spare = b->next;
-    cl_block_delete_locked(d, b);
-  }
+  drop_spares_locked(d, spare);
   pthread_mutex_unlock(&d->lock);
   free(out);
   free(targets);

@@ -2,34 +2,11 @@
  * kernels writing and checking the memory cachalot hands out. Exits 77 (skipped) without a usable GPU.
  *
  * The exact figures are SPEC.md's, the same the unit suite checks on the simulated device. */
-#include <cachalot/cachalot.h>
+#include "gpu_test.h"
 
-#include <cuda_runtime_api.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int cl_test_fill(void *p, size_t bytes, uint32_t pattern, long long spin_cycles, cudaStream_t s);
-long long cl_test_verify(const void *p, size_t bytes, uint32_t pattern, cudaStream_t s);
-
-#define MiB ((size_t)1 << 20)
-static int failures;
-static const char *current_test = "";
-
-#define EXPECT(cond, ...)                                                                                         \
-  do {                                                                                                           \
-    if (!(cond)) {                                                                                               \
-      failures++;                                                                                                \
-      printf("FAIL [%s] %s:%d: ", current_test, __FILE__, __LINE__);                                            \
-      printf(__VA_ARGS__);                                                                                       \
-      printf(" (cachalot: %s)\n", cachalot_last_error());                                                       \
-      return;                                                                                                    \
-    }                                                                                                            \
-  } while (0)
-#define OK(call) EXPECT((call) == CACHALOT_OK, "%s", #call)
-#define CHECKED(a) EXPECT(cachalot_check(a) == CACHALOT_OK, "cachalot_check")
 
 static cachalot_device_stats stats_of(cachalot_allocator *a, int dev) {
   cachalot_device_stats st;

@@ -1,34 +1,9 @@
 /* The gpu suite's graph half: real kernels captured into CUDA graphs on cachalot's private pools.
  * Exits 77 (skipped) without a usable GPU. */
-#include <cachalot/cachalot.h>
+#include "gpu_test.h"
 
-#include <cuda_runtime_api.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int cl_test_axpb(float *y, const float *x, size_t n, float a, float b, cudaStream_t s);
-int cl_test_rng(uint32_t *out, size_t n, uint64_t seed, uint64_t offset, const uint64_t *offset_ptr, cudaStream_t s);
-int cl_test_set_u64(uint64_t *p, uint64_t v, cudaStream_t s);
-
-#define MiB ((size_t)1 << 20)
-static int failures;
-static const char *current_test = "";
-
-#define EXPECT(cond, ...)                                                                                         \
-  do {                                                                                                           \
-    if (!(cond)) {                                                                                               \
-      failures++;                                                                                                \
-      printf("FAIL [%s] %s:%d: ", current_test, __FILE__, __LINE__);                                            \
-      printf(__VA_ARGS__);                                                                                       \
-      printf(" (cachalot: %s)\n", cachalot_last_error());                                                       \
-      return;                                                                                                    \
-    }                                                                                                            \
-  } while (0)
-#define OK(call) EXPECT((call) == CACHALOT_OK, "%s", #call)
-#define CUDA(call) EXPECT((call) == cudaSuccess, "%s: %s", #call, cudaGetErrorString(cudaGetLastError()))
-#define CHECKED(a) EXPECT(cachalot_check(a) == CACHALOT_OK, "cachalot_check")
 
 enum { N = 1 << 20 }; /* floats: 4 MiB buffers */
 
