@@ -15,5 +15,6 @@
 #include "stats.h"
 #include "pool.h"
 #include "graph.h"
+#include "snapshot.h"
 
 #endif

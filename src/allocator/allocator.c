@@ -176,6 +176,7 @@ static void free_device(cl_device *d) {
   }
   cl_pools_destroy_locked(d);
   free(d->deferred);
+  cl_trace_free_locked(d);
   for (size_t i = 0; i < d->n_chunks; i++)
     free(d->chunks[i]);
   free(d->chunks);

@@ -9,6 +9,7 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
   const size_t requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
 
+  cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   HASH_DEL(d->active, b);
   b->n_uses = 0;
   b->requested = 0;

@@ -138,6 +138,7 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
     }
   }
   cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
+  cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
   pthread_mutex_unlock(&d->lock);

@@ -131,6 +131,38 @@ typedef struct cl_stream_events {
   UT_hash_handle hh;
 } cl_stream_events;
 
+/* Memory history (SPEC.md §7): what happened, in a ring buffer per device. */
+typedef enum {
+  CL_TRACE_ALLOC,
+  CL_TRACE_FREE_REQUESTED,
+  CL_TRACE_FREE_COMPLETED,
+  CL_TRACE_SEGMENT_ALLOC,
+  CL_TRACE_SEGMENT_FREE,
+  CL_TRACE_SEGMENT_MAP,
+  CL_TRACE_SEGMENT_UNMAP,
+  CL_TRACE_OOM,
+  CL_TRACE_SNAPSHOT,
+  CL_TRACE_USER_DEFINED,
+} cl_trace_action;
+enum { CL_TRACE_MAX_FRAMES = 16 };
+
+typedef struct {
+  uint8_t action;   /* cl_trace_action */
+  uint8_t n_frames; /* return addresses kept in the device's trace_frames row (stacks on) */
+  uint64_t addr;    /* device_free for oom */
+  uint64_t size;    /* requested size for alloc/free entries, as PyTorch records them */
+  uintptr_t stream;
+  int64_t time_us;  /* since the epoch */
+} cl_trace_entry;
+
+/* The ring buffer: trace_cap entries, the oldest at trace_head, trace_count of them valid. A cap of 0
+ * means history is off, and recording is one untaken branch. */
+typedef struct {
+  cl_trace_entry *entries;
+  void **frames; /* trace_cap x CL_TRACE_MAX_FRAMES, or NULL without stacks */
+  size_t cap, head, count;
+} cl_trace;
+
 /* Everything cachalot keeps for one device, guarded by `lock`. */
 typedef struct cl_device {
   pthread_mutex_t lock;
@@ -157,6 +189,7 @@ typedef struct cl_device {
   size_t allowed_max;          /* fraction x total, valid when total_known */
   bool total_known;
   cachalot_device_stats stats;
+  cl_trace trace;
 } cl_device;
 
 typedef struct cl_observer {
@@ -173,7 +206,19 @@ struct cachalot_allocator {
   cl_observer *observers;
   size_t n_observers, cap_observers;
   char *conf_raw;
+  bool trace_stacks; /* record C call stacks with alloc/free entries (under meta_lock) */
 };
+
+/* --- trace (src/stats/trace.c) --- */
+void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                 cachalot_stream stream);
+/* Records an entry when history is on; otherwise costs one branch. */
+static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                   cachalot_stream stream) {
+  if (CL_UNLIKELY(d->trace.cap != 0))
+    cl_trace_record_slow_locked(d, action, addr, size, stream);
+}
+void cl_trace_free_locked(cl_device *d);
 
 /* --- pool.c --- */
 /* A fresh id {n, 0} for a graph capture given no pool (the first counter; from 1, never reused). */

@@ -108,6 +108,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (alloc_size >= d->cfg.max_split_size)
     cl_stat_inc(&st->oversize_segments, 1);
   st->num_device_alloc++;
+  cl_trace_locked(d, CL_TRACE_SEGMENT_ALLOC, seg->ptr, alloc_size, s);
   *out = blk;
   return CACHALOT_OK;
 }
@@ -165,6 +166,7 @@ static cachalot_status hand_out_locked(cl_device *d, cl_block *b, size_t size, s
   b->n_uses = 0;
   b->event_count = 0;
   cl_stats_hand_out(st, &d->cfg, small, b->size, requested);
+  cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, requested, seg->stream);
   return CACHALOT_OK;
 }
 

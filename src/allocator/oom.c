@@ -30,6 +30,9 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   size_t device_free = 0, device_total = 0;
   if (b->ops->mem_info(b, d->index, &device_free, &device_total) != CACHALOT_OK)
     device_free = device_total = 0;
+  pthread_mutex_lock(&d->lock);
+  cl_trace_locked(d, CL_TRACE_OOM, device_free, alloc_size, NULL);
+  pthread_mutex_unlock(&d->lock);
 
   /* Observers run with no allocator lock held (they may allocate, or take their own locks). The list
    * only grows, so each entry is read under the lock and called without it; one attached meanwhile is

@@ -290,6 +290,7 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 /* Gives an ALLOCATED block back as free() would with no stream uses. */
 static void free_allocated_locked(cl_device *d, cl_block *b) {
   cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
+  cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   b->n_uses = 0;
   cl_free_block_locked(d, b);
 }
@@ -347,6 +348,7 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
     b->n_uses = 0;
     b->event_count = 0;
     cl_stats_hand_out(st, &d->cfg, small, b->size, b->requested);
+    cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, b->requested, s->stream);
     ptrs[(*n_ptrs)++] = (void *)b->ptr;
   }
 }

@@ -1,0 +1,151 @@
+#include "json_writer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cl_json_init(cl_json *j) {
+  memset(j, 0, sizeof *j);
+  j->first[0] = true;
+}
+
+static void put(cl_json *j, const char *s, size_t n) {
+  if (j->oom)
+    return;
+  if (j->len + n + 1 > j->cap) {
+    size_t cap = j->cap ? j->cap : 1024;
+    while (cap < j->len + n + 1)
+      cap *= 2;
+    char *b = realloc(j->buf, cap);
+    if (!b) {
+      j->oom = true;
+      return;
+    }
+    j->buf = b;
+    j->cap = cap;
+  }
+  memcpy(j->buf + j->len, s, n);
+  j->len += n;
+  j->buf[j->len] = '\0';
+}
+
+static void puts_(cl_json *j, const char *s) { put(j, s, strlen(s)); }
+
+/* Before any value or key: a comma unless it is the first item here, or a value right after its key. */
+static void separate(cl_json *j) {
+  if (j->after_key) {
+    j->after_key = false;
+    return;
+  }
+  if (!j->first[j->depth])
+    put(j, ",", 1);
+  j->first[j->depth] = false;
+}
+
+static void open_(cl_json *j, char c) {
+  separate(j);
+  put(j, &c, 1);
+  if (j->depth + 1 < CL_JSON_MAX_DEPTH)
+    j->depth++;
+  else
+    j->oom = true; /* deeper than any document cachalot writes: refuse rather than mis-nest */
+  j->first[j->depth] = true;
+}
+
+static void close_(cl_json *j, char c) {
+  if (j->depth > 0)
+    j->depth--;
+  put(j, &c, 1);
+}
+
+void cl_json_begin_object(cl_json *j) { open_(j, '{'); }
+void cl_json_end_object(cl_json *j) { close_(j, '}'); }
+void cl_json_begin_array(cl_json *j) { open_(j, '['); }
+void cl_json_end_array(cl_json *j) { close_(j, ']'); }
+
+static void quoted(cl_json *j, const char *s) {
+  put(j, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    char esc[8];
+    switch (*p) {
+    case '"': puts_(j, "\\\""); break;
+    case '\\': puts_(j, "\\\\"); break;
+    case '\n': puts_(j, "\\n"); break;
+    case '\r': puts_(j, "\\r"); break;
+    case '\t': puts_(j, "\\t"); break;
+    default:
+      if (*p < 0x20) {
+        snprintf(esc, sizeof esc, "\\u%04x", *p);
+        puts_(j, esc);
+      } else {
+        put(j, (const char *)p, 1);
+      }
+    }
+  }
+  put(j, "\"", 1);
+}
+
+void cl_json_key(cl_json *j, const char *key) {
+  separate(j);
+  quoted(j, key);
+  put(j, ":", 1);
+  j->after_key = true;
+}
+
+void cl_json_string(cl_json *j, const char *s) {
+  separate(j);
+  quoted(j, s);
+}
+
+void cl_json_int(cl_json *j, int64_t v) {
+  char b[32];
+  separate(j);
+  snprintf(b, sizeof b, "%lld", (long long)v);
+  puts_(j, b);
+}
+
+void cl_json_uint(cl_json *j, uint64_t v) {
+  char b[32];
+  separate(j);
+  snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+  puts_(j, b);
+}
+
+void cl_json_double(cl_json *j, double v) {
+  char b[40];
+  separate(j);
+  if (!isfinite(v)) {
+    puts_(j, "null"); /* JSON has no NaN or infinity */
+    return;
+  }
+  snprintf(b, sizeof b, "%.17g", v);
+  puts_(j, b);
+}
+
+void cl_json_bool(cl_json *j, bool v) {
+  separate(j);
+  puts_(j, v ? "true" : "false");
+}
+
+void cl_json_null(cl_json *j) {
+  separate(j);
+  puts_(j, "null");
+}
+
+char *cl_json_finish(cl_json *j) {
+  char *out = j->oom ? NULL : j->buf;
+  if (!out)
+    free(j->buf);
+  if (out && !j->len) { /* nothing written: an empty string, still owned by the caller */
+    free(out);
+    out = calloc(1, 1);
+  }
+  cl_json_init(j);
+  return out;
+}
+
+void cl_json_discard(cl_json *j) {
+  free(j->buf);
+  cl_json_init(j);
+}

@@ -1,0 +1,38 @@
+/* A JSON writer into a growing heap buffer: the stats JSON and the snapshot are written with it.
+ * Commas are placed by the writer (a stack of "first item at this depth" flags); a host allocation
+ * failure makes the writer inert and finish() return NULL. Strings are escaped per RFC 8259. */
+#ifndef CACHALOT_STATS_JSON_WRITER_H
+#define CACHALOT_STATS_JSON_WRITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CL_JSON_MAX_DEPTH = 32 };
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  bool oom;
+  int depth;
+  bool first[CL_JSON_MAX_DEPTH]; /* no item written yet at this depth */
+  bool after_key;                /* the next value follows a key: no comma */
+} cl_json;
+
+void cl_json_init(cl_json *j);
+void cl_json_begin_object(cl_json *j);
+void cl_json_end_object(cl_json *j);
+void cl_json_begin_array(cl_json *j);
+void cl_json_end_array(cl_json *j);
+void cl_json_key(cl_json *j, const char *key);
+void cl_json_string(cl_json *j, const char *s);
+void cl_json_int(cl_json *j, int64_t v);
+void cl_json_uint(cl_json *j, uint64_t v);
+void cl_json_double(cl_json *j, double v);
+void cl_json_bool(cl_json *j, bool v);
+void cl_json_null(cl_json *j);
+/* The finished text (caller frees), or NULL after a host allocation failure. The writer is reset. */
+char *cl_json_finish(cl_json *j);
+void cl_json_discard(cl_json *j);
+
+#endif

@@ -1,0 +1,248 @@
+/* cachalot_snapshot_json: every segment and block of every device, the memory history, and the settings,
+ * in the schema of torch.cuda.memory._snapshot() (SPEC.md §7), so PyTorch's viewer reads it. Each device
+ * is written under its lock, so a device's segments and trace are one consistent moment. */
+#include "../allocator/internal.h"
+#include "json_writer.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const action_names[] = {
+    [CL_TRACE_ALLOC] = "alloc",
+    [CL_TRACE_FREE_REQUESTED] = "free_requested",
+    [CL_TRACE_FREE_COMPLETED] = "free_completed",
+    [CL_TRACE_SEGMENT_ALLOC] = "segment_alloc",
+    [CL_TRACE_SEGMENT_FREE] = "segment_free",
+    [CL_TRACE_SEGMENT_MAP] = "segment_map",
+    [CL_TRACE_SEGMENT_UNMAP] = "segment_unmap",
+    [CL_TRACE_OOM] = "oom",
+    [CL_TRACE_SNAPSHOT] = "snapshot",
+    [CL_TRACE_USER_DEFINED] = "user_defined",
+};
+
+static const char *block_state_name(const cl_block *b) {
+  switch (b->state) {
+  case CL_ALLOCATED: return "active_allocated";
+  case CL_PENDING: return "active_pending_free";
+  default: return "inactive";
+  }
+}
+
+static int cmp_segment(const void *x, const void *y) {
+  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
+  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
+}
+
+static void write_empty_frames(cl_json *j) {
+  cl_json_key(j, "frames");
+  cl_json_begin_array(j);
+  cl_json_end_array(j);
+}
+
+/* Symbol names come from the dynamic symbol table (dladdr): exported functions have names, static ones
+ * show as their object file; line numbers would need debug info, so line is 0. */
+static void write_frames(cl_json *j, void *const *frames, int n) {
+  /* The program's frames start where cachalot's end. When cachalot is a shared object its frames are the
+   * leading ones inside it; linked statically they cannot be told apart by object and stay. */
+  Dl_info self;
+  int first = 0;
+  if (dladdr((void *)(uintptr_t)cachalot_snapshot_json, &self) && self.dli_fname && strstr(self.dli_fname, ".so")) {
+    Dl_info f;
+    while (first < n && dladdr(frames[first], &f) && f.dli_fbase == self.dli_fbase)
+      first++;
+  }
+  cl_json_key(j, "frames");
+  cl_json_begin_array(j);
+  for (int i = first; i < n; i++) {
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    bool ok = dladdr(frames[i], &info) != 0;
+    char name[64];
+    if (!ok || !info.dli_sname)
+      snprintf(name, sizeof name, "0x%llx", (unsigned long long)(uintptr_t)frames[i]);
+    cl_json_begin_object(j);
+    cl_json_key(j, "name");
+    cl_json_string(j, ok && info.dli_sname ? info.dli_sname : name);
+    cl_json_key(j, "filename");
+    cl_json_string(j, ok && info.dli_fname ? info.dli_fname : "??");
+    cl_json_key(j, "line");
+    cl_json_int(j, 0);
+    cl_json_end_object(j);
+  }
+  cl_json_end_array(j);
+}
+
+static void write_segment(cl_json *j, int device, const cl_segment *s) {
+  uint64_t allocated = 0, active = 0, requested = 0;
+  for (const cl_block *b = s->head; b; b = b->next) {
+    if (b->state == CL_ALLOCATED)
+      allocated += b->size;
+    if (b->state != CL_FREE) {
+      active += b->size;
+      requested += b->requested;
+    }
+  }
+  cl_json_begin_object(j);
+  cl_json_key(j, "device");
+  cl_json_int(j, device);
+  cl_json_key(j, "address");
+  cl_json_uint(j, s->ptr);
+  cl_json_key(j, "total_size");
+  cl_json_uint(j, s->size);
+  cl_json_key(j, "allocated_size");
+  cl_json_uint(j, allocated);
+  cl_json_key(j, "active_size");
+  cl_json_uint(j, active);
+  cl_json_key(j, "requested_size");
+  cl_json_uint(j, requested);
+  cl_json_key(j, "stream");
+  cl_json_uint(j, (uintptr_t)s->stream);
+  cl_json_key(j, "segment_type");
+  cl_json_string(j, s->small ? "small" : "large");
+  cl_json_key(j, "segment_pool_id");
+  cl_json_begin_array(j);
+  cl_json_uint(j, s->pool->id.first);
+  cl_json_uint(j, s->pool->id.second);
+  cl_json_end_array(j);
+  cl_json_key(j, "is_expandable");
+  cl_json_bool(j, false);
+  write_empty_frames(j);
+  cl_json_key(j, "blocks");
+  cl_json_begin_array(j);
+  for (const cl_block *b = s->head; b; b = b->next) {
+    cl_json_begin_object(j);
+    cl_json_key(j, "address");
+    cl_json_uint(j, b->ptr);
+    cl_json_key(j, "size");
+    cl_json_uint(j, b->size);
+    cl_json_key(j, "requested_size");
+    cl_json_uint(j, b->state == CL_FREE ? 0 : b->requested);
+    cl_json_key(j, "state");
+    cl_json_string(j, block_state_name(b));
+    write_empty_frames(j);
+    cl_json_end_object(j);
+  }
+  cl_json_end_array(j);
+  cl_json_end_object(j);
+}
+
+/* The device's segments, in address order, into `j`. */
+static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
+  if (!d->n_segments)
+    return CACHALOT_OK;
+  cl_segment **v = malloc(d->n_segments * sizeof *v);
+  if (!v)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_snapshot_json: host out of memory");
+  size_t n = 0;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    v[n++] = s;
+  qsort(v, n, sizeof *v, cmp_segment);
+  for (size_t i = 0; i < n; i++)
+    write_segment(j, d->index, v[i]);
+  free(v);
+  return CACHALOT_OK;
+}
+
+static void write_trace_locked(cl_json *j, const cl_device *d) {
+  const cl_trace *t = &d->trace;
+  cl_json_begin_array(j);
+  for (size_t k = 0; k < t->count; k++) {
+    size_t slot = (t->head + k) % t->cap;
+    const cl_trace_entry *e = &t->entries[slot];
+    cl_json_begin_object(j);
+    cl_json_key(j, "action");
+    cl_json_string(j, action_names[e->action]);
+    cl_json_key(j, "addr");
+    cl_json_uint(j, e->addr);
+    cl_json_key(j, "size");
+    cl_json_uint(j, e->size);
+    cl_json_key(j, "stream");
+    cl_json_uint(j, e->stream);
+    cl_json_key(j, "time_us");
+    cl_json_int(j, e->time_us);
+    if (t->frames && e->n_frames)
+      write_frames(j, &t->frames[slot * CL_TRACE_MAX_FRAMES], e->n_frames);
+    else
+      write_empty_frames(j);
+    cl_json_end_object(j);
+  }
+  cl_json_end_array(j);
+}
+
+static void write_settings(cl_json *j, const cl_config *c, const char *raw) {
+  cl_json_begin_object(j);
+  cl_json_key(j, "CACHALOT_ALLOC_CONF");
+  cl_json_string(j, raw ? raw : "");
+  cl_json_key(j, "max_split_size");
+  cl_json_int(j, c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size);
+  cl_json_key(j, "garbage_collection_threshold");
+  cl_json_double(j, c->gc_threshold);
+  cl_json_key(j, "expandable_segments");
+  cl_json_bool(j, c->expandable_segments);
+  cl_json_key(j, "release_lock_on_cudamalloc");
+  cl_json_bool(j, c->release_lock_on_cudamalloc);
+  cl_json_key(j, "roundup_power2_divisions");
+  cl_json_begin_object(j);
+  for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "%d", 1 << i); /* the interval's lower bound in MiB */
+    cl_json_key(j, key);
+    cl_json_uint(j, c->roundup_divisions[i]);
+  }
+  cl_json_end_object(j);
+  cl_json_end_object(j);
+}
+
+cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
+  if (!json)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: json is NULL");
+  *json = NULL;
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: allocator is NULL");
+  /* Segments of all devices come first in the schema, traces after: two passes over the devices, each
+   * device's trace taken in the same locked section as a "snapshot" entry marking the moment. */
+  cl_json j;
+  cl_json_init(&j);
+  cachalot_status rc = CACHALOT_OK;
+  cl_json_begin_object(&j);
+  cl_json_key(&j, "segments");
+  cl_json_begin_array(&j);
+  for (int i = 0; i < a->device_count && rc == CACHALOT_OK; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    uint64_t active = (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current;
+    cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, active, NULL);
+    rc = write_segments_locked(&j, d);
+    pthread_mutex_unlock(&d->lock);
+  }
+  cl_json_end_array(&j);
+  cl_json_key(&j, "device_traces");
+  cl_json_begin_array(&j);
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    write_trace_locked(&j, d);
+    pthread_mutex_unlock(&d->lock);
+  }
+  cl_json_end_array(&j);
+  cl_json_key(&j, "allocator_settings");
+  pthread_mutex_lock(&a->meta_lock);
+  cl_device *d0 = &a->devices[0];
+  pthread_mutex_lock(&d0->lock);
+  cl_config cfg = d0->cfg;
+  pthread_mutex_unlock(&d0->lock);
+  write_settings(&j, &cfg, a->conf_raw);
+  pthread_mutex_unlock(&a->meta_lock);
+  cl_json_end_object(&j);
+  if (rc != CACHALOT_OK) {
+    cl_json_discard(&j);
+    return rc;
+  }
+  char *out = cl_json_finish(&j);
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_snapshot_json: host out of memory");
+  *json = out;
+  return CACHALOT_OK;
+}

@@ -1,0 +1,123 @@
+/* Memory history: a ring buffer of trace entries per device (SPEC.md §7), with optional C call stacks.
+ * Recording happens under the device lock, at the places the allocator changes state; reading happens in
+ * snapshot.c. */
+#include "../allocator/internal.h"
+
+#include <execinfo.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                 cachalot_stream stream) {
+  cl_trace *t = &d->trace;
+  size_t slot;
+  if (t->count < t->cap) {
+    slot = (t->head + t->count) % t->cap;
+    t->count++;
+  } else { /* full: the oldest entry makes room */
+    slot = t->head;
+    t->head = (t->head + 1) % t->cap;
+  }
+  cl_trace_entry *e = &t->entries[slot];
+  e->action = (uint8_t)action;
+  e->addr = addr;
+  e->size = size;
+  e->stream = (uintptr_t)stream;
+  e->time_us = now_us();
+  e->n_frames = 0;
+  if (t->frames && (action == CL_TRACE_ALLOC || action == CL_TRACE_FREE_REQUESTED)) {
+    /* Inlining makes the number of cachalot's own frames vary; snapshot.c drops them when writing. */
+    void *buf[CL_TRACE_MAX_FRAMES + 8];
+    int n = backtrace(buf, CL_TRACE_MAX_FRAMES + 8);
+    int skip = n > 1 ? 1 : n; /* this function */
+    int keep = n - skip > CL_TRACE_MAX_FRAMES ? CL_TRACE_MAX_FRAMES : n - skip;
+    memcpy(&t->frames[slot * CL_TRACE_MAX_FRAMES], buf + skip, (size_t)keep * sizeof(void *));
+    e->n_frames = (uint8_t)keep;
+  }
+}
+
+void cl_trace_free_locked(cl_device *d) {
+  free(d->trace.entries);
+  free(d->trace.frames);
+  memset(&d->trace, 0, sizeof d->trace);
+}
+
+/* A fresh buffer for a device (all allocated before any device is touched, so a failure changes nothing). */
+typedef struct {
+  cl_trace_entry *entries;
+  void **frames;
+} trace_buffers;
+
+cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, size_t max_entries) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: allocator is NULL");
+  if (enabled && max_entries == 0)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries must be at least 1");
+  if (enabled && max_entries > SIZE_MAX / (CL_TRACE_MAX_FRAMES * sizeof(void *)))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries %zu is too large",
+                   max_entries);
+  pthread_mutex_lock(&a->meta_lock);
+  const bool stacks = a->trace_stacks;
+  trace_buffers *bufs = calloc((size_t)a->device_count, sizeof *bufs);
+  bool oom = !bufs;
+  for (int i = 0; enabled && !oom && i < a->device_count; i++) {
+    bufs[i].entries = calloc(max_entries, sizeof(cl_trace_entry));
+    bufs[i].frames = stacks ? calloc(max_entries * CL_TRACE_MAX_FRAMES, sizeof(void *)) : NULL;
+    oom = !bufs[i].entries || (stacks && !bufs[i].frames);
+  }
+  if (oom) {
+    for (int i = 0; bufs && i < a->device_count; i++) {
+      free(bufs[i].entries);
+      free(bufs[i].frames);
+    }
+    free(bufs);
+    pthread_mutex_unlock(&a->meta_lock);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history: host out of memory for %zu entries",
+                   max_entries);
+  }
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    cl_trace_free_locked(d);
+    if (enabled) {
+      d->trace.entries = bufs[i].entries;
+      d->trace.frames = bufs[i].frames;
+      d->trace.cap = max_entries;
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  free(bufs);
+  pthread_mutex_unlock(&a->meta_lock);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history_stacks: allocator is NULL");
+  pthread_mutex_lock(&a->meta_lock);
+  a->trace_stacks = enabled;
+  cachalot_status rc = CACHALOT_OK;
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->lock);
+    if (!enabled) {
+      free(d->trace.frames);
+      d->trace.frames = NULL;
+    } else if (d->trace.cap && !d->trace.frames) {
+      /* entries recorded so far keep n_frames 0: frames are only ever read below n_frames */
+      d->trace.frames = calloc(d->trace.cap * CL_TRACE_MAX_FRAMES, sizeof(void *));
+      if (!d->trace.frames)
+        rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  pthread_mutex_unlock(&a->meta_lock);
+  return rc;
+}
