@@ -222,6 +222,7 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     d->fraction = -1.0;
     apply_config_locked(d, &cfg);
   }
+  cl_export_register(a);
   *out = a;
   return CACHALOT_OK;
 }
@@ -259,6 +260,7 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
 void cachalot_destroy(cachalot_allocator *a) {
   if (!a)
     return;
+  cl_export_unregister(a);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
     pthread_mutex_lock(&a->devices[i].lock);

@@ -209,6 +209,12 @@ struct cachalot_allocator {
   bool trace_stacks; /* record C call stacks with alloc/free entries (under meta_lock) */
 };
 
+/* --- export (src/stats/export.c): snapshots driven by environment variables --- */
+void cl_export_register(cachalot_allocator *a);
+void cl_export_unregister(cachalot_allocator *a);
+/* Writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, if asked for (no lock held; keeps the OOM message). */
+void cl_export_on_oom(cachalot_allocator *a);
+
 /* --- trace (src/stats/trace.c) --- */
 void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                  cachalot_stream stream);

@@ -64,10 +64,12 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   }
   uint64_t unallocated = reserved > allocated + in_private ? reserved - allocated - in_private : 0;
   cl_format_size(unalloc_s, sizeof unalloc_s, unallocated);
-  return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY,
+  (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY,
                  "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
                  "free. %sOf the allocated memory %s is allocated by cachalot, %sand %s is reserved by cachalot "
                  "but unallocated. If reserved but unallocated memory is large try setting "
                  "CACHALOT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
                  tried, d->index, total_s, free_s, allowed_s, alloc_s, priv_s, unalloc_s);
+  cl_export_on_oom(a);
+  return CACHALOT_ERROR_OUT_OF_MEMORY;
 }

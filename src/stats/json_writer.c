@@ -134,13 +134,11 @@ void cl_json_null(cl_json *j) {
 }
 
 char *cl_json_finish(cl_json *j) {
-  char *out = j->oom ? NULL : j->buf;
-  if (!out)
+  char *out = NULL;
+  if (!j->oom)
+    out = j->buf ? j->buf : calloc(1, 1); /* nothing written: an empty string, still the caller's */
+  else
     free(j->buf);
-  if (out && !j->len) { /* nothing written: an empty string, still owned by the caller */
-    free(out);
-    out = calloc(1, 1);
-  }
   cl_json_init(j);
   return out;
 }

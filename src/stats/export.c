@@ -1,0 +1,236 @@
+/* Snapshots without code changes (issue: snapshots), driven by environment variables read when an
+ * allocator is created:
+ *   CACHALOT_SNAPSHOT_ON_OOM=path   written when an allocation fails as out of memory
+ *   CACHALOT_SNAPSHOT_AT_EXIT=path  written at process exit (atexit), for every live allocator
+ *   CACHALOT_SNAPSHOT_SOCKET=path   one background thread answers on a UNIX socket (mode 0600, peers of
+ *                                   another user refused): "snapshot [N]" or "stats [N] [DEVICE]" gets the
+ *                                   JSON of allocator N (default 0, the oldest live one), "list" the count
+ * In every path "%p" becomes the process id. Nothing runs in a signal handler, and with none of the
+ * variables set no thread is started and no file is touched.
+ *
+ * Live allocators are kept in a registry guarded by `reg_lock`; a request is served with the lock held,
+ * so cachalot_destroy (which leaves the registry first) never races with one. */
+#include "../allocator/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+enum { MAX_LIVE = 64 };
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static cachalot_allocator *live[MAX_LIVE];
+static int n_live;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static char oom_path[512], exit_path[512], socket_path[108];
+
+/* `in` with "%p" replaced by the pid. False if it does not fit. */
+static bool expand_path(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *p = in; *p; p++) {
+    char piece[24];
+    const char *add = piece;
+    if (p[0] == '%' && p[1] == 'p') {
+      snprintf(piece, sizeof piece, "%ld", (long)getpid());
+      p++;
+    } else {
+      piece[0] = *p;
+      piece[1] = '\0';
+    }
+    size_t n = strlen(add);
+    if (o + n + 1 > cap)
+      return false;
+    memcpy(out + o, add, n);
+    o += n;
+  }
+  out[o] = '\0';
+  return o > 0;
+}
+
+/* Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a file. */
+static bool write_file(const char *path, const char *text) {
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f)
+    return false;
+  size_t n = strlen(text);
+  bool ok = fwrite(text, 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  if (ok)
+    ok = rename(tmp, path) == 0;
+  if (!ok)
+    unlink(tmp);
+  return ok;
+}
+
+static void write_snapshot(cachalot_allocator *a, const char *path) {
+  char *json = NULL;
+  if (cachalot_snapshot_json(a, &json) != CACHALOT_OK)
+    return;
+  if (!write_file(path, json))
+    cl_warn("could not write the snapshot to %s: %s", path, strerror(errno));
+  free(json);
+}
+
+void cl_export_on_oom(cachalot_allocator *a) {
+  if (!oom_path[0])
+    return;
+  char saved[1024]; /* the OOM message must survive the snapshot's own calls */
+  snprintf(saved, sizeof saved, "%s", cachalot_last_error());
+  write_snapshot(a, oom_path);
+  (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s", saved);
+}
+
+static void at_exit(void) {
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < n_live; i++) {
+    char path[600];
+    if (i == 0)
+      snprintf(path, sizeof path, "%s", exit_path);
+    else
+      snprintf(path, sizeof path, "%s.%d", exit_path, i);
+    write_snapshot(live[i], path);
+  }
+  pthread_mutex_unlock(&reg_lock);
+  if (socket_path[0])
+    unlink(socket_path);
+}
+
+/* One request: a line of text in, JSON (or an error object) out. */
+static void serve(int fd) {
+  char req[128];
+  size_t n = 0;
+  while (n < sizeof req - 1) {
+    ssize_t r = read(fd, req + n, sizeof req - 1 - n);
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+    if (memchr(req, '\n', n))
+      break;
+  }
+  req[n] = '\0';
+  char cmd[16] = "";
+  int idx = 0, device = 0;
+  int got = sscanf(req, "%15s %d %d", cmd, &idx, &device);
+  char *out = NULL;
+  char small[160];
+  pthread_mutex_lock(&reg_lock);
+  if (got >= 1 && !strcmp(cmd, "list")) {
+    snprintf(small, sizeof small, "{\"allocators\":%d,\"pid\":%ld}", n_live, (long)getpid());
+  } else if (got >= 1 && (!strcmp(cmd, "snapshot") || !strcmp(cmd, "stats")) && idx >= 0 && idx < n_live) {
+    cachalot_status rc = !strcmp(cmd, "snapshot") ? cachalot_snapshot_json(live[idx], &out)
+                                                   : cachalot_memory_stats_json(live[idx], device, &out);
+    if (rc != CACHALOT_OK)
+      snprintf(small, sizeof small, "{\"error\":\"%s\"}", cachalot_status_name(rc));
+  } else {
+    snprintf(small, sizeof small,
+             "{\"error\":\"unknown request; expected 'snapshot [N]', 'stats [N] [DEVICE]' or 'list' (%d allocators)\"}",
+             n_live);
+  }
+  pthread_mutex_unlock(&reg_lock);
+  const char *text = out ? out : small;
+  size_t len = strlen(text), off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w <= 0)
+      break;
+    off += (size_t)w;
+  }
+  free(out);
+}
+
+static void *socket_thread(void *arg) {
+  int srv = (int)(intptr_t)arg;
+  for (;;) {
+    int fd = accept(srv, NULL, NULL);
+    if (fd < 0) {
+      if (errno == EINTR)
+        continue;
+      return NULL;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    /* The socket file is 0600 already; the credential check also holds if someone loosened it. */
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid())
+      serve(fd);
+    close(fd);
+  }
+}
+
+static void start_socket(const char *path) {
+  int srv = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (srv < 0)
+    return;
+  /* bind to a private name, restrict it, then move it into place: the final path is never open to others */
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  char tmp[sizeof addr.sun_path];
+  int n = snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp) {
+    close(srv);
+    cl_warn("CACHALOT_SNAPSHOT_SOCKET: path too long: %s", path);
+    return;
+  }
+  memcpy(addr.sun_path, tmp, (size_t)n + 1);
+  unlink(tmp);
+  unlink(path);
+  if (bind(srv, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(tmp, 0600) != 0 || rename(tmp, path) != 0 ||
+      listen(srv, 8) != 0) {
+    cl_warn("CACHALOT_SNAPSHOT_SOCKET: cannot serve on %s: %s", path, strerror(errno));
+    unlink(tmp);
+    close(srv);
+    return;
+  }
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, socket_thread, (void *)(intptr_t)srv) != 0) {
+    close(srv);
+    unlink(path);
+    socket_path[0] = '\0';
+  }
+  pthread_attr_destroy(&attr);
+}
+
+static void read_env(void) {
+  const char *v;
+  if ((v = getenv("CACHALOT_SNAPSHOT_ON_OOM")) && *v && !expand_path(v, oom_path, sizeof oom_path))
+    cl_warn("CACHALOT_SNAPSHOT_ON_OOM: path too long, ignored");
+  if ((v = getenv("CACHALOT_SNAPSHOT_AT_EXIT")) && *v && !expand_path(v, exit_path, sizeof exit_path))
+    cl_warn("CACHALOT_SNAPSHOT_AT_EXIT: path too long, ignored");
+  if ((v = getenv("CACHALOT_SNAPSHOT_SOCKET")) && *v && !expand_path(v, socket_path, sizeof socket_path - 16))
+    cl_warn("CACHALOT_SNAPSHOT_SOCKET: path too long, ignored");
+  if (exit_path[0] || socket_path[0])
+    atexit(at_exit);
+  if (socket_path[0])
+    start_socket(socket_path);
+}
+
+void cl_export_register(cachalot_allocator *a) {
+  pthread_once(&env_once, read_env);
+  if (!oom_path[0] && !exit_path[0] && !socket_path[0])
+    return;
+  pthread_mutex_lock(&reg_lock);
+  if (n_live < MAX_LIVE)
+    live[n_live++] = a;
+  pthread_mutex_unlock(&reg_lock);
+}
+
+void cl_export_unregister(cachalot_allocator *a) {
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < n_live; i++) {
+    if (live[i] == a) {
+      memmove(&live[i], &live[i + 1], (size_t)(n_live - i - 1) * sizeof live[0]);
+      n_live--;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&reg_lock);
+}

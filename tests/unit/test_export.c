@@ -1,0 +1,168 @@
+/* Snapshots without code changes: CACHALOT_SNAPSHOT_ON_OOM / _AT_EXIT / _SOCKET. The variables are read
+ * once per process, so each scenario runs in a child process of its own. */
+#include "helpers.h"
+
+#include <cachalot/snapshot.h>
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static int threads_now(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    n += e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+/* Sends one request and returns the reply (static buffer), or NULL. */
+static char *ask(const char *path, const char *req) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  if (write(fd, req, strlen(req)) < 0) {
+    close(fd);
+    return NULL;
+  }
+  static char buf[1 << 20];
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof buf - 1 && (r = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)r;
+  buf[n] = '\0';
+  close(fd);
+  return buf;
+}
+
+/* The child: OOM snapshot, socket requests, then exit (the at-exit snapshot). Exit status 0 when all
+ * checks in it held, else the number of the failed check. */
+static int child(void) {
+  char oom[128], sock[128], pidsock[128];
+  snprintf(oom, sizeof oom, "%s/oom-%%p.json", dir);
+  snprintf(sock, sizeof sock, "%s/s-%%p", dir);
+  setenv("CACHALOT_SNAPSHOT_ON_OOM", oom, 1);
+  setenv("CACHALOT_SNAPSHOT_SOCKET", sock, 1);
+  snprintf(pidsock, sizeof pidsock, "%s/exit.json", dir);
+  setenv("CACHALOT_SNAPSHOT_AT_EXIT", pidsock, 1);
+  cachalot_sim_options o = {1, 64 * MiB, false};
+  cachalot_backend *b;
+  cachalot_allocator *a;
+  if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a))
+    return 1;
+  void *p, *q;
+  if (cachalot_malloc(a, 0, 40 * MiB, NULL, &p))
+    return 2;
+  if (cachalot_malloc(a, 0, 40 * MiB, NULL, &q) != CACHALOT_ERROR_OUT_OF_MEMORY)
+    return 3;
+  if (!strstr(cachalot_last_error(), "CUDA out of memory. Tried to allocate 40.00 MiB"))
+    return 4; /* the snapshot did not clobber the message */
+  char path[160];
+  snprintf(path, sizeof path, "%s/oom-%ld.json", dir, (long)getpid());
+  char *text = slurp(path);
+  if (!text || !strstr(text, "\"segments\":[{") || !strstr(text, "\"total_size\":41943040"))
+    return 5;
+  snprintf(path, sizeof path, "%s/s-%ld", dir, (long)getpid());
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || (st.st_mode & 0777) != 0600)
+    return 6;
+  char *r = ask(path, "stats 0 0\n");
+  if (!r || !strstr(r, "\"allocation.all.current\":1") || !strstr(r, "\"num_ooms\":1"))
+    return 7;
+  r = ask(path, "snapshot\n");
+  if (!r || !strstr(r, "\"device_traces\":[") || !strstr(r, "\"allocator_settings\":{"))
+    return 8;
+  r = ask(path, "list\n");
+  if (!r || !strstr(r, "\"allocators\":1"))
+    return 9;
+  r = ask(path, "bogus 7\n");
+  if (!r || !strstr(r, "\"error\""))
+    return 10;
+  r = ask(path, "snapshot 5\n"); /* no such allocator */
+  if (!r || !strstr(r, "\"error\""))
+    return 11;
+  if (cachalot_free(a, p))
+    return 12;
+  return 0; /* exit: the at-exit snapshot (the allocator is still alive) */
+}
+
+static void test_env_triggers(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = child();
+    fflush(NULL);
+    exit(rc);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  char path[160];
+  snprintf(path, sizeof path, "%s/exit.json", dir);
+  char *text = slurp(path);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"segments\":[{"));
+  snprintf(path, sizeof path, "%s/s-%ld", dir, (long)pid);
+  struct stat st;
+  assert_int_not_equal(stat(path, &st), 0); /* the socket is removed at exit */
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_no_thread_without_env(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("CACHALOT_SNAPSHOT_ON_OOM");
+    unsetenv("CACHALOT_SNAPSHOT_AT_EXIT");
+    unsetenv("CACHALOT_SNAPSHOT_SOCKET");
+    int before = threads_now();
+    cachalot_backend *b;
+    cachalot_allocator *a;
+    if (cachalot_backend_sim(NULL, &b) || cachalot_create(b, "", &a))
+      exit(1);
+    exit(threads_now() == before ? 0 : 2);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_env_triggers),
+      cmocka_unit_test(test_no_thread_without_env),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
