@@ -22,5 +22,8 @@ meson test -C build-gpu --no-suite gpu --print-errorlogs 2>&1 | tail -12 | tee "
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
     tee "$out/torch-compare.log" || rc=1
+  # PyTorch's own viewer must render cachalot's snapshots.
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so "$out/viz" 2>&1 |
+    tee "$out/torch-viz.log" || rc=1
 fi
 exit $rc

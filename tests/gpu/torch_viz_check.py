@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""PyTorch's memory viewer must accept cachalot's snapshots: make one (CUDA backend when a GPU answers,
+else the simulated device) with memory history, a pending free and a private pool, load the JSON, pickle
+it, and render it with `python3 -m torch.cuda._memory_viz trace_plot` and `segment_plot`.
+
+usage: torch_viz_check.py LIBCACHALOT.so OUTDIR
+"""
+import ctypes as C
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+FILTER = C.CFUNCTYPE(C.c_bool, C.c_void_p, C.c_void_p)
+
+
+class MempoolId(C.Structure):
+    _fields_ = [("first", C.c_uint64), ("second", C.c_uint64)]
+
+
+def main():
+    lib_path, out = os.path.abspath(sys.argv[1]), sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    lib = C.CDLL(lib_path)
+    lib.cachalot_last_error.restype = C.c_char_p
+    lib.cachalot_malloc.argtypes = [C.c_void_p, C.c_int, C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p)]
+    lib.cachalot_free.argtypes = [C.c_void_p, C.c_void_p]
+    lib.cachalot_record_stream.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+    lib.cachalot_graph_pool_handle.restype = MempoolId
+    lib.cachalot_begin_allocate_to_pool.argtypes = [C.c_void_p, C.c_int, MempoolId, FILTER, C.c_void_p]
+    lib.cachalot_end_allocate_to_pool.argtypes = [C.c_void_p, C.c_int, MempoolId]
+    lib.cachalot_record_history.argtypes = [C.c_void_p, C.c_bool, C.c_size_t]
+    lib.cachalot_snapshot_json.argtypes = [C.c_void_p, C.POINTER(C.c_void_p)]
+    backend, alloc = C.c_void_p(), C.c_void_p()
+    kind = "cuda"
+    if lib.cachalot_backend_cuda(C.byref(backend)) != 0:
+        kind = "sim"
+        assert lib.cachalot_backend_sim(None, C.byref(backend)) == 0
+    assert lib.cachalot_create(backend, b"", C.byref(alloc)) == 0, lib.cachalot_last_error()
+    assert lib.cachalot_record_history(alloc, True, 10000) == 0
+    side = C.c_void_p()
+    if kind == "cuda":
+        cudart = C.CDLL("libcudart.so")
+        assert cudart.cudaStreamCreate(C.byref(side)) == 0
+    else:
+        assert lib.cachalot_sim_stream_create(backend, 0, C.byref(side)) == 0
+    ptrs = []
+    for size in [1, 4096, 1 << 20, (1 << 20) + 1, 5 << 20, 12 << 20, 64 << 20]:
+        p = C.c_void_p()
+        assert lib.cachalot_malloc(alloc, 0, size, None, C.byref(p)) == 0, lib.cachalot_last_error()
+        ptrs.append(p)
+    for p in ptrs[1::2]:
+        assert lib.cachalot_free(alloc, p) == 0
+    # a pending free: used by another stream, whose work is not known to be done
+    assert lib.cachalot_record_stream(alloc, ptrs[0], side) == 0
+    assert lib.cachalot_free(alloc, ptrs[0]) == 0
+    pool = lib.cachalot_graph_pool_handle(alloc)
+    everything = FILTER(lambda s, ctx: True)
+    assert lib.cachalot_begin_allocate_to_pool(alloc, 0, pool, everything, None) == 0
+    q = C.c_void_p()
+    assert lib.cachalot_malloc(alloc, 0, 3 << 20, None, C.byref(q)) == 0
+    assert lib.cachalot_end_allocate_to_pool(alloc, 0, pool) == 0
+    text = C.c_void_p()
+    assert lib.cachalot_snapshot_json(alloc, C.byref(text)) == 0
+    snap = json.loads(C.string_at(text).decode())
+    C.CDLL(None).free(text)
+    states = sorted({b["state"] for s in snap["segments"] for b in s["blocks"]})
+    pools = sorted({tuple(s["segment_pool_id"]) for s in snap["segments"]})
+    print(f"{kind}: {len(snap['segments'])} segments, states {states}, pools {pools}, "
+          f"{len(snap['device_traces'][0])} trace entries")
+    with open(os.path.join(out, "snapshot.json"), "w") as f:
+        json.dump(snap, f)
+    with open(os.path.join(out, "snapshot.pickle"), "wb") as f:
+        pickle.dump(snap, f)
+    failed = 0
+    for plot in ("trace_plot", "segment_plot"):
+        html = os.path.join(out, f"{plot}.html")
+        r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", plot,
+                            os.path.join(out, "snapshot.pickle"), "-o", html], capture_output=True, text=True)
+        ok = r.returncode == 0 and os.path.exists(html) and os.path.getsize(html) > 1000
+        print(f"  _memory_viz {plot}: {'ok' if ok else 'FAILED'} (exit {r.returncode}, "
+              f"{os.path.getsize(html) if os.path.exists(html) else 0} bytes) {r.stderr.strip()[-300:]}")
+        failed += not ok
+    print(f"{2 - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
