@@ -1,0 +1,66 @@
+/* alloc_snapshot: what the subcommands share: exit codes, option-value parsing, size formatting,
+ * an aligned text table, and the final check that stdout was really written. */
+#ifndef ALLOC_SNAPSHOT_CLI_H
+#define ALLOC_SNAPSHOT_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit statuses of every subcommand. */
+enum { AS_EXIT_OK = 0, AS_EXIT_FAILURE = 1, AS_EXIT_USAGE = 2 };
+
+/* Entry points of the subcommands: argv[0] is the subcommand's name. */
+int as_cmd_show(int argc, char **argv);
+int as_cmd_segments(int argc, char **argv);
+int as_cmd_diff(int argc, char **argv);
+int as_cmd_replay(int argc, char **argv);
+
+/* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_USAGE, with a hint to --help. */
+int as_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_FAILURE. */
+int as_failure(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* getopt_long with this tool's messages: returns the next option, -1 after the last, or '?' after
+ * printing a usage error (unknown option, missing value). `shortopts` must begin with ':'. Non-option
+ * arguments are moved to the end (GNU order), so "show FILE --top 3" works. */
+struct option;
+int as_getopt(const char *cmd, int argc, char **argv, const char *shortopts, const struct option *longopts);
+
+/* A decimal integer in [0, max], all of the text (no sign, no spaces). */
+bool as_parse_u64(const char *text, uint64_t max, uint64_t *out);
+/* A byte count: an integer with an optional binary suffix K, M, G, T (or KiB, MiB, GiB, TiB), e.g.
+ * "80G", "512MiB", "1048576". False on anything else or on overflow. */
+bool as_parse_bytes(const char *text, uint64_t *out);
+
+/* Formats a byte count into buf: exact bytes when `exact`, else binary units with two decimals
+ * ("7.53 GiB", "512 B"). Returns buf. */
+enum { AS_SIZE_BUF = 32 };
+char *as_fmt_size(char buf[AS_SIZE_BUF], uint64_t bytes, bool exact);
+/* A signed change ("+2.00 MiB", "-512 B", "0 B"). */
+char *as_fmt_delta(char buf[AS_SIZE_BUF], uint64_t before, uint64_t after, bool exact);
+
+/* Adds a and b, saturating at UINT64_MAX: totals over hostile inputs never wrap around. */
+static inline uint64_t as_sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+/* A text table: rows of cells printed with aligned columns. Columns listed in right_align (a string of
+ * 'l'/'r', one per column) are right-aligned. Cells are copied. A host allocation failure makes the
+ * table inert and as_table_print() return false. */
+typedef struct {
+  size_t n_cols, n_rows, cap_rows;
+  char **cells; /* n_rows x n_cols */
+  const char *align;
+  bool oom;
+} as_table;
+
+void as_table_init(as_table *t, size_t n_cols, const char *align);
+/* Appends one row of n_cols cells. */
+void as_table_row(as_table *t, const char *const *cells);
+/* Prints the table to stdout with `indent` spaces before every row; false after an allocation failure. */
+bool as_table_print(const as_table *t, int indent);
+void as_table_free(as_table *t);
+
+/* Flushes stdout and reports a write error (a full disk, a closed pipe) as a failure of `cmd`. */
+int as_finish_stdout(const char *cmd, int status);
+
+#endif

@@ -1,0 +1,69 @@
+/* alloc_snapshot: the command line tool a person uses to see where device memory went (issue 4).
+ * This file only dispatches to the subcommands; each lives in its own file (show.c, segments.c,
+ * diff.c, replay.c) and the snapshot reader in reader.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: alloc_snapshot COMMAND [ARGS]\n"
+    "\n"
+    "Looks at memory snapshots of cachalot or PyTorch (torch.cuda.memory._snapshot()).\n"
+    "\n"
+    "commands:\n"
+    "  show FILE       summary per device, pool and stream; the largest segments\n"
+    "  segments FILE   the segments, filtered by device, pool or stream, as a JSON array\n"
+    "  diff A B        what changed between two snapshots, per pool and segment\n"
+    "  replay TRACE    replays a trace's allocations through cachalot; reports the peaks\n"
+    "  dump, plot      not implemented yet (exit status 2)\n"
+    "\n"
+    "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input).\n"
+    "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
+    "'alloc_snapshot COMMAND --help' describes a command.\n";
+
+typedef struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+} command;
+
+static const command commands[] = {
+    {"show", as_cmd_show},
+    {"segments", as_cmd_segments},
+    {"diff", as_cmd_diff},
+    {"replay", as_cmd_replay},
+};
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return AS_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    if (strcmp(cmd, "help") == 0 && argc > 2) {
+      /* "help CMD" is "CMD --help". */
+      char *help_argv[] = {argv[2], "--help", NULL};
+      for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[2], commands[i].name) == 0)
+          return commands[i].run(2, help_argv);
+      if (strcmp(argv[2], "dump") == 0 || strcmp(argv[2], "plot") == 0) {
+        fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", argv[2]);
+        return AS_EXIT_USAGE;
+      }
+      fprintf(stderr, "alloc_snapshot help: unknown command '%s'\n\n%s", argv[2], usage);
+      return AS_EXIT_USAGE;
+    }
+    fputs(usage, stdout);
+    return as_finish_stdout("help", AS_EXIT_OK);
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(cmd, commands[i].name) == 0)
+      return commands[i].run(argc - 1, argv + 1);
+  if (strcmp(cmd, "dump") == 0 || strcmp(cmd, "plot") == 0) {
+    fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", cmd);
+    return AS_EXIT_USAGE;
+  }
+  fprintf(stderr, "alloc_snapshot: unknown command '%s'\n\n%s", cmd, usage);
+  return AS_EXIT_USAGE;
+}

@@ -1,0 +1,97 @@
+/* alloc_snapshot: a snapshot file as a checked model (SPEC.md §7, torch.cuda.memory._snapshot()).
+ *
+ * Reads cachalot's and PyTorch's snapshot JSON, plain or gzip'ed (zlib reads both), and checks every
+ * field it uses for its type and range before anything looks at it, so that a malformed file is an
+ * error message and never a crash: the input is bounded (AS_MAX_INPUT_BYTES after decompression), cJSON
+ * bounds the nesting depth, every number must be a finite integer in range, every size sum saturates.
+ * Keys the model does not use are ignored (frames, compile_context, external_annotations, ...), so newer
+ * PyTorch versions still load; a key it uses with the wrong type is an error naming the key's path.
+ *
+ * What may be absent (older PyTorch snapshots lack them) and what it defaults to: block "address" (the
+ * previous block's end), "requested_size" (0), segment "allocated_size"/"active_size"/"requested_size"
+ * (summed from the blocks), "stream" (0), "segment_pool_id" ([0, 0]), "is_expandable" (false),
+ * "segment_type" (large), trace "stream"/"time_us"/"size" (0), and either of "segments" and
+ * "device_traces" (empty) but not both.
+ */
+#ifndef ALLOC_SNAPSHOT_READER_H
+#define ALLOC_SNAPSHOT_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+/* The most a file may hold once decompressed: a gzip bomb or /dev/zero stops here. */
+#define AS_MAX_INPUT_BYTES ((size_t)1 << 30)
+/* Device indices above this are taken for garbage (CUDA has nowhere near as many devices). */
+#define AS_MAX_DEVICE 4095
+
+typedef enum { AS_ACTIVE_ALLOCATED, AS_ACTIVE_PENDING_FREE, AS_INACTIVE } as_block_state;
+
+typedef struct {
+  uint64_t address, size, requested_size;
+  as_block_state state;
+} as_block;
+
+typedef struct {
+  int device;
+  uint64_t address, total_size, allocated_size, active_size, requested_size;
+  uint64_t stream;     /* the stream handle as an integer; 0 is the default stream */
+  bool small;          /* segment_type "small"; else "large" */
+  uint64_t pool_id[2]; /* segment_pool_id; {0, 0} is the default pools */
+  bool is_expandable;
+  size_t n_blocks;
+  as_block *blocks;   /* in file order (SPEC: address order) */
+  const cJSON *json;  /* the segment's object in the file, printed as is by `segments` */
+} as_segment;
+
+typedef enum {
+  AS_ALLOC,
+  AS_FREE_REQUESTED,
+  AS_FREE_COMPLETED,
+  AS_SEGMENT_ALLOC,
+  AS_SEGMENT_FREE,
+  AS_SEGMENT_MAP,
+  AS_SEGMENT_UNMAP,
+  AS_OOM,
+  AS_SNAPSHOT,
+  AS_USER_DEFINED,
+  AS_ACTION_OTHER /* an action this version does not know: kept, counted, not replayed */
+} as_action;
+
+typedef struct {
+  as_action action;
+  uint64_t addr, size, stream;
+  uint64_t time_us;
+} as_trace_entry;
+
+typedef struct {
+  size_t n;
+  as_trace_entry *entries; /* oldest first */
+} as_device_trace;
+
+typedef struct {
+  cJSON *root;
+  size_t n_segments;
+  as_segment *segments;
+  size_t n_devices; /* device_traces' length: entry d is device d */
+  as_device_trace *traces;
+  const cJSON *allocator_settings; /* NULL when absent */
+  const char *conf;                /* the raw config string of allocator_settings, NULL when absent */
+} as_snapshot;
+
+enum { AS_ERR_LEN = 512 };
+
+/* Reads `path` ("-" is standard input). 0 on success; -1 with a message naming the file and the
+ * problem in err (nothing to free then). */
+int as_snapshot_load(const char *path, as_snapshot *out, char err[AS_ERR_LEN]);
+/* The same from `len` bytes of JSON text in memory (what a fuzzer calls); `name` names it in messages.
+ * `data` need not end in a NUL and may hold any bytes. */
+int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapshot *out, char err[AS_ERR_LEN]);
+void as_snapshot_free(as_snapshot *s);
+
+const char *as_block_state_name(as_block_state s);
+const char *as_action_name(as_action a);
+
+#endif

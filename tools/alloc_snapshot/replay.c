@@ -1,0 +1,538 @@
+/* alloc_snapshot replay: runs the alloc / free_requested entries of a snapshot's trace through cachalot
+ * and reports how much the allocator reserved at its peak against what the program had live at its
+ * peak: the fragmentation figure of ../shared/traces/README.md (reserved peak / requested peak). */
+#include <cachalot/cachalot.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "cli.h"
+#include "reader.h"
+
+static const char help[] =
+    "usage: alloc_snapshot replay TRACE [--backend sim|cuda] [--conf STR] [--capacity BYTES]\n"
+    "                             [-o SNAPSHOT] [--stats-json]\n"
+    "\n"
+    "Replays the trace of a snapshot (device_traces; cachalot's or PyTorch's JSON, gzip'ed or not)\n"
+    "through cachalot, in time order over all devices: each 'alloc' entry allocates its size on its\n"
+    "device and stream, and the pointer is remembered for its addr; each 'free_requested' entry frees\n"
+    "the pointer remembered for its addr. Other entries (free_completed, segment_*, oom, ...) are what\n"
+    "the recording allocator did itself and are skipped. Stream 0 is the default stream (NULL); other\n"
+    "stream ids get a simulated stream each, made on first use (on the cuda backend they run on the\n"
+    "default stream, with a warning).\n"
+    "\n"
+    "A free of an addr never allocated in the trace (recorded before the trace began) is counted and\n"
+    "skipped. An allocation that fails as out of memory is counted, and its free later skipped; the\n"
+    "replay goes on. Any other allocator error stops it (exit status 1).\n"
+    "\n"
+    "Prints a summary: operations, unknown frees, OOMs, and per device the peak requested bytes (the\n"
+    "most the trace had live), the peak reserved bytes (the most cachalot held from the device), their\n"
+    "ratio, device allocations and frees, and the recording allocator's own reserved peak when the\n"
+    "trace has its segment_alloc/segment_free entries; then the replay's wall time.\n"
+    "\n"
+    "options:\n"
+    "  --backend sim|cuda  the simulated device (default) or the GPUs through CUDA\n"
+    "  --conf STR          a CACHALOT_ALLOC_CONF string (default \"\": the defaults; the environment is\n"
+    "                      not read, so a replay is reproducible)\n"
+    "  --capacity BYTES    memory of each simulated device (default 80G; suffixes K, M, G, T are powers\n"
+    "                      of 1024); sim backend only\n"
+    "  -o SNAPSHOT         writes cachalot's snapshot after the replay (with the replay's own trace);\n"
+    "                      gzip'ed when the name ends in .gz; '-' is standard output\n"
+    "  --stats-json        prints cachalot's memory_stats JSON after the replay to standard output (one\n"
+    "                      object; an array of one object per device when the trace has several)\n"
+    "  -h, --help          this text\n"
+    "When standard output carries JSON (--stats-json or -o -), the summary goes to standard error.\n"
+    "\n"
+    "Exit status: 0 replay done (OOMs included), 1 unreadable or malformed trace, no trace entries,\n"
+    "no device (cuda), allocator error, cannot write SNAPSHOT; 2 usage error (bad config string too).\n";
+
+/* ---- an address map: (device, key) -> value, open addressing with linear probing ----
+ * Backward-shift deletion keeps probe runs short without tombstones, so a long replay does not slow
+ * down as entries come and go. */
+typedef struct {
+  uint64_t key;
+  int device;    /* -1: empty slot */
+  bool failed;   /* alloc entry: the allocation failed as out of memory */
+  void *ptr;     /* the pointer cachalot gave (alloc) or the stream (streams) */
+  uint64_t size; /* the requested size */
+} slot;
+
+typedef struct {
+  slot *slots;
+  size_t cap, count; /* cap a power of two */
+} addr_map;
+
+static uint64_t hash_key(int device, uint64_t key) {
+  uint64_t h = key ^ ((uint64_t)(unsigned)device << 56);
+  /* splitmix64's finaliser: device addresses share their low bits (alignment) and high bits. */
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h;
+}
+
+static bool map_init(addr_map *m, size_t cap) {
+  m->cap = cap;
+  m->count = 0;
+  m->slots = malloc(cap * sizeof *m->slots);
+  if (m->slots == NULL)
+    return false;
+  for (size_t i = 0; i < cap; i++)
+    m->slots[i].device = -1;
+  return true;
+}
+
+static slot *map_find(addr_map *m, int device, uint64_t key) {
+  for (size_t i = hash_key(device, key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    slot *s = &m->slots[i];
+    if (s->device < 0)
+      return NULL;
+    if (s->device == device && s->key == key)
+      return s;
+  }
+}
+
+/* Inserts a new key (not present). False on host OOM. */
+static bool map_insert(addr_map *m, slot v) {
+  if ((m->count + 1) * 2 > m->cap) { /* load at most 1/2 */
+    addr_map bigger;
+    if (m->cap > SIZE_MAX / 2 / sizeof(slot) || !map_init(&bigger, m->cap * 2))
+      return false;
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->slots[i].device >= 0)
+        map_insert(&bigger, m->slots[i]); /* cannot grow again: half empty */
+    free(m->slots);
+    *m = bigger;
+  }
+  size_t i = hash_key(v.device, v.key) & (m->cap - 1);
+  while (m->slots[i].device >= 0)
+    i = (i + 1) & (m->cap - 1);
+  m->slots[i] = v;
+  m->count++;
+  return true;
+}
+
+static void map_remove(addr_map *m, slot *s) {
+  size_t i = (size_t)(s - m->slots), mask = m->cap - 1;
+  m->slots[i].device = -1;
+  m->count--;
+  /* Shift back the entries after the hole whose home slot is at or before it. */
+  for (size_t j = (i + 1) & mask; m->slots[j].device >= 0; j = (j + 1) & mask) {
+    size_t home = hash_key(m->slots[j].device, m->slots[j].key) & mask;
+    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!between) {
+      m->slots[i] = m->slots[j];
+      m->slots[j].device = -1;
+      i = j;
+    }
+  }
+}
+
+/* ---- the replay ---- */
+
+enum { MAX_STREAMS = 4096 }; /* simulated streams live as long as the backend: a bound for bad traces */
+
+typedef struct {
+  cachalot_backend *b;
+  cachalot_allocator *a;
+  bool sim;
+  addr_map live;    /* (device, addr) -> allocation */
+  addr_map streams; /* (device, stream id) -> cachalot_stream */
+  bool warned_streams;
+  /* per device */
+  int n_devices;
+  uint64_t *req_cur, *req_peak;
+  /* counts */
+  uint64_t allocs, frees, unknown_frees, failed_frees, implicit_frees, ooms, skipped;
+} replay;
+
+static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) {
+  *out = NULL;
+  if (id == 0)
+    return 0;
+  if (!r->sim) {
+    if (!r->warned_streams)
+      fprintf(stderr, "alloc_snapshot replay: warning: the trace uses streams other than 0; on the cuda backend "
+                      "they are replayed on the default stream\n");
+    r->warned_streams = true;
+    return 0;
+  }
+  slot *s = map_find(&r->streams, device, id);
+  if (s != NULL) {
+    *out = s->ptr;
+    return 0;
+  }
+  if (r->streams.count >= MAX_STREAMS)
+    return as_failure("replay", "the trace uses more than %d streams", MAX_STREAMS);
+  cachalot_stream made = NULL;
+  cachalot_status st = cachalot_sim_stream_create(r->b, device, &made);
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "cannot create a simulated stream on device %d: %s", device, cachalot_last_error());
+  if (!map_insert(&r->streams, (slot){.key = id, .device = device, .ptr = made}))
+    return as_failure("replay", "out of host memory");
+  *out = made;
+  return 0;
+}
+
+static int do_free(replay *r, slot *s) {
+  if (s->failed) {
+    r->failed_frees++;
+  } else {
+    cachalot_status st = cachalot_free(r->a, s->ptr);
+    if (st != CACHALOT_OK)
+      return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
+                        s->key, cachalot_status_name(st), cachalot_last_error());
+    r->req_cur[s->device] -= s->size;
+    r->frees++;
+  }
+  map_remove(&r->live, s);
+  return 0;
+}
+
+static int do_entry(replay *r, int device, size_t index, const as_trace_entry *e) {
+  if (e->action == AS_FREE_REQUESTED) {
+    slot *s = map_find(&r->live, device, e->addr);
+    if (s == NULL) {
+      r->unknown_frees++;
+      return 0;
+    }
+    return do_free(r, s);
+  }
+  if (e->action != AS_ALLOC) {
+    r->skipped++;
+    return 0;
+  }
+  /* The same addr allocated again while live: the free between them is missing from the trace (a
+   * damaged or merged trace); the memory was free in the recording, so it is freed here too. */
+  slot *old = map_find(&r->live, device, e->addr);
+  if (old != NULL) {
+    r->implicit_frees++;
+    if (do_free(r, old) != 0)
+      return AS_EXIT_FAILURE;
+  }
+  cachalot_stream stream;
+  if (get_stream(r, device, e->stream, &stream) != 0)
+    return AS_EXIT_FAILURE;
+  if (e->size > SIZE_MAX)
+    return as_failure("replay", "device %d entry %zu: size %" PRIu64 " does not fit this machine", device, index,
+                      e->size);
+  void *p = NULL;
+  cachalot_status st = cachalot_malloc(r->a, device, (size_t)e->size, stream, &p);
+  slot v = {.key = e->addr, .device = device, .ptr = p, .size = e->size};
+  if (st == CACHALOT_ERROR_OUT_OF_MEMORY) {
+    r->ooms++;
+    v.failed = true;
+  } else if (st != CACHALOT_OK) {
+    return as_failure("replay", "device %d entry %zu: allocating %" PRIu64 " bytes failed: %s: %s", device, index,
+                      e->size, cachalot_status_name(st), cachalot_last_error());
+  } else {
+    r->allocs++;
+    r->req_cur[device] += e->size;
+    if (r->req_cur[device] > r->req_peak[device])
+      r->req_peak[device] = r->req_cur[device];
+  }
+  if (!map_insert(&r->live, v))
+    return as_failure("replay", "out of host memory");
+  return 0;
+}
+
+/* Runs every device's trace, always taking the entry with the smallest time_us next (ties: the lower
+ * device); within a device the file's order is kept whatever the times say. */
+static int run_traces(replay *r, const as_snapshot *s) {
+  size_t *next = calloc(s->n_devices ? s->n_devices : 1, sizeof *next);
+  if (next == NULL)
+    return as_failure("replay", "out of host memory");
+  int rc = 0;
+  for (;;) {
+    int best = -1;
+    for (size_t d = 0; d < s->n_devices && (int)d < r->n_devices; d++)
+      if (next[d] < s->traces[d].n &&
+          (best < 0 || s->traces[d].entries[next[d]].time_us < s->traces[best].entries[next[best]].time_us))
+        best = (int)d;
+    if (best < 0)
+      break;
+    size_t i = next[best]++;
+    if ((rc = do_entry(r, best, i, &s->traces[best].entries[i])) != 0)
+      break;
+  }
+  free(next);
+  return rc;
+}
+
+/* The recording allocator's own reserved peak, from its segment entries (PyTorch: segment_alloc/free,
+ * and segment_map/unmap with expandable segments). False when the trace has none or its running total
+ * goes below zero (the trace began while segments were already held: no meaningful peak). */
+static bool trace_reserved_peak(const as_device_trace *t, uint64_t *peak) {
+  int64_t cur = 0, top = 0;
+  bool any = false;
+  for (size_t i = 0; i < t->n; i++) {
+    const as_trace_entry *e = &t->entries[i];
+    int64_t size = e->size > INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)e->size;
+    if (e->action == AS_SEGMENT_ALLOC || e->action == AS_SEGMENT_MAP) {
+      cur = cur > INT64_MAX / 2 ? cur : cur + size;
+      any = true;
+    } else if (e->action == AS_SEGMENT_FREE || e->action == AS_SEGMENT_UNMAP) {
+      cur -= size;
+      any = true;
+      if (cur < 0)
+        return false;
+    }
+    if (cur > top)
+      top = cur;
+  }
+  *peak = (uint64_t)top;
+  return any;
+}
+
+static void print_ratio(FILE *out, const char *label, uint64_t num, uint64_t den) {
+  if (den == 0)
+    fprintf(out, "%s n/a (nothing requested)\n", label);
+  else
+    fprintf(out, "%s %.3f\n", label, (double)num / (double)den);
+}
+
+static void print_summary(FILE *out, const replay *r, const as_snapshot *s, const char *path, const char *backend,
+                          uint64_t capacity, const char *conf, double seconds) {
+  char cap[AS_SIZE_BUF], sz[AS_SIZE_BUF];
+  size_t entries = 0;
+  for (size_t d = 0; d < s->n_devices; d++)
+    entries += s->traces[d].n;
+  fprintf(out, "trace:            %s (%zu entries on %d device%s)\n", path, entries, r->n_devices,
+          r->n_devices == 1 ? "" : "s");
+  if (r->sim)
+    fprintf(out, "backend:          sim, %s per device\n", as_fmt_size(cap, capacity, false));
+  else
+    fprintf(out, "backend:          %s\n", backend);
+  fprintf(out, "config:           \"%s\"\n", conf);
+  fprintf(out, "ops:              %" PRIu64 " (%" PRIu64 " allocs, %" PRIu64 " frees)\n", r->allocs + r->frees,
+          r->allocs, r->frees);
+  fprintf(out, "skipped entries:  %" PRIu64 " (not alloc or free_requested)\n", r->skipped);
+  fprintf(out, "unknown frees:    %" PRIu64 "\n", r->unknown_frees);
+  if (r->implicit_frees)
+    fprintf(out, "implicit frees:   %" PRIu64 " (addr allocated again while live)\n", r->implicit_frees);
+  fprintf(out, "OOMs:             %" PRIu64 " (their frees skipped: %" PRIu64 ")\n", r->ooms, r->failed_frees);
+  for (int d = 0; d < r->n_devices; d++) {
+    cachalot_device_stats st;
+    if (cachalot_memory_stats(r->a, d, &st) != CACHALOT_OK)
+      continue;
+    uint64_t reserved = (uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, requested = r->req_peak[d];
+    fprintf(out, "device %d:\n", d);
+    fprintf(out, "  peak requested:   %s (%" PRIu64 " B)\n", as_fmt_size(sz, requested, false), requested);
+    fprintf(out, "  peak reserved:    %s (%" PRIu64 " B)\n", as_fmt_size(sz, reserved, false), reserved);
+    print_ratio(out, "  reserved/requested peak ratio:", reserved, requested);
+    fprintf(out, "  device allocs:    %" PRId64 "\n", st.num_device_alloc);
+    fprintf(out, "  device frees:     %" PRId64 "\n", st.num_device_free);
+    fprintf(out, "  alloc retries:    %" PRId64 "\n", st.num_alloc_retries);
+    uint64_t recorded;
+    if ((size_t)d < s->n_devices && trace_reserved_peak(&s->traces[d], &recorded)) {
+      fprintf(out, "  recorded allocator's reserved peak (segment entries): %s (%" PRIu64 " B)\n",
+              as_fmt_size(sz, recorded, false), recorded);
+      print_ratio(out, "  recorded allocator's ratio:", recorded, requested);
+    }
+  }
+  fprintf(out, "wall time:        %.3f s\n", seconds);
+}
+
+static int write_snapshot(replay *r, const char *path) {
+  char *json = NULL;
+  cachalot_status st = cachalot_snapshot_json(r->a, &json);
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "cachalot_snapshot_json failed: %s: %s", cachalot_status_name(st),
+                      cachalot_last_error());
+  size_t len = strlen(json), plen = strlen(path);
+  int rc = 0;
+  if (strcmp(path, "-") == 0) {
+    if (fwrite(json, 1, len, stdout) != len || fputc('\n', stdout) == EOF)
+      rc = as_failure("replay", "cannot write the snapshot to standard output");
+  } else if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0) {
+    gzFile gz = gzopen(path, "wb");
+    /* gzwrite takes an unsigned count: write in pieces of at most 1 GiB. */
+    bool ok = gz != NULL;
+    for (size_t off = 0; ok && off < len;) {
+      unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
+      ok = gzwrite(gz, json + off, n) == (int)n;
+      off += n;
+    }
+    if (gz != NULL && gzclose(gz) != Z_OK)
+      ok = false;
+    if (!ok)
+      rc = as_failure("replay", "%s: cannot write the snapshot", path);
+  } else {
+    FILE *f = fopen(path, "w");
+    bool ok = f != NULL && fwrite(json, 1, len, f) == len && fputc('\n', f) != EOF;
+    if (f != NULL && fclose(f) != 0)
+      ok = false;
+    if (!ok)
+      rc = as_failure("replay", "%s: cannot write the snapshot", path);
+  }
+  free(json);
+  return rc;
+}
+
+static int print_stats_json(replay *r) {
+  if (r->n_devices > 1)
+    fputs("[", stdout);
+  for (int d = 0; d < r->n_devices; d++) {
+    char *json = NULL;
+    cachalot_status st = cachalot_memory_stats_json(r->a, d, &json);
+    if (st != CACHALOT_OK)
+      return as_failure("replay", "cachalot_memory_stats_json failed: %s: %s", cachalot_status_name(st),
+                        cachalot_last_error());
+    printf("%s%s", d ? ",\n" : "", json);
+    free(json);
+  }
+  fputs(r->n_devices > 1 ? "]\n" : "\n", stdout);
+  return 0;
+}
+
+int as_cmd_replay(int argc, char **argv) {
+  static const struct option longopts[] = {{"backend", required_argument, NULL, 'B'},
+                                           {"conf", required_argument, NULL, 'c'},
+                                           {"capacity", required_argument, NULL, 'C'},
+                                           {"stats-json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  const char *backend = "sim", *conf = "", *out_path = NULL;
+  uint64_t capacity = (uint64_t)80 << 30;
+  bool capacity_given = false, stats_json = false;
+  for (int c; (c = as_getopt("replay", argc, argv, ":ho:", longopts)) != -1;) {
+    switch (c) {
+    case 'h':
+      fputs(help, stdout);
+      return as_finish_stdout("replay", AS_EXIT_OK);
+    case 'B':
+      if (strcmp(optarg, "sim") != 0 && strcmp(optarg, "cuda") != 0)
+        return as_usage_error("replay", "--backend is sim or cuda, not '%s'", optarg);
+      backend = optarg;
+      break;
+    case 'c':
+      conf = optarg;
+      break;
+    case 'C':
+      if (!as_parse_bytes(optarg, &capacity) || capacity == 0 || capacity > SIZE_MAX)
+        return as_usage_error("replay", "--capacity wants a positive byte count such as 80G or 1048576, not '%s'",
+                              optarg);
+      capacity_given = true;
+      break;
+    case 'o':
+      out_path = optarg;
+      break;
+    case 'j':
+      stats_json = true;
+      break;
+    default:
+      return AS_EXIT_USAGE;
+    }
+  }
+  if (argc == optind)
+    return as_usage_error("replay", "no TRACE given");
+  if (argc - optind > 1)
+    return as_usage_error("replay", "one TRACE expected, got %d arguments", argc - optind);
+  bool sim = strcmp(backend, "sim") == 0;
+  if (capacity_given && !sim)
+    return as_usage_error("replay", "--capacity applies to the sim backend only");
+  bool snapshot_to_stdout = out_path != NULL && strcmp(out_path, "-") == 0;
+  if (snapshot_to_stdout && stats_json)
+    return as_usage_error("replay", "-o - and --stats-json would both write JSON to standard output");
+  const char *path = argv[optind];
+
+  as_snapshot s;
+  char err[AS_ERR_LEN];
+  if (as_snapshot_load(path, &s, err) != 0)
+    return as_failure("replay", "%s", err);
+  replay r = {.sim = sim};
+  int rc = AS_EXIT_OK;
+  size_t entries = 0;
+  int last_device = -1;
+  for (size_t d = 0; d < s.n_devices; d++)
+    if (s.traces[d].n > 0) {
+      entries += s.traces[d].n;
+      last_device = (int)d;
+    }
+  if (entries == 0) {
+    rc = as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", path);
+    goto out;
+  }
+  r.n_devices = last_device + 1;
+
+  cachalot_status st;
+  if (sim) {
+    if (r.n_devices > 64) {
+      rc = as_failure("replay", "%s: the trace has %d devices; the simulated backend has at most 64", path,
+                      r.n_devices);
+      goto out;
+    }
+    cachalot_sim_options opt = {.device_count = r.n_devices, .capacity_bytes = (size_t)capacity,
+                                .complete_immediately = true};
+    st = cachalot_backend_sim(&opt, &r.b);
+  } else {
+    st = cachalot_backend_cuda(&r.b);
+  }
+  if (st != CACHALOT_OK) {
+    rc = as_failure("replay", "cannot use the %s backend: %s", backend, cachalot_last_error());
+    goto out;
+  }
+  int count = 0;
+  if (cachalot_backend_device_count(r.b, &count) != CACHALOT_OK || count < r.n_devices) {
+    rc = as_failure("replay", "the trace uses %d devices; the %s backend has %d", r.n_devices, backend, count);
+    goto out;
+  }
+  st = cachalot_create(r.b, conf, &r.a);
+  if (st == CACHALOT_ERROR_CONFIG) {
+    rc = as_usage_error("replay", "--conf: %s", cachalot_last_error());
+    goto out;
+  }
+  if (st != CACHALOT_OK) {
+    rc = as_failure("replay", "cannot create the allocator: %s: %s", cachalot_status_name(st), cachalot_last_error());
+    goto out;
+  }
+  if (out_path != NULL) {
+    /* Room for the replay's own entries (alloc, free_requested, free_completed, segment_*) so the written
+     * snapshot holds its whole trace. */
+    size_t max_entries = entries > (SIZE_MAX - 4096) / 2 ? SIZE_MAX / 2 : entries * 2 + 4096;
+    if ((st = cachalot_record_history(r.a, true, max_entries)) != CACHALOT_OK) {
+      rc = as_failure("replay", "cannot record history: %s", cachalot_last_error());
+      goto out;
+    }
+  }
+  r.req_cur = calloc((size_t)r.n_devices, sizeof *r.req_cur);
+  r.req_peak = calloc((size_t)r.n_devices, sizeof *r.req_peak);
+  if (r.req_cur == NULL || r.req_peak == NULL || !map_init(&r.live, 1024) || !map_init(&r.streams, 16)) {
+    rc = as_failure("replay", "out of host memory");
+    goto out;
+  }
+
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  rc = run_traces(&r, &s);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (rc != 0)
+    goto out;
+  double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  if ((st = cachalot_check(r.a)) != CACHALOT_OK) {
+    rc = as_failure("replay", "cachalot_check after the replay: %s", cachalot_last_error());
+    goto out;
+  }
+  print_summary(stats_json || snapshot_to_stdout ? stderr : stdout, &r, &s, strcmp(path, "-") == 0 ? "<stdin>" : path,
+                backend, capacity, conf, seconds);
+  if (out_path != NULL && (rc = write_snapshot(&r, out_path)) != 0)
+    goto out;
+  if (stats_json)
+    rc = print_stats_json(&r);
+out:
+  cachalot_destroy(r.a);
+  cachalot_backend_destroy(r.b);
+  free(r.live.slots);
+  free(r.streams.slots);
+  free(r.req_cur);
+  free(r.req_peak);
+  as_snapshot_free(&s);
+  return as_finish_stdout("replay", rc);
+}
