@@ -34,7 +34,7 @@ export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 t_gcc() { build build-test -Dtests=enabled && suite build-test; }
-t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit; }
+t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit --suite cli; }
 t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled &&
   suite build-tsan --suite stress; }
 t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
@@ -42,7 +42,7 @@ t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled && suite build-n
   build-nocuda/tools/cachalot_demo >/dev/null; }
 
 step "gcc: unit, stress, gpu (skipped without a GPU)" t_gcc
-step "asan+ubsan: unit suite" t_asan
+step "asan+ubsan: unit and cli suites" t_asan
 step "tsan: stress test" t_tsan
 step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda

@@ -61,7 +61,7 @@ t() {
 # --- usage and help (exit status 2 for usage errors, 0 for help) ---
 t usage_none 2
 t usage_unknown_command 2 frobnicate
-t usage_dump 2 dump --socket /tmp/x
+t dump_no_socket 1 dump --socket /nonexistent/cachalot.sock
 t usage_plot 2 plot cachalot_small.json -o out.html
 t help 0 --help
 t help_show 0 show --help

@@ -15,6 +15,7 @@ int as_cmd_show(int argc, char **argv);
 int as_cmd_segments(int argc, char **argv);
 int as_cmd_diff(int argc, char **argv);
 int as_cmd_replay(int argc, char **argv);
+int as_cmd_dump(int argc, char **argv);
 
 /* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_USAGE, with a hint to --help. */
 int as_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -62,5 +63,9 @@ void as_table_free(as_table *t);
 
 /* Flushes stdout and reports a write error (a full disk, a closed pipe) as a failure of `cmd`. */
 int as_finish_stdout(const char *cmd, int status);
+
+/* Writes `len` bytes of `text` and a newline to `path`: standard output for "-", gzip'ed when the name
+ * ends in ".gz", else a plain file. AS_EXIT_OK, or AS_EXIT_FAILURE after a message naming the path. */
+int as_write_output(const char *cmd, const char *path, const char *text, size_t len);
 
 #endif

@@ -16,7 +16,8 @@ static const char usage[] =
     "  segments FILE   the segments, filtered by device, pool or stream, as a JSON array\n"
     "  diff A B        what changed between two snapshots, per pool and segment\n"
     "  replay TRACE    replays a trace's allocations through cachalot; reports the peaks\n"
-    "  dump, plot      not implemented yet (exit status 2)\n"
+    "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
+    "  plot            not implemented yet (exit status 2)\n"
     "\n"
     "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input).\n"
     "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
@@ -32,6 +33,7 @@ static const command commands[] = {
     {"segments", as_cmd_segments},
     {"diff", as_cmd_diff},
     {"replay", as_cmd_replay},
+    {"dump", as_cmd_dump},
 };
 
 int main(int argc, char **argv) {
@@ -47,7 +49,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[2], commands[i].name) == 0)
           return commands[i].run(2, help_argv);
-      if (strcmp(argv[2], "dump") == 0 || strcmp(argv[2], "plot") == 0) {
+      if (strcmp(argv[2], "plot") == 0) {
         fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", argv[2]);
         return AS_EXIT_USAGE;
       }
@@ -60,7 +62,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0)
       return commands[i].run(argc - 1, argv + 1);
-  if (strcmp(cmd, "dump") == 0 || strcmp(cmd, "plot") == 0) {
+  if (strcmp(cmd, "plot") == 0) {
     fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", cmd);
     return AS_EXIT_USAGE;
   }

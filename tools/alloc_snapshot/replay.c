@@ -346,32 +346,7 @@ static int write_snapshot(replay *r, const char *path) {
   if (st != CACHALOT_OK)
     return as_failure("replay", "cachalot_snapshot_json failed: %s: %s", cachalot_status_name(st),
                       cachalot_last_error());
-  size_t len = strlen(json), plen = strlen(path);
-  int rc = 0;
-  if (strcmp(path, "-") == 0) {
-    if (fwrite(json, 1, len, stdout) != len || fputc('\n', stdout) == EOF)
-      rc = as_failure("replay", "cannot write the snapshot to standard output");
-  } else if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0) {
-    gzFile gz = gzopen(path, "wb");
-    /* gzwrite takes an unsigned count: write in pieces of at most 1 GiB. */
-    bool ok = gz != NULL;
-    for (size_t off = 0; ok && off < len;) {
-      unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
-      ok = gzwrite(gz, json + off, n) == (int)n;
-      off += n;
-    }
-    if (gz != NULL && gzclose(gz) != Z_OK)
-      ok = false;
-    if (!ok)
-      rc = as_failure("replay", "%s: cannot write the snapshot", path);
-  } else {
-    FILE *f = fopen(path, "w");
-    bool ok = f != NULL && fwrite(json, 1, len, f) == len && fputc('\n', f) != EOF;
-    if (f != NULL && fclose(f) != 0)
-      ok = false;
-    if (!ok)
-      rc = as_failure("replay", "%s: cannot write the snapshot", path);
-  }
+  int rc = as_write_output("replay", path, json, strlen(json));
   free(json);
   return rc;
 }

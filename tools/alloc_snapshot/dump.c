@@ -1,0 +1,147 @@
+/* alloc_snapshot dump: the snapshot (or stats) of a live process that runs with
+ * CACHALOT_SNAPSHOT_SOCKET=PATH, asked for over that UNIX socket. The reply is checked to be JSON
+ * before it is written, so a file never holds half an answer. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char help[] =
+    "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE]\n"
+    "\n"
+    "Asks a live process for its snapshot JSON, over the UNIX socket it serves when started with\n"
+    "CACHALOT_SNAPSHOT_SOCKET=PATH (only the same user may connect).\n"
+    "\n"
+    "  --socket PATH    the process's socket\n"
+    "  -o FILE          write there ('-' or none: standard output; FILE.gz is gzip'ed)\n"
+    "  --allocator N    which of the process's allocators (0: the oldest live one; default 0)\n"
+    "  --stats DEVICE   the memory_stats JSON of DEVICE instead of the snapshot\n"
+    "\n"
+    "Exit status: 0 success, 1 no answer (no such socket, refused, not JSON, an error reply), 2 usage error.\n";
+
+enum { MAX_REPLY = 1 << 30 };
+
+/* Sends `req` and reads the whole reply into a malloc'ed string. NULL after a message. */
+static char *ask(const char *path, const char *req, int *status) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof addr.sun_path) {
+    *status = as_usage_error("dump", "socket path too long: %s", path);
+    return NULL;
+  }
+  memcpy(addr.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    *status = as_failure("dump", "%s: cannot connect: %s%s", path, strerror(errno),
+                         errno == ENOENT || errno == ECONNREFUSED
+                             ? " (is the process running with CACHALOT_SNAPSHOT_SOCKET set to this path?)"
+                             : "");
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  size_t len = strlen(req), off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, req + off, len - off);
+    if (w <= 0) {
+      close(fd);
+      *status = as_failure("dump", "%s: cannot send the request: %s", path, strerror(errno));
+      return NULL;
+    }
+    off += (size_t)w;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) {
+      close(fd);
+      *status = as_failure("dump", "out of memory");
+      return NULL;
+    }
+    if (n + 1 == cap) {
+      if (cap >= MAX_REPLY) {
+        free(buf);
+        close(fd);
+        *status = as_failure("dump", "%s: the reply is larger than 1 GiB", path);
+        return NULL;
+      }
+      char *b = realloc(buf, cap * 2);
+      if (!b)
+        free(buf);
+      buf = b;
+      cap *= 2;
+      continue;
+    }
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = '\0';
+  return buf;
+}
+
+int as_cmd_dump(int argc, char **argv) {
+  static const struct option longopts[] = {{"socket", required_argument, NULL, 's'},
+                                            {"allocator", required_argument, NULL, 'a'},
+                                            {"stats", required_argument, NULL, 'S'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
+  const char *sock = NULL, *out = "-";
+  uint64_t allocator = 0, device = 0;
+  bool stats = false;
+  int c;
+  while ((c = as_getopt("dump", argc, argv, ":o:h", longopts)) != -1) {
+    switch (c) {
+    case 's': sock = optarg; break;
+    case 'o': out = optarg; break;
+    case 'a':
+      if (!as_parse_u64(optarg, 1000, &allocator))
+        return as_usage_error("dump", "--allocator expects a number from 0 to 1000, got '%s'", optarg);
+      break;
+    case 'S':
+      stats = true;
+      if (!as_parse_u64(optarg, 1000, &device))
+        return as_usage_error("dump", "--stats expects a device number, got '%s'", optarg);
+      break;
+    case 'h':
+      fputs(help, stdout);
+      return as_finish_stdout("dump", AS_EXIT_OK);
+    default: return AS_EXIT_USAGE;
+    }
+  }
+  if (optind < argc)
+    return as_usage_error("dump", "unexpected argument '%s'", argv[optind]);
+  if (!sock)
+    return as_usage_error("dump", "--socket PATH is required");
+  char req[64];
+  if (stats)
+    snprintf(req, sizeof req, "stats %llu %llu\n", (unsigned long long)allocator, (unsigned long long)device);
+  else
+    snprintf(req, sizeof req, "snapshot %llu\n", (unsigned long long)allocator);
+  int status = AS_EXIT_OK;
+  char *reply = ask(sock, req, &status);
+  if (!reply)
+    return status;
+  cJSON *doc = cJSON_Parse(reply);
+  cJSON *err = doc ? cJSON_GetObjectItemCaseSensitive(doc, "error") : NULL;
+  if (!doc || !cJSON_IsObject(doc))
+    status = as_failure("dump", "%s: the reply is not a JSON object (%zu bytes)", sock, strlen(reply));
+  else if (err)
+    status = as_failure("dump", "%s: the process answered: %s", sock,
+                        cJSON_IsString(err) ? err->valuestring : "an error");
+  else
+    status = as_write_output("dump", out, reply, strlen(reply));
+  cJSON_Delete(doc);
+  free(reply);
+  return strcmp(out, "-") == 0 ? as_finish_stdout("dump", status) : status;
+}
