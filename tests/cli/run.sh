@@ -62,7 +62,8 @@ t() {
 t usage_none 2
 t usage_unknown_command 2 frobnicate
 t dump_no_socket 1 dump --socket /nonexistent/cachalot.sock
-t usage_plot 2 plot cachalot_small.json -o out.html
+t help_plot 0 plot --help
+t help_plot_via_help 0 help plot
 t help 0 --help
 t help_show 0 show --help
 t help_segments 0 segments -h
@@ -149,6 +150,138 @@ done
 t bad_in_diff_b 1 diff cachalot_small.json bad_state.json
 t bad_in_segments 1 segments bad_pool_id.json
 t bad_in_replay 1 replay bad_missing_size.json
+
+# --- plot: the page is checked for what a person relies on, and the small fixture's page is golden ---
+# fail NAME MESSAGE: counts a failed check.
+fail() {
+  echo "FAIL $1: $2"
+  failed=$((failed + 1))
+}
+
+# page_ok NAME FILE [PATTERN...]: FILE is a whole self-contained page: one <svg at least, no link to
+# anything (no http:// or https://, no src= or href=, no script), the three block states named in the
+# legend (not with --no-map: a page without segments has no map; --empty: nor a chart), every PATTERN
+# (grep -F) present, and no temporary file left beside it.
+page_ok() {
+  local name=$1 file=$2
+  shift 2
+  local ok=1 legend=1 svg=1
+  if [ "${1:-}" = --no-map ]; then
+    legend=0
+    shift
+  elif [ "${1:-}" = --empty ]; then
+    legend=0 svg=0
+    shift
+  fi
+  if [ ! -s "$file" ]; then
+    fail "$name" "$file was not written"
+    return
+  fi
+  if [ $svg = 1 ]; then grep -q '<svg' "$file" || { fail "$name" "no <svg in $file"; ok=0; }; fi
+  if grep -Eiq 'https?://|<script|[[:space:]](src|href)=|@import|url\(' "$file"; then
+    fail "$name" "$file refers to something outside itself:"
+    grep -Eio '.{0,40}(https?://|<script|[[:space:]](src|href)=|@import|url\().{0,40}' "$file" | head -3
+    ok=0
+  fi
+  tail -c 8 "$file" | grep -q '</html>' || { fail "$name" "$file does not end with </html>"; ok=0; }
+  if [ $legend = 1 ]; then
+    for state in active_allocated active_pending_free inactive; do
+      grep -q "<li><span class=\"sw\" style=\"background:#[0-9a-f]*\"></span><b>$state</b>" "$file" ||
+        { fail "$name" "the legend does not name $state"; ok=0; }
+    done
+  fi
+  local pat
+  for pat in "$@"; do
+    grep -qF -- "$pat" "$file" || { fail "$name" "$file lacks '$pat'"; ok=0; }
+  done
+  if ls "$file".tmp.* >/dev/null 2>&1; then
+    fail "$name" "temporary file left: $(ls "$file".tmp.*)"
+    ok=0
+  fi
+  [ $ok = 1 ] && passed=$((passed + 1))
+}
+
+# no_file NAME FILE: FILE (or a temporary file of it) must not exist after a failed plot.
+no_file() {
+  if [ -e "$2" ] || ls "$2".tmp.* >/dev/null 2>&1; then
+    fail "$1" "$2 or a temporary file of it exists after a failure"
+  else
+    passed=$((passed + 1))
+  fi
+}
+
+t usage_plot_no_output 2 plot cachalot_small.json
+t usage_plot_no_file 2 plot -o out.html
+t usage_plot_two_files 2 plot cachalot_small.json cachalot_after.json -o out.html
+t usage_plot_bad_device 2 plot cachalot_small.json -o out.html --device x
+t usage_plot_empty_output 2 plot cachalot_small.json -o ''
+t usage_plot_bad_option 2 plot cachalot_small.json -o out.html --log
+t usage_plot_same_file 2 plot cachalot_small.json -o cachalot_small.json
+cmp -s cachalot_small.json "$dir/fixtures/cachalot_small.json" && passed=$((passed + 1)) ||
+  fail usage_plot_same_file "the input was changed"
+t plot_missing_device 1 plot cachalot_small.json -o missing.html --device 7
+no_file plot_missing_device missing.html
+t plot_bad_state 1 plot bad_state.json -o bad.html
+no_file plot_bad_state bad.html
+t plot_not_json 1 plot not_json.txt -o bad.html
+t plot_truncated_gz 1 plot truncated.json.gz -o bad.html
+t plot_missing_file 1 plot no_such_file.json -o bad.html
+no_file plot_missing_file bad.html
+t plot_no_such_dir 1 plot cachalot_small.json -o no_such_dir/out.html
+t plot_onto_directory 1 plot cachalot_small.json -o .
+if ls ./.tmp.* >/dev/null 2>&1; then fail plot_onto_directory "temporary file left"; else passed=$((passed + 1)); fi
+
+t plot_cachalot 0 plot cachalot_small.json -o out.html
+page_ok plot_cachalot_page out.html 'Memory snapshot: <span class="mono">cachalot_small.json</span>' \
+  '<h2>Device 0</h2>' '<h2>Device 1</h2>' 'max_split_size_mb:40' '<polyline' 'peak reserved 26.00 MiB' \
+  'peak allocated 9.82 MiB' '1 OOM' 'stream 140000000000000' '<title>active_pending_free block 0x7f0000400000'
+# Written again over the old page: replaced, not appended to.
+t plot_cachalot_again 0 plot cachalot_small.json -o out.html
+[ "$(grep -c '<!DOCTYPE html>' out.html)" = 1 ] && passed=$((passed + 1)) || fail plot_cachalot_again "not replaced"
+# The whole page of the small fixture, to standard output.
+t plot_cachalot_html 0 plot cachalot_small.json -o -
+t plot_device1 0 plot cachalot_small.json --device 1 -o d1.html
+page_ok plot_device1_page d1.html '<h2>Device 1</h2>'
+grep -q '<h2>Device 0</h2>' d1.html && fail plot_device1_page "device 0 drawn with --device 1"
+check plot_stdin 0 cachalot_after.json plot - -o stdin.html
+page_ok plot_stdin_page stdin.html 'Memory snapshot: <span class="mono">&lt;stdin&gt;</span>'
+t plot_torch_gz 0 plot torch_small.json.gz -o torch.html
+page_ok plot_torch_page torch.html '<polyline'
+t plot_trace_only 0 plot trace_small.json -o trace.html
+page_ok plot_trace_only_page trace.html --no-map 'Device 0 has no segments in this snapshot' '<polyline'
+t plot_no_trace 0 plot no_trace.json -o none.html
+page_ok plot_no_trace_page none.html --empty 'nothing to draw'
+t plot_replayed 0 plot out.json -o replayed.html
+page_ok plot_replayed_page replayed.html '<polyline'
+# Text from the input is escaped: a file name full of markup stays text.
+cp cachalot_small.json "x<b>&\"'.json"
+t plot_escaped 0 plot "x<b>&\"'.json" -o escaped.html
+page_ok plot_escaped_page escaped.html 'x&lt;b&gt;&amp;&quot;&#39;.json'
+grep -q 'x<b>' escaped.html && fail plot_escaped_page "the file name was not escaped"
+# An empty trace, and a device without one, say so.
+t plot_empty_trace 0 plot segments_empty_trace.json -o empty_trace.html
+page_ok plot_empty_trace_page empty_trace.html 'The trace of device 0 is empty' \
+  'The snapshot has no trace for device 1'
+
+# A real trace (../shared/traces beside the checkout), where present: each line downsampled to at most
+# 3200 points, the page small, the peak the trace's own.
+real_trace="$dir/../../../shared/traces/gpt_train.snapshot.json.gz"
+if [ -f "$real_trace" ]; then
+  if "$tool" plot "$real_trace" -o gpt.html >/dev/null 2>"$work/.err"; then
+    page_ok plot_gpt_page gpt.html 'peak allocated 7.17 GiB' 'peak reserved 7.53 GiB' '27266 trace entries'
+    most=$(grep -o '<polyline[^>]*points="[^"]*"' gpt.html | awk -F'points="' '{ n = split($2, a, " "); if (n > m) m = n } END { print m + 0 }')
+    size=$(wc -c <gpt.html)
+    if [ "$most" -ge 100 ] && [ "$most" -le 3200 ] && [ "$size" -lt 1000000 ]; then
+      passed=$((passed + 1))
+    else
+      fail plot_gpt "the longest polyline has $most points (want 100..3200), the page $size bytes"
+    fi
+  else
+    fail plot_gpt "alloc_snapshot plot failed: $(head -3 "$work/.err")"
+  fi
+else
+  echo "skip plot_gpt: $real_trace not found"
+fi
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -17,7 +17,7 @@ static const char usage[] =
     "  diff A B        what changed between two snapshots, per pool and segment\n"
     "  replay TRACE    replays a trace's allocations through cachalot; reports the peaks\n"
     "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
-    "  plot            not implemented yet (exit status 2)\n"
+    "  plot FILE       one self-contained HTML page: the segment map and memory over time\n"
     "\n"
     "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input).\n"
     "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
@@ -34,6 +34,7 @@ static const command commands[] = {
     {"diff", as_cmd_diff},
     {"replay", as_cmd_replay},
     {"dump", as_cmd_dump},
+    {"plot", as_cmd_plot},
 };
 
 int main(int argc, char **argv) {
@@ -49,10 +50,6 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[2], commands[i].name) == 0)
           return commands[i].run(2, help_argv);
-      if (strcmp(argv[2], "plot") == 0) {
-        fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", argv[2]);
-        return AS_EXIT_USAGE;
-      }
       fprintf(stderr, "alloc_snapshot help: unknown command '%s'\n\n%s", argv[2], usage);
       return AS_EXIT_USAGE;
     }
@@ -62,10 +59,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(cmd, commands[i].name) == 0)
       return commands[i].run(argc - 1, argv + 1);
-  if (strcmp(cmd, "plot") == 0) {
-    fprintf(stderr, "alloc_snapshot %s: not implemented yet\n", cmd);
-    return AS_EXIT_USAGE;
-  }
   fprintf(stderr, "alloc_snapshot: unknown command '%s'\n\n%s", cmd, usage);
   return AS_EXIT_USAGE;
 }
