@@ -283,5 +283,55 @@ else
   echo "skip plot_gpt: $real_trace not found"
 fi
 
+# --- tools/snapshot_pickle_to_json.py: PyTorch's .pickle snapshots to JSON, data only ---
+conv="$dir/../../tools/snapshot_pickle_to_json.py"
+if command -v python3 >/dev/null; then
+  # The fixtures, made here: cachalot_small.json as PyTorch pickles it (pool ids as tuples, int keys,
+  # a float, frames as dicts), plain and gzip'ed, with two protocols; and pickles that must be refused.
+  python3 - <<'PY'
+import gzip, json, pickle
+d = json.load(open("cachalot_small.json"))
+for s in d["segments"]:
+    s["segment_pool_id"] = tuple(s["segment_pool_id"])
+    s["frames"] = [{"name": "forward", "filename": "model.py", "line": 12}]
+rp2 = d["allocator_settings"]["roundup_power2_divisions"]
+d["allocator_settings"]["roundup_power2_divisions"] = {int(k): v for k, v in rp2.items()}
+with open("torch.pickle", "wb") as f:
+    pickle.dump(d, f, protocol=4)
+with gzip.open("torch_p2.pickle.gz", "wb") as f:
+    pickle.dump(d, f, protocol=2)
+# os.system('touch pwned'), as a hostile pickle would carry it
+open("evil.pickle", "wb").write(b"cos\nsystem\n(S'touch pwned'\ntR.")
+loop = []
+loop.append(loop)
+pickle.dump({"segments": loop}, open("cycle.pickle", "wb"))
+pickle.dump([1, 2, 3], open("list.pickle", "wb"))
+open("truncated.pickle", "wb").write(open("torch.pickle", "rb").read()[:300])
+PY
+  # pk NAME WANT_STATUS ARGS...: a case of the converter, checked as `t` checks alloc_snapshot.
+  pk() {
+    local name=$1 want=$2
+    shift 2
+    tool=$(command -v python3) check "$name" "$want" /dev/null "$conv" "$@"
+  }
+  pk pickle_convert 0 torch.pickle torch_pickle.json
+  t pickle_show 0 show torch_pickle.json
+  t pickle_diff 0 diff cachalot_small.json torch_pickle.json
+  pk pickle_convert_gz 0 torch_p2.pickle.gz torch_pickle.json.gz
+  t pickle_gz_diff 0 diff cachalot_small.json torch_pickle.json.gz
+  t pickle_plot 0 plot torch_pickle.json -o pickle.html
+  page_ok pickle_plot_page pickle.html
+  pk pickle_evil 1 evil.pickle evil.json
+  if [ -e pwned ] || [ -e evil.json ]; then fail pickle_evil "the hostile pickle ran or left output"; else passed=$((passed + 1)); fi
+  pk pickle_cycle 1 cycle.pickle cycle.json
+  pk pickle_not_snapshot 1 list.pickle list.json
+  pk pickle_truncated 1 truncated.pickle truncated_pickle.json
+  pk pickle_not_pickle 1 not_json.txt x.json
+  pk pickle_missing 1 no_such.pickle x.json
+  pk pickle_usage 2
+else
+  echo "skip pickle_*: no python3"
+fi
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
