@@ -104,7 +104,8 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
     cl_device *d = &a->devices[i];
     pthread_mutex_lock(&d->lock);
     cl_block *b = NULL;
-    HASH_FIND_PTR(d->active, &key, b);
+    if (key) /* 0 is the sentinel's key */
+      HASH_FIND_PTR(d->active, &key, b);
     if (b && b->state == CL_ALLOCATED) {
       *dev = d;
       *blk = b;
@@ -220,6 +221,19 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     d->index = i;
     d->owner = a;
     d->fraction = -1.0;
+    bool hash_oom = false;
+    HASH_ADD_PTR(d->active, ptr, &d->sentinel);
+    if (hash_oom) {
+      for (int k = 0; k <= i; k++) {
+        HASH_CLEAR(hh, devs[k].active);
+        pthread_mutex_destroy(&devs[k].lock);
+      }
+      free(devs);
+      free(raw);
+      pthread_mutex_destroy(&a->meta_lock);
+      free(a);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_create: host out of memory");
+    }
     apply_config_locked(d, &cfg);
   }
   cl_export_register(a);

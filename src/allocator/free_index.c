@@ -123,8 +123,13 @@ bool cl_tree_contains(cl_block *t, const cl_block *b) {
 }
 
 cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create) {
-  cl_bins *bins = NULL;
+  cl_bins *bins = p->last_bins;
+  if (bins && bins->stream == s)
+    return bins;
+  bins = NULL;
   HASH_FIND_PTR(p->bins, &s, bins);
+  if (bins)
+    p->last_bins = bins;
   if (bins || !create)
     return bins;
   bins = calloc(1, sizeof *bins);

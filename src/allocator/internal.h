@@ -103,6 +103,7 @@ typedef struct cl_bins {
 struct cl_pool {
   cachalot_mempool_id id;
   cl_bins *bins; /* hash by stream */
+  cl_bins *last_bins; /* the last bins looked up: most requests repeat their stream */
   uint64_t lookups[2];
   int use_count;
   size_t n_segments;
@@ -170,7 +171,9 @@ typedef struct cl_device {
   struct cachalot_allocator *owner;
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
   cl_pool default_pool;
-  cl_block *active;            /* pointer map: ALLOCATED and PENDING blocks */
+  cl_block *active;            /* pointer map: ALLOCATED and PENDING blocks, plus `sentinel` */
+  cl_block sentinel;           /* key 0 (never a device address), always in the map: uthash frees its table
+                                  when the map empties, and the next add would allocate it again */
   cl_segment *segments;        /* all segments of this device, any pool */
   size_t n_segments;
   cl_stream_events *events;    /* outstanding events by stream */

@@ -142,10 +142,10 @@ static cachalot_status check_device_locked(cl_device *d) {
   if (n_segments != d->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
                    d->n_segments, n_segments);
-  if (n_mapped != HASH_COUNT(d->active))
+  if (n_mapped + 1 != HASH_COUNT(d->active)) /* + the sentinel */
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: pointer map holds %u blocks, segments hold %zu active ones", dev,
-                   HASH_COUNT(d->active), n_mapped);
+                   HASH_COUNT(d->active) - 1, n_mapped);
 
   size_t n_indexed = 0, pool_segments = 0;
   const cl_pool *pool = &d->default_pool;
