@@ -154,15 +154,9 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
     pthread_mutex_lock(&d->lock);
     /* During a capture nothing is synchronized or freed: either would break the capture. */
     if (!cl_capturing(d)) {
-      cachalot_status rc = cl_sync_all_events_locked(d);
+      cachalot_status rc = cl_release_all_locked(d);
       if (rc != CACHALOT_OK && result == CACHALOT_OK)
         result = rc;
-      cl_release_list rel = {0};
-      cl_release_free_segments_locked(d, NULL, &rel);
-      rc = cl_release_flush_locked(d, &rel);
-      if (rc != CACHALOT_OK && result == CACHALOT_OK)
-        result = rc;
-      cl_pools_collect_locked(d);
     }
     pthread_mutex_unlock(&d->lock);
   }

@@ -294,9 +294,10 @@ void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out);
  * segment leaves the books when its device free succeeded; one whose free failed goes back to its free
  * index, so nothing is lost (the first failure is returned). */
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
-/* Marks every whole free segment of pool `p` for release; NULL: of the default pool and of every freeable
- * private pool (empty_cache, the out-of-memory retry). */
-void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out);
+/* empty_cache and the out-of-memory retry: waits for every outstanding event, gives back every whole free
+ * segment of the default pool and of freeable private pools, and drops the pools left empty. Returns the
+ * first failure (of the wait or of a device free); what could not be freed stays cached. */
+cachalot_status cl_release_all_locked(cl_device *d);
 /* malloc step 4: garbage collection of aged whole free large segments of the default pool. */
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out);
 /* malloc step 6: frees oversize cached blocks of (pool, stream, kind). True when enough was marked. */

@@ -201,17 +201,14 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
       (void)cl_release_flush_locked(d, &rel);
     }
     rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom &&
-        cl_release_oversize_locked(d, p, s, small, rounded, &rel)) {
-      (void)cl_release_flush_locked(d, &rel);
-      rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom) {
+      bool enough = cl_release_oversize_locked(d, p, s, small, rounded, &rel);
+      (void)cl_release_flush_locked(d, &rel); /* what was marked goes back, enough or not */
+      if (enough)
+        rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
     }
-    (void)cl_release_flush_locked(d, &rel); /* oversize blocks marked without reaching enough */
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && !cl_capturing(d)) {
-      (void)cl_sync_all_events_locked(d);
-      cl_release_free_segments_locked(d, NULL, &rel);
-      (void)cl_release_flush_locked(d, &rel);
-      cl_pools_collect_locked(d);
+      (void)cl_release_all_locked(d);
       rc = alloc_segment_locked(d, p, s, small, alloc_size, true, &b, &host_oom);
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)

@@ -75,16 +75,19 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   return result;
 }
 
-void cl_release_free_segments_locked(cl_device *d, cl_pool *p, cl_release_list *out) {
-  cl_segment *s = d->segments;
-  while (s) {
-    cl_segment *next = s->next;
+cachalot_status cl_release_all_locked(cl_device *d) {
+  cachalot_status synced = cl_sync_all_events_locked(d);
+  cl_release_list rel = {0};
+  for (cl_segment *s = d->segments, *next; s; s = next) {
+    next = s->next;
     /* a private pool still in use keeps its segments: a graph may replay into them */
-    bool eligible = p ? s->pool == p : (cl_pool_is_default(d, s->pool) || s->pool->use_count == 0);
+    bool eligible = cl_pool_is_default(d, s->pool) || s->pool->use_count == 0;
     if (eligible && segment_is_free(s))
-      cl_mark_release_locked(d, s, out);
-    s = next;
+      cl_mark_release_locked(d, s, &rel);
   }
+  cachalot_status freed = cl_release_flush_locked(d, &rel);
+  cl_pools_collect_locked(d);
+  return synced != CACHALOT_OK ? synced : freed;
 }
 
 static inline bool gc_candidate(const cl_device *d, const cl_segment *s) {
