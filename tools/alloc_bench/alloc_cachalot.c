@@ -1,0 +1,278 @@
+/* alloc_bench: cachalot on the CUDA backend ("cachalot") and on the simulated device ("cachalot-sim",
+ * events complete at once, default options otherwise). Both use the default config ("", not the
+ * environment), one allocator per result row, device 0. */
+#include "bench.h"
+
+#include <cachalot/cachalot.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  ab_alloc base;
+  bool sim;
+  cachalot_backend *b;
+  cachalot_allocator *a;
+  cachalot_graph *g;
+  cachalot_mempool_id pool; /* the graphs' shared pool, held by one use of ours; {0,0} before */
+  void *node_buffer;        /* CUDA: what the captured memset node writes */
+} cl_inst;
+
+static int fail(char err[AB_ERR_LEN], const char *what, cachalot_status st) {
+  snprintf(err, AB_ERR_LEN, "%s: %s: %s", what, cachalot_status_name(st), cachalot_last_error());
+  return -1;
+}
+
+static int probe_sim(char err[AB_ERR_LEN]) {
+  (void)err;
+  return 0;
+}
+
+static int probe_cuda(char err[AB_ERR_LEN]) {
+  cachalot_backend *b = NULL;
+  cachalot_status st = cachalot_backend_cuda(&b);
+  if (st != CACHALOT_OK) {
+    snprintf(err, AB_ERR_LEN, "%s", cachalot_last_error());
+    return -1;
+  }
+  cachalot_backend_destroy(b);
+#ifndef ALLOC_BENCH_HAVE_CUDA
+  snprintf(err, AB_ERR_LEN, "alloc_bench was built without the CUDA runtime (it makes the streams)");
+  return -1;
+#else
+  return 0;
+#endif
+}
+
+static void cl_close(ab_alloc *base) {
+  cl_inst *c = (cl_inst *)base;
+  cachalot_graph_destroy(c->g);
+  if (c->pool.first != 0 || c->pool.second != 0) {
+    cachalot_status st = cachalot_release_pool(c->a, 0, c->pool);
+    (void)st; /* the allocator is destroyed next: nothing to do about a failure */
+  }
+  cachalot_destroy(c->a);
+#ifdef ALLOC_BENCH_HAVE_CUDA
+  if (!c->sim) {
+    ab_cuda_streams_destroy(c->base.streams, c->base.n_streams);
+    ab_cuda_free_buffer(c->node_buffer);
+  }
+#endif
+  cachalot_backend_destroy(c->b); /* simulated streams live as long as their backend */
+  free(c->base.streams);
+  free(c);
+}
+
+static int cl_open(ab_alloc **out, int n_streams, bool sim, const ab_allocator *vt, char err[AB_ERR_LEN]) {
+  *out = NULL;
+  cl_inst *c = calloc(1, sizeof *c);
+  void **streams = calloc((size_t)n_streams, sizeof *streams);
+  if (c == NULL || streams == NULL) {
+    free(c);
+    free(streams);
+    snprintf(err, AB_ERR_LEN, "out of host memory");
+    return -1;
+  }
+  c->base = (ab_alloc){.vt = vt, .n_streams = n_streams, .streams = streams};
+  c->sim = sim;
+  cachalot_status st;
+  if (sim) {
+    cachalot_sim_options opt = {.device_count = 1, .capacity_bytes = (size_t)80 << 30, .complete_immediately = true};
+    st = cachalot_backend_sim(&opt, &c->b);
+  } else {
+    st = cachalot_backend_cuda(&c->b);
+  }
+  if (st != CACHALOT_OK) {
+    fail(err, sim ? "cachalot_backend_sim" : "cachalot_backend_cuda", st);
+    cl_close(&c->base);
+    return -1;
+  }
+  if ((st = cachalot_create(c->b, "", &c->a)) != CACHALOT_OK) {
+    fail(err, "cachalot_create", st);
+    cl_close(&c->base);
+    return -1;
+  }
+  if (sim) {
+    for (int i = 0; i < n_streams; i++)
+      if ((st = cachalot_sim_stream_create(c->b, 0, (cachalot_stream *)&streams[i])) != CACHALOT_OK) {
+        fail(err, "cachalot_sim_stream_create", st);
+        cl_close(&c->base);
+        return -1;
+      }
+  } else {
+#ifdef ALLOC_BENCH_HAVE_CUDA
+    if (ab_cuda_streams_create(streams, n_streams, err) != 0) {
+      cl_close(&c->base);
+      return -1;
+    }
+#endif
+  }
+  if ((st = cachalot_reset_peak_stats(c->a, 0)) != CACHALOT_OK) {
+    fail(err, "cachalot_reset_peak_stats", st);
+    cl_close(&c->base);
+    return -1;
+  }
+  *out = &c->base;
+  return 0;
+}
+
+static int open_sim(ab_alloc **out, int n, char err[AB_ERR_LEN]) { return cl_open(out, n, true, &ab_cachalot_sim, err); }
+static int open_cuda(ab_alloc **out, int n, char err[AB_ERR_LEN]) { return cl_open(out, n, false, &ab_cachalot, err); }
+
+/* The timed loop. */
+static int cl_run(ab_alloc *base, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
+                  char err[AB_ERR_LEN]) {
+  cachalot_allocator *a = ((cl_inst *)base)->a;
+  for (size_t i = 0; i < n; i++) {
+    const ab_op *o = &ops[i];
+    cachalot_status st = o->size != 0
+                             ? cachalot_malloc(a, 0, (size_t)o->size, (cachalot_stream)streams[o->stream], &slots[o->slot])
+                             : cachalot_free(a, slots[o->slot]);
+    if (st != CACHALOT_OK) {
+      *done = i;
+      char what[64] = "cachalot_free";
+      if (o->size != 0)
+        snprintf(what, sizeof what, "cachalot_malloc(%llu)", (unsigned long long)o->size);
+      return fail(err, what, st);
+    }
+  }
+  *done = n;
+  return 0;
+}
+
+static int cl_sync(ab_alloc *base, void *const *streams, int n, char err[AB_ERR_LEN]) {
+  cl_inst *c = (cl_inst *)base;
+  if (c->sim)
+    return 0; /* events complete at once; the simulated device has no work to wait for */
+#ifdef ALLOC_BENCH_HAVE_CUDA
+  return ab_cuda_streams_sync(streams, n, err);
+#else
+  (void)streams, (void)n, (void)err;
+  return 0;
+#endif
+}
+
+static int cl_stats(ab_alloc *base, bool graph, ab_stats *out, char err[AB_ERR_LEN]) {
+  (void)graph;
+  cachalot_device_stats st;
+  cachalot_status s = cachalot_memory_stats(((cl_inst *)base)->a, 0, &st);
+  if (s != CACHALOT_OK)
+    return fail(err, "cachalot_memory_stats", s);
+  out->peak_reserved = st.reserved_bytes[CACHALOT_STAT_ALL].peak;
+  out->peak_allocated = st.allocated_bytes[CACHALOT_STAT_ALL].peak;
+  out->device_allocs = st.num_device_alloc;
+  return 0;
+}
+
+static int cl_check(ab_alloc *base, char err[AB_ERR_LEN]) {
+  cl_inst *c = (cl_inst *)base;
+  cachalot_status s = cachalot_check(c->a);
+  if (s != CACHALOT_OK)
+    return fail(err, "cachalot_check", s);
+  cachalot_device_stats st;
+  if ((s = cachalot_memory_stats(c->a, 0, &st)) != CACHALOT_OK)
+    return fail(err, "cachalot_memory_stats", s);
+  if (st.allocated_bytes[CACHALOT_STAT_ALL].current != 0 || st.allocation[CACHALOT_STAT_ALL].current != 0) {
+    snprintf(err, AB_ERR_LEN, "everything was freed, yet memory_stats says %lld bytes in %lld allocations",
+             (long long)st.allocated_bytes[CACHALOT_STAT_ALL].current,
+             (long long)st.allocation[CACHALOT_STAT_ALL].current);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- graphs: every capture of a row allocates from one pool, so the warm-up capture's segments serve
+ * the timed ones (as graphs sharing a pool do in PyTorch). The pool is made by routing to a
+ * graph_pool_handle id once (a use of ours, dropped at close) with a filter no stream passes. ---- */
+
+static bool no_stream(cachalot_stream s, void *ctx) {
+  (void)s, (void)ctx;
+  return false;
+}
+
+static int cl_graph_capture(ab_alloc *base, void *stream, const ab_op *ops, size_t n, void **slots, uint64_t *ns,
+                            char err[AB_ERR_LEN]) {
+  cl_inst *c = (cl_inst *)base;
+  cachalot_status st;
+  if (c->pool.first == 0 && c->pool.second == 0) {
+    cachalot_mempool_id id = cachalot_graph_pool_handle(c->a);
+    if ((st = cachalot_begin_allocate_to_pool(c->a, 0, id, no_stream, NULL)) != CACHALOT_OK)
+      return fail(err, "cachalot_begin_allocate_to_pool", st);
+    c->pool = id;
+    if ((st = cachalot_end_allocate_to_pool(c->a, 0, id)) != CACHALOT_OK)
+      return fail(err, "cachalot_end_allocate_to_pool", st);
+  }
+  if (c->g == NULL && (st = cachalot_graph_create(c->a, 0, false, &c->g)) != CACHALOT_OK)
+    return fail(err, "cachalot_graph_create", st);
+#ifdef ALLOC_BENCH_HAVE_CUDA
+  if (!c->sim && c->node_buffer == NULL && ab_cuda_node_buffer(&c->node_buffer, err) != 0)
+    return -1;
+#endif
+  if ((st = cachalot_graph_capture_begin(c->g, (cachalot_stream)stream, c->pool, CACHALOT_CAPTURE_GLOBAL)) !=
+      CACHALOT_OK)
+    return fail(err, "cachalot_graph_capture_begin", st);
+  /* One node of work, so the graph is not empty (untimed). */
+  int rc = 0;
+  if (c->sim) {
+    if ((st = cachalot_sim_launch(c->b, (cachalot_stream)stream)) != CACHALOT_OK)
+      rc = fail(err, "cachalot_sim_launch", st);
+  } else {
+#ifdef ALLOC_BENCH_HAVE_CUDA
+    rc = ab_cuda_node(c->node_buffer, stream, err);
+#endif
+  }
+  size_t done = 0;
+  void *const streams[1] = {stream};
+  uint64_t t0 = ab_now_ns();
+  if (rc == 0)
+    rc = cl_run(base, streams, ops, n, slots, &done, err);
+  uint64_t t1 = ab_now_ns();
+  *ns = t1 - t0;
+  if ((st = cachalot_graph_capture_end(c->g)) != CACHALOT_OK && rc == 0)
+    rc = fail(err, "cachalot_graph_capture_end", st);
+  return rc;
+}
+
+static int cl_graph_replay(ab_alloc *base, void *stream, int k, char err[AB_ERR_LEN]) {
+  cachalot_graph *g = ((cl_inst *)base)->g;
+  for (int i = 0; i < k; i++) {
+    cachalot_status st = cachalot_graph_replay(g, (cachalot_stream)stream);
+    if (st != CACHALOT_OK)
+      return fail(err, "cachalot_graph_replay", st);
+  }
+  return 0;
+}
+
+static int cl_graph_reset(ab_alloc *base, char err[AB_ERR_LEN]) {
+  cl_inst *c = (cl_inst *)base;
+  cachalot_status st = c->g ? cachalot_graph_reset(c->g) : CACHALOT_OK;
+  return st == CACHALOT_OK ? 0 : fail(err, "cachalot_graph_reset", st);
+}
+
+const ab_allocator ab_cachalot = {
+    .name = "cachalot",
+    .probe = probe_cuda,
+    .open = open_cuda,
+    .run = cl_run,
+    .sync = cl_sync,
+    .stats = cl_stats,
+    .check = cl_check,
+    .graph_capture = cl_graph_capture,
+    .graph_replay = cl_graph_replay,
+    .graph_reset = cl_graph_reset,
+    .close = cl_close,
+};
+
+const ab_allocator ab_cachalot_sim = {
+    .name = "cachalot-sim",
+    .probe = probe_sim,
+    .open = open_sim,
+    .run = cl_run,
+    .sync = cl_sync,
+    .stats = cl_stats,
+    .check = cl_check,
+    .graph_capture = cl_graph_capture,
+    .graph_replay = cl_graph_replay,
+    .graph_reset = cl_graph_reset,
+    .close = cl_close,
+};
