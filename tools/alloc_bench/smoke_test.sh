@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Smoke test of alloc_bench (meson suite 'cli'; no GPU needed, a few seconds): the command line, every
+# workload on the simulated device with tiny sizes, the CSV / JSON / SVG outputs and `alloc_bench svg`.
+# Usage: smoke_test.sh ALLOC_BENCH WORKDIR
+set -u -o pipefail
+bench=$1
+dir=$2
+rm -rf "$dir"
+mkdir -p "$dir"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# --help: exit 0, the usage on stdout
+"$bench" --help >"$dir/help.txt" 2>&1 || fail "--help exited $?"
+grep -q '^usage: alloc_bench' "$dir/help.txt" || fail "--help prints no usage line"
+
+# usage errors: exit 2 with a message naming the problem
+for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators nope" "--threads x" "stray"; do
+  # shellcheck disable=SC2086
+  "$bench" $args >"$dir/bad.out" 2>"$dir/bad.err"
+  rc=$?
+  [ "$rc" = 2 ] || fail "'$args' exited $rc, expected 2"
+  grep -q '^alloc_bench: ' "$dir/bad.err" || fail "'$args' printed no message on stderr"
+done
+"$bench" svg only-one-arg >/dev/null 2>&1
+[ $? = 2 ] || fail "svg with one argument: expected exit 2"
+
+# A tiny trace in PyTorch's snapshot schema: two allocations, a free of an addr from before the trace,
+# one allocation left live at the end.
+cat >"$dir/tiny.json" <<'EOF'
+{"segments": [], "device_traces": [[
+  {"action": "alloc", "addr": 4096, "size": 1000, "stream": 0, "time_us": 1},
+  {"action": "alloc", "addr": 8192, "size": 3000000, "stream": 0, "time_us": 2},
+  {"action": "free_requested", "addr": 4096, "size": 1000, "stream": 0, "time_us": 3},
+  {"action": "free_completed", "addr": 4096, "size": 1000, "stream": 0, "time_us": 3},
+  {"action": "free_requested", "addr": 12288, "size": 512, "stream": 0, "time_us": 4},
+  {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 5}
+]]}
+EOF
+
+# Every workload on the simulated device, small.
+"$bench" --allocators cachalot-sim --workload all --ops 300 --repeat 1 --threads 2 --graph-ops 50 --replays 5 \
+  --trace "$dir/tiny.json" --csv "$dir/out.csv" --json "$dir/out.json" --svg "$dir/out.svg" \
+  >"$dir/table.txt" 2>"$dir/stderr.txt"
+rc=$?
+[ "$rc" = 0 ] || { fail "the sim run exited $rc"; cat "$dir/stderr.txt"; }
+for f in out.csv out.json out.svg; do
+  [ -s "$dir/$f" ] || fail "$f was not written"
+done
+head -1 "$dir/out.csv" | grep -q '^workload,allocator,status,unit,' || fail "out.csv has no header"
+for w in pair-256B pair-4KiB pair-512KiB pair-2MiB pair-32MiB random-1MiB random-64MiB mt-1 mt-2 graph-capture \
+  graph-replay; do
+  grep -q "^$w,cachalot-sim,ok,ns/" "$dir/out.csv" || fail "out.csv has no ok row $w for cachalot-sim"
+  grep -q "^$w " "$dir/table.txt" || fail "the table has no row $w"
+done
+# replay: ok, or skipped in a build without cJSON / zlib
+grep -Eq '^replay-tiny,cachalot-sim,(ok,|skipped,.*replay unavailable)' "$dir/out.csv" ||
+  fail "out.csv has no replay-tiny row"
+if grep -q '^replay-tiny,cachalot-sim,ok,' "$dir/out.csv"; then
+  # 3 allocs + 3 frees; the most live at once is 1000 + 3000000 requested bytes
+  grep -q '^replay-tiny,cachalot-sim,ok,ns/op,6,1,1,1,[0-9.]*,[0-9.]*,[0-9.]*,[0-9]*,[0-9]*,3001000,' "$dir/out.csv" ||
+    fail "replay-tiny: expected 6 ops and a requested peak of 3001000 bytes"
+fi
+n_rows=$(($(wc -l <"$dir/out.csv") - 1))
+[ "$n_rows" = 12 ] || fail "out.csv has $n_rows rows, expected 12"
+grep -q '"tool": "alloc_bench"' "$dir/out.json" || fail "out.json is not alloc_bench's"
+if command -v python3 >/dev/null; then
+  python3 -m json.tool "$dir/out.json" >/dev/null || fail "out.json is not valid JSON"
+fi
+grep -q '^<svg ' "$dir/out.svg" && tail -1 "$dir/out.svg" | grep -q '^</svg>$' || fail "out.svg is not an SVG document"
+
+# The chart from the CSV.
+"$bench" svg "$dir/out.csv" "$dir/from_csv.svg" || fail "alloc_bench svg exited $?"
+grep -q 'graph-replay' "$dir/from_csv.svg" || fail "from_csv.svg lacks the graph-replay group"
+printf 'a,b\n1,2\n' >"$dir/notours.csv"
+"$bench" svg "$dir/notours.csv" "$dir/x.svg" 2>/dev/null
+[ $? = 1 ] || fail "svg of a foreign CSV: expected exit 1"
+
+# The default allocator selection runs where allocators are missing (no GPU: skipped, exit 0).
+"$bench" --workload pair --ops 50 --repeat 1 >"$dir/default.txt" 2>&1 || fail "the default selection exited $?"
+grep -q '^pair-4KiB ' "$dir/default.txt" || fail "the default selection printed no pair-4KiB row"
+
+if [ "$fails" = 0 ]; then
+  echo "alloc_bench smoke test: OK"
+  exit 0
+fi
+echo "alloc_bench smoke test: $fails failure(s); outputs in $dir"
+exit 1
