@@ -93,28 +93,49 @@ cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, con
   return CACHALOT_OK;
 }
 
+/* The block at `key` among device d's lanes (exclusive mode), or NULL. */
+static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
+  cl_segment *seg = cl_page_get(&a->pages, key);
+  if (seg == CL_PAGE_SHARED) {
+    for (size_t i = 0; i < d->n_lanes; i++) {
+      cl_block *b = cl_map_find(&d->lanes[i]->map, key);
+      if (b)
+        return b;
+    }
+    return NULL;
+  }
+  /* the page map is only written in the exclusive mode of the segment's device: stable here */
+  if (!seg || seg->lane->dev != d)
+    return NULL;
+  return cl_map_find(&seg->lane->map, key);
+}
+
 cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
                                      cl_block **blk) {
   *dev = NULL;
   *blk = NULL;
   if (!a)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
-  uintptr_t key = (uintptr_t)ptr;
-  for (int i = 0; i < a->device_count; i++) {
-    cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
-    cl_block *b = NULL;
-    if (key) /* 0 is the sentinel's key */
-      HASH_FIND_PTR(d->active, &key, b);
-    if (b && b->state == CL_ALLOCATED) {
-      *dev = d;
-      *blk = b;
-      return CACHALOT_OK;
+  const uintptr_t key = (uintptr_t)ptr;
+  if (key) {
+    /* The page map names the likely device; a racing release may change it, so every device is tried,
+     * that one first. */
+    cl_segment *seg = cl_page_get(&a->pages, key);
+    int first = seg && seg != CL_PAGE_SHARED ? seg->lane->dev->index : 0;
+    for (int n = 0; n < a->device_count; n++) {
+      cl_device *d = &a->devices[(first + n) % a->device_count];
+      cl_lock(d);
+      cl_block *b = find_in_device_locked(a, d, key);
+      if (b && b->state == CL_ALLOCATED) {
+        *dev = d;
+        *blk = b;
+        return CACHALOT_OK;
+      }
+      cl_unlock(d);
+      if (b)
+        return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)",
+                       fn, key);
     }
-    pthread_mutex_unlock(&d->lock);
-    if (b)
-      return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)", fn,
-                     key);
   }
   return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR, fn, key);
 }
@@ -157,7 +178,6 @@ static void free_device(cl_device *d) {
     HASH_DEL(d->events, se);
     free(se);
   }
-  HASH_CLEAR(hh, d->active);
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
@@ -168,6 +188,12 @@ static void free_device(cl_device *d) {
     s = next;
   }
   d->segments = NULL;
+  while (d->spare_segments) {
+    s = d->spare_segments;
+    d->spare_segments = s->release_next;
+    free(s);
+  }
+  cl_lanes_destroy_locked(d);
   for (cl_block *b = d->spare_blocks; b; b = b->next)
     free(b->uses);
   cl_bins *bins, *btmp;
@@ -221,20 +247,8 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     d->index = i;
     d->owner = a;
     d->fraction = -1.0;
-    bool hash_oom = false;
-    HASH_ADD_PTR(d->active, ptr, &d->sentinel);
-    if (hash_oom) {
-      for (int k = 0; k <= i; k++) {
-        HASH_CLEAR(hh, devs[k].active);
-        pthread_mutex_destroy(&devs[k].lock);
-      }
-      free(devs);
-      free(raw);
-      pthread_mutex_destroy(&a->meta_lock);
-      free(a);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_create: host out of memory");
-    }
     apply_config_locked(d, &cfg);
+    d->fast_free = d->fast_malloc = true;
   }
   cl_export_register(a);
   *out = a;
@@ -249,9 +263,9 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   /* Every device holds the same settings; device 0's copy is the base the string applies to. */
   pthread_mutex_lock(&a->meta_lock);
   cl_device *d0 = &a->devices[0];
-  pthread_mutex_lock(&d0->lock);
+  cl_lock(d0);
   cl_config base = d0->cfg;
-  pthread_mutex_unlock(&d0->lock);
+  cl_unlock(d0);
   cl_config cfg;
   cachalot_status rc = parse_conf(conf, &base, &cfg, "cachalot_set_settings");
   char *raw = rc == CACHALOT_OK ? strdup(conf) : NULL;
@@ -262,9 +276,9 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
     a->conf_raw = raw;
     for (int i = 0; i < a->device_count; i++) {
       cl_device *d = &a->devices[i];
-      pthread_mutex_lock(&d->lock);
+      cl_lock(d);
       apply_config_locked(d, &cfg);
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
     }
   }
   pthread_mutex_unlock(&a->meta_lock);
@@ -277,11 +291,12 @@ void cachalot_destroy(cachalot_allocator *a) {
   cl_export_unregister(a);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
-    pthread_mutex_lock(&a->devices[i].lock);
+    cl_lock(&a->devices[i]);
     free_device(&a->devices[i]);
-    pthread_mutex_unlock(&a->devices[i].lock);
+    pthread_mutex_unlock(&a->devices[i].lock); /* the lanes are gone with free_device */
     pthread_mutex_destroy(&a->devices[i].lock);
   }
+  cl_page_map_destroy(&a->pages);
   free(a->devices);
   free(a->observers);
   free(a->conf_raw);
@@ -328,11 +343,11 @@ cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, 
     cl_error_prefix("cachalot_set_memory_fraction: ");
     return rc;
   }
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   d->fraction = fraction;
   d->allowed_max = (size_t)(fraction * (double)total);
   d->total_known = true;
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return CACHALOT_OK;
 }
 

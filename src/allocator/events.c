@@ -3,20 +3,43 @@
  * order they were recorded, so polling a stream stops at its first event not yet done. */
 #include "internal.h"
 
-void cl_free_block_locked(cl_device *d, cl_block *b) {
+/* Block metadata a merge made unused: back to the warm path's lane, or to the device's spares. */
+CL_INLINE void drop_block(cl_device *d, cl_lane *fast, cl_block *b) {
+  if (fast) {
+    b->state = CL_FREE;
+    b->seg = NULL;
+    b->next = fast->spare;
+    fast->spare = b;
+    fast->n_spare++;
+  } else {
+    cl_block_delete_locked(d, b);
+  }
+}
+
+CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_segment *seg = b->seg;
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
   int64_t net_blocks = 0, net_bytes = 0;
 
   cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
-  HASH_DEL(d->active, b);
   b->n_uses = 0;
   b->requested = 0;
 
-  cl_block *p = b->prev;
-  if (p && p->state == CL_FREE) {
-    cl_free_index_remove_locked(d, p);
+  cl_bins *bins = seg->bins;
+  cl_block *p = b->prev, *n = b->next;
+  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
+  /* With one free neighbour, the merged block may take that neighbour's place in the tree: its key only
+   * grows, so it stays in order if it sorts before the neighbour's successor. */
+  cl_block *x = merge_prev != merge_next ? (merge_prev ? p : n) : NULL;
+  cl_block **link = NULL, *succ = NULL;
+  if (x) {
+    link = cl_tree_link(&bins->root[seg->small], x, &succ);
+  } else if (merge_prev) {
+    cl_tree_remove(bins, seg->small, p);
+    cl_tree_remove(bins, seg->small, n);
+  }
+  if (merge_prev) {
     b->ptr = p->ptr;
     b->size += p->size;
     b->prev = p->prev;
@@ -26,33 +49,84 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
       seg->head = b;
     net_blocks -= 1;
     net_bytes -= (int64_t)p->size;
-    cl_block_delete_locked(d, p);
   }
-  cl_block *n = b->next;
-  if (n && n->state == CL_FREE) {
-    cl_free_index_remove_locked(d, n);
+  if (merge_next) {
     b->size += n->size;
     b->next = n->next;
     if (b->next)
       b->next->prev = b;
     net_blocks -= 1;
     net_bytes -= (int64_t)n->size;
-    cl_block_delete_locked(d, n);
   }
-  cl_free_index_insert_locked(d, b);
+  if (x && !x->right && (!succ || cl_key_less(b, succ))) {
+    cl_block_becomes_free(b);
+    cl_tree_replace(link, x, b);
+  } else {
+    if (x)
+      cl_tree_remove_at(bins, seg->small, link, x);
+    cl_free_index_insert_locked(d, b);
+  }
+  if (merge_prev)
+    drop_block(d, fast, p);
+  if (merge_next)
+    drop_block(d, fast, n);
   if (b->prev || b->next) {
     net_blocks += 1;
     net_bytes += (int64_t)b->size;
   }
 
+  const bool small = seg->small;
+  cl_lane *ln = seg->lane;
+  cl_count_split(d, ln, fast != NULL, small, net_blocks, net_bytes);
+  /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
+  cl_lane_stat_add(&ln->st[CL_LS_COUNT][small], fast != NULL, -1);
+  cl_lane_stat_add(&ln->st[CL_LS_BYTES][small], fast != NULL, -(int64_t)orig_size);
+  cl_lane_stat_add(&ln->st[CL_LS_REQUESTED][small], fast != NULL, -(int64_t)requested);
+  if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
+    cl_lane_stat_add(&ln->oversize, fast != NULL, -1);
+  if (fast)
+    return;
   cachalot_device_stats *st = &d->stats;
-  if (net_blocks)
-    cl_stat_array_add(st->inactive_split, seg->small, net_blocks);
-  if (net_bytes)
-    cl_stat_array_add(st->inactive_split_bytes, seg->small, net_bytes);
-  cl_stat_array_add(st->active, seg->small, -1);
-  cl_stat_array_add(st->active_bytes, seg->small, -(int64_t)orig_size);
-  cl_stat_array_add(st->requested_bytes, seg->small, -(int64_t)requested);
+  cl_stat_array_add(st->active, small, -1);
+  cl_stat_array_add(st->active_bytes, small, -(int64_t)orig_size);
+  cl_stat_array_add(st->requested_bytes, small, -(int64_t)requested);
+}
+
+void cl_free_block_locked(cl_device *d, cl_block *b) {
+  cl_map_remove(&b->seg->lane->map, b->ptr);
+  free_block(d, NULL, b);
+}
+
+/* Whether freeing b leaves the split stats within the lane's room: they grow when b comes back as a new
+ * inactive split block (free neighbours are merged away first). Nothing else grows on a free. */
+CL_INLINE bool split_room_for_free(const cl_lane *ln, const cl_block *b) {
+  const cl_block *p = b->prev, *n = b->next;
+  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
+  const bool split_after = (merge_prev ? p->prev : p) || (merge_next ? n->next : n);
+  const int64_t merged = (int64_t)(b->size + (merge_prev ? p->size : 0) + (merge_next ? n->size : 0));
+  const int64_t blocks = (int64_t)split_after - merge_prev - merge_next;
+  const int64_t bytes = (split_after ? merged : 0) - (merge_prev ? (int64_t)p->size : 0) -
+                        (merge_next ? (int64_t)n->size : 0);
+  return cl_split_room(ln, b->seg->small, blocks, bytes);
+}
+
+bool cl_free_fast(cachalot_allocator *a, void *ptr) {
+  cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
+  if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED))
+    return false;
+  cl_lane *ln = seg->lane;
+  cl_device *d = ln->dev;
+  cl_spin_lock(&ln->lock);
+  const size_t slot = cl_map_slot_of(&ln->map, (uintptr_t)ptr);
+  cl_block *b = slot != SIZE_MAX ? ln->map.slots[slot].blk : NULL;
+  if (CL_UNLIKELY(!b || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free || !split_room_for_free(ln, b))) {
+    cl_spin_unlock(&ln->lock);
+    return false;
+  }
+  cl_map_remove_at(&ln->map, slot);
+  free_block(d, ln, b); /* counts the free() and the block's return at once */
+  cl_spin_unlock(&ln->lock);
+  return true;
 }
 
 /* Pops the oldest event of `se` and frees its block when it was the block's last. */

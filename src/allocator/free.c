@@ -1,4 +1,8 @@
-/* cachalot_free, cachalot_record_stream and cachalot_empty_cache (SPEC.md §2). */
+/* cachalot_free, cachalot_record_stream and cachalot_empty_cache (SPEC.md §2).
+ *
+ * free() finds the block through the page map (address -> segment -> lane) without a lock, then runs
+ * under that lane's lock alone when the block has no other stream's uses; the rest (events, captures,
+ * history, errors) goes through exclusive mode. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -17,7 +21,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
   if (s != b->seg->stream) {
     for (uint32_t i = 0; i < b->n_uses; i++) {
       if (b->uses[i] == s) {
-        pthread_mutex_unlock(&d->lock);
+        cl_unlock(d);
         return CACHALOT_OK;
       }
     }
@@ -25,7 +29,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
       uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
       cachalot_stream *u = realloc(b->uses, cap * sizeof *u);
       if (!u) {
-        pthread_mutex_unlock(&d->lock);
+        cl_unlock(d);
         return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_stream: host out of memory");
       }
       b->uses = u;
@@ -33,7 +37,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
     }
     b->uses[b->n_uses++] = s;
   }
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return CACHALOT_OK;
 }
 
@@ -105,11 +109,13 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
 }
 
 cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
-  if (!ptr) {
+  if (!ptr || !a) {
     if (!a)
       return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
     return CACHALOT_OK;
   }
+  if (CL_LIKELY(cl_free_fast(a, ptr)))
+    return CACHALOT_OK;
   cl_device *d;
   cl_block *b;
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
@@ -122,7 +128,7 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
       size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
       cl_block **nd = realloc(d->deferred, cap * sizeof *nd);
       if (!nd) {
-        pthread_mutex_unlock(&d->lock);
+        cl_unlock(d);
         return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
       }
       d->deferred = nd;
@@ -133,15 +139,15 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
   } else if (b->n_uses > 0) {
     rc = cl_insert_events_locked(d, b);
     if (rc != CACHALOT_OK) {
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       return rc;
     }
   }
-  cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
+  cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return CACHALOT_OK;
 }
 
@@ -151,14 +157,14 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
   cachalot_status result = CACHALOT_OK;
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     /* During a capture nothing is synchronized or freed: either would break the capture. */
     if (!cl_capturing(d)) {
       cachalot_status rc = cl_release_all_locked(d);
       if (rc != CACHALOT_OK && result == CACHALOT_OK)
         result = rc;
     }
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   }
   if (result != CACHALOT_OK)
     cl_error_prefix("cachalot_empty_cache: ");

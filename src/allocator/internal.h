@@ -9,8 +9,17 @@
  *             owns free indexes per (stream, kind); requests on stream S only see S's index.
  *   bins      the free index of one (pool, stream): one tree per kind.
  *
- * Locking: everything under a cl_device is guarded by that device's `lock` (names ending in _locked
- * expect it held). The lock is dropped around device allocations and frees unless the config's
+ *   lane      the per-stream part of a device (lane.c): its lock, the pointer map of its segments'
+ *             blocks, spare block metadata and a share of the stats, so that threads on different
+ *             streams never touch the same cache line on the warm path.
+ *
+ * Locking, two levels:
+ *   - a lane's `lock` guards its blocks (the blocks of segments on its stream, in any pool), its map,
+ *     spares and stats share. The warm paths of malloc and free (fast.c) take only that.
+ *   - exclusive mode, cl_lock(d): the device's `lock` and then every lane's lock in order. Names ending
+ *     in _locked expect it. So anything written only in exclusive mode may be read under any one lane
+ *     lock: the config, the device flags, the pools and routes.
+ * Exclusive mode is dropped around device allocations and frees unless the config's
  * release_lock_on_cudamalloc is False; `inflight` counts the bytes of device allocations in transit
  * meanwhile, so memory fraction checks stay honest (segments being freed still count as reserved).
  */
@@ -30,6 +39,9 @@
 #include "config.h"
 #include "sizes.h"
 
+/* For the few helpers the warm paths must not pay a call for. */
+#define CL_INLINE static inline __attribute__((always_inline))
+
 #ifndef HASH_NONFATAL_OOM
 #define HASH_NONFATAL_OOM 1
 #endif
@@ -42,11 +54,14 @@ typedef enum { CL_FREE = 0, CL_ALLOCATED, CL_PENDING } cl_block_state;
 
 typedef struct cl_segment cl_segment;
 typedef struct cl_pool cl_pool;
+typedef struct cl_lane cl_lane;
+typedef struct cl_bins cl_bins;
+typedef struct cl_device cl_device;
 
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
  * side by side; a FREE block is in exactly one tree, that of (seg->pool, seg->stream, seg->small); an
- * ALLOCATED or PENDING block is in the device's pointer map (hh) and in no tree; a PENDING block has
+ * ALLOCATED or PENDING block is in its lane's pointer map and in no tree; a PENDING block has
  * event_count > 0 entries in the device's event queues.
  *
  *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
@@ -65,7 +80,6 @@ typedef struct cl_block {
   uint64_t gc_base;          /* the pool's lookup counter when the block became free (its age base) */
   cachalot_stream *uses;     /* record_stream streams other than seg->stream (heap array) */
   uint32_t n_uses, cap_uses;
-  UT_hash_handle hh;         /* device pointer map, key ptr */
 } cl_block;
 
 /* A segment: one device allocation of `size` bytes at `ptr`, served to requests on `stream` from
@@ -78,23 +92,25 @@ struct cl_segment {
   size_t size;
   cl_pool *pool;
   cachalot_stream stream;
+  cl_lane *lane;  /* the lane of `stream`: its lock guards the blocks */
+  cl_bins *bins;  /* the free index of (pool, stream); it outlives the segment */
   bool small;
   bool releasing;
   bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
                         after it is retaken, by the releasing thread only) */
   cl_block *head;
   cl_segment *prev, *next;  /* the device's segment list */
-  cl_segment *release_next; /* a release list, while releasing */
+  cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
 
 /* The free blocks of one (pool, stream): a treap per kind ordered by (size, ptr), so the lower bound of
  * (size, 0) is the best fit with the lowest address among equals. */
-typedef struct cl_bins {
+struct cl_bins {
   cachalot_stream stream;
   cl_block *root[2]; /* [0] large, [1] small */
   size_t count[2];
   UT_hash_handle hh;
-} cl_bins;
+};
 
 /* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
  * free-block searches (only while garbage collection is on): a free block's age is lookups - gc_base.
@@ -164,16 +180,161 @@ typedef struct {
   size_t cap, head, count;
 } cl_trace;
 
+
+/* --- lanes (lane.c, block_map.c) --- */
+
+/* A test-and-test-and-set lock: the lanes' locks are held for tens of nanoseconds, where a futex-based
+ * mutex costs more than the work; contended waiters spin briefly, then yield. */
+typedef struct {
+  _Atomic int held;
+} cl_spin;
+void cl_spin_lock_slow(cl_spin *l);
+static inline void cl_spin_lock(cl_spin *l) {
+  if (CL_LIKELY(!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+    return;
+  cl_spin_lock_slow(l);
+}
+static inline void cl_spin_unlock(cl_spin *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
+
+/* A lane's pointer map: open addressing with linear probing over a power-of-two table, key = the block's
+ * address (0 marks an empty slot: no device address is 0). Invariants: count * 2 <= mask + 1, and every
+ * key sits between its home slot and the first empty slot after it (deletion shifts entries back). */
+typedef struct {
+  uintptr_t key;
+  cl_block *blk;
+} cl_map_slot;
+typedef struct {
+  cl_map_slot *slots;
+  size_t mask, count;
+  unsigned shift; /* 64 - log2(mask + 1): the home slot is the top bits of the hashed key */
+} cl_block_map;
+static inline size_t cl_map_home(const cl_block_map *m, uintptr_t key) {
+  return (size_t)(((uint64_t)(key >> 9) * 0x9E3779B97F4A7C15ull) >> m->shift);
+}
+static inline cl_block *cl_map_find(const cl_block_map *m, uintptr_t key) {
+  for (size_t i = cl_map_home(m, key);; i = (i + 1) & m->mask) {
+    const cl_map_slot *sl = &m->slots[i];
+    if (sl->key == key)
+      return sl->blk;
+    if (!sl->key)
+      return NULL;
+  }
+}
+bool cl_map_init(cl_block_map *m);
+void cl_map_destroy(cl_block_map *m);
+bool cl_map_grow(cl_block_map *m);
+/* Makes room for one more entry (growing the table is a heap allocation, rare). False on host OOM. */
+CL_INLINE bool cl_map_reserve(cl_block_map *m) {
+  return CL_LIKELY((m->count + 1) * 2 <= m->mask + 1) || cl_map_grow(m);
+}
+/* Adds the entry (key not in the map); room must have been reserved. */
+CL_INLINE void cl_map_put(cl_block_map *m, uintptr_t key, cl_block *b) {
+  size_t i = cl_map_home(m, key);
+  while (m->slots[i].key)
+    i = (i + 1) & m->mask;
+  m->slots[i].key = key;
+  m->slots[i].blk = b;
+  m->count++;
+}
+CL_INLINE void cl_map_insert(cl_block_map *m, cl_block *b) { cl_map_put(m, b->ptr, b); }
+/* The slot of `key`, or SIZE_MAX. */
+CL_INLINE size_t cl_map_slot_of(const cl_block_map *m, uintptr_t key) {
+  for (size_t i = cl_map_home(m, key);; i = (i + 1) & m->mask) {
+    if (m->slots[i].key == key)
+      return i;
+    if (!m->slots[i].key)
+      return SIZE_MAX;
+  }
+}
+/* Empties slot i. Backward-shift deletion: a later entry of the run moves into the hole unless its home
+ * slot lies in the cyclic range (hole, its slot], where moving would put it before its home. */
+CL_INLINE void cl_map_remove_at(cl_block_map *m, size_t i) {
+  for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
+    size_t home = cl_map_home(m, m->slots[j].key);
+    if (((j - home) & m->mask) >= ((j - i) & m->mask)) {
+      m->slots[i] = m->slots[j];
+      i = j;
+    }
+  }
+  m->slots[i].key = 0;
+  m->slots[i].blk = NULL;
+  m->count--;
+}
+CL_INLINE void cl_map_remove(cl_block_map *m, uintptr_t key) {
+  size_t i = cl_map_slot_of(m, key);
+  if (i != SIZE_MAX)
+    cl_map_remove_at(m, i);
+}
+
+/* The stats a lane keeps a share of: those the warm path changes, per kind. On the warm path a block goes from FREE to ALLOCATED and back, never PENDING, so allocation and active move
+ * together, and so do allocated_bytes and active_bytes: one share serves each pair (its room is the
+ * smaller of the two). */
+enum {
+  CL_LS_COUNT,       /* allocation and active */
+  CL_LS_BYTES,       /* allocated_bytes and active_bytes */
+  CL_LS_REQUESTED,   /* requested_bytes */
+  CL_LS_SPLIT,       /* inactive_split */
+  CL_LS_SPLIT_BYTES, /* inactive_split_bytes */
+  CL_LS_N
+};
+
+/* A lane's share of one stat. The device hands out room so that the rooms of all lanes add up to at
+ * most peak - current: while every lane stays within its room, the sum of all lanes cannot pass the
+ * peak, so the peak needs no shared write. A warm path checks the room before it changes anything; an
+ * operation that would run out goes to exclusive mode instead, where the stats are exact, so every peak
+ * is exact at the moment it is reached, however many threads run.
+ *   inc     what the lane added since the last fold (the stat's `allocated` part)
+ *   room    what it may still add; start - room is its net change since the fold
+ *   held    its running total, from every path (exclusive mode included), and high the most it ever
+ *           held at a fold: high - held is how much it is likely to grow back, which is how room is
+ *           shared. Only that hint uses them: a drift in them costs speed, never exactness. */
+typedef struct {
+  int64_t inc, room, start, held, high;
+} cl_lane_stat;
+
+/* The per-stream part of a device. Invariants: `stream` never changes; the lane is in its device's
+ * `lanes` array and lane index from creation until destroy; `bins` is the default pool's free index of
+ * `stream` once it exists; every ALLOCATED or PENDING block of a segment with seg->lane == this lane is
+ * in `map`; `spare` holds block metadata (linked through next) owned by nobody else. */
+struct cl_lane {
+  _Alignas(64) cl_spin lock;
+  cachalot_stream stream;
+  cl_device *dev;
+  cl_bins *bins;
+  cl_block_map map;
+  cl_block *spare;
+  size_t n_spare;
+  cl_lane_stat st[CL_LS_N][2]; /* [id][small]: the all entry is their sum, its room split between them */
+  cl_lane_stat oversize;       /* oversize_allocations */
+  cl_lane_stat oversize_unused; /* stays empty: lets oversize use the two-kind sharing code */
+};
+
+/* The lane lookup: an open-addressing table of lane pointers read without a lock; it only grows (in
+ * exclusive mode, by publishing a larger copy); older copies stay until destroy for readers still in
+ * them. */
+typedef struct cl_lane_index {
+  size_t mask;
+  struct cl_lane_index *older;
+  _Atomic(cl_lane *) slot[];
+} cl_lane_index;
+
+static inline size_t cl_lane_hash(cachalot_stream s) {
+  return (size_t)(((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
 /* Everything cachalot keeps for one device, guarded by `lock`. */
-typedef struct cl_device {
+struct cl_device {
   pthread_mutex_t lock;
+  bool fast_malloc, fast_free; /* the warm paths may run (set on leaving exclusive mode) */
   int index;
   struct cachalot_allocator *owner;
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
   cl_pool default_pool;
-  cl_block *active;            /* pointer map: ALLOCATED and PENDING blocks, plus `sentinel` */
-  cl_block sentinel;           /* key 0 (never a device address), always in the map: uthash frees its table
-                                  when the map empties, and the next add would allocate it again */
+  cl_lane **lanes;             /* every lane, in lock order */
+  size_t n_lanes, cap_lanes;
+  _Atomic(cl_lane_index *) lane_index;
+  cl_segment *spare_segments;  /* segments given back, kept (linked through release_next): the page map
+                                  may still be read through by a racing free of a stale pointer */
   cl_segment *segments;        /* all segments of this device, any pool */
   size_t n_segments;
   cl_stream_events *events;    /* outstanding events by stream */
@@ -191,17 +352,43 @@ typedef struct cl_device {
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
   bool total_known;
-  cachalot_device_stats stats;
+  cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
-} cl_device;
+};
 
 typedef struct cl_observer {
   cachalot_oom_observer fn;
   void *ctx;
 } cl_observer;
 
+/* The page map (page_map.c): device address >> 21 -> the segment covering that 2 MiB page, a radix
+ * tree of 4 levels of 2048 slots, read without locks. Nodes are added, never removed, until destroy.
+ * A page two segments share (never seen: segments are 2 MiB multiples and CUDA aligns them) holds
+ * CL_PAGE_SHARED, and lookups there search the lanes instead. */
+enum { CL_PAGE_SHIFT = 21, CL_PM_BITS = 11, CL_PM_LEVELS = 4 };
+#define CL_PAGE_SHARED ((cl_segment *)(uintptr_t)1)
+typedef struct cl_page_node {
+  _Atomic(void *) slot[1 << CL_PM_BITS];
+} cl_page_node;
+
+static inline cl_segment *cl_page_get(cl_page_node *root, uintptr_t ptr) {
+  const uint64_t k = (uint64_t)ptr >> CL_PAGE_SHIFT;
+  cl_page_node *n = root;
+  for (int lvl = CL_PM_LEVELS - 1; lvl > 0; lvl--) {
+    n = atomic_load_explicit(&n->slot[(k >> (lvl * CL_PM_BITS)) & ((1u << CL_PM_BITS) - 1)], memory_order_acquire);
+    if (!n)
+      return NULL;
+  }
+  return atomic_load_explicit(&n->slot[k & ((1u << CL_PM_BITS) - 1)], memory_order_acquire);
+}
+/* Points the pages of `s` at it. False on host OOM (nothing changed). */
+bool cl_page_map_add(cl_page_node *root, cl_segment *s);
+void cl_page_map_remove(cl_page_node *root, const cl_segment *s);
+void cl_page_map_destroy(cl_page_node *root);
+
 struct cachalot_allocator {
   cachalot_backend *backend;
+  cl_page_node pages; /* the page map of every device's segments */
   _Atomic uint64_t next_capture_pool, next_pool_handle; /* the two MempoolId counters, from 1 */
   int device_count;
   cl_device *devices;
@@ -247,13 +434,15 @@ void cl_pools_for_each_locked(cl_device *d, void (*fn)(cl_pool *p, void *ctx), v
 
 /* --- allocator.c --- */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
-/* Finds the ALLOCATED block at exactly `ptr` and returns with its device locked; else INVALID_POINTER
- * and nothing locked. */
+/* Finds the ALLOCATED block at exactly `ptr` and returns with its device in exclusive mode; else
+ * INVALID_POINTER and nothing locked. */
 cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
                                      cl_block **blk);
 /* Metadata free lists. NULL on host OOM. */
 cl_block *cl_block_new_locked(cl_device *d);
 void cl_block_delete_locked(cl_device *d, cl_block *b);
+/* Tops the spares of lane `ln` up from the device's, so its warm path can split (exclusive mode). */
+void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln);
 cl_pending_event *cl_pending_new_locked(cl_device *d);
 void cl_pending_delete_locked(cl_device *d, cl_pending_event *e);
 /* Memory fraction: makes sure allowed_max is known (asks the backend once). */
@@ -261,15 +450,120 @@ void cl_fraction_resolve_locked(cl_device *d);
 
 /* --- free_index.c --- */
 cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
-void cl_tree_insert(cl_bins *bins, bool small, cl_block *b);
-void cl_tree_remove(cl_bins *bins, bool small, cl_block *b);
-cl_block *cl_tree_lower_bound(cl_block *root, size_t size);        /* smallest (size, ptr) >= (size, 0) */
 cl_block *cl_tree_prev(cl_block *root, const cl_block *b);         /* largest key < b's key */
 cl_block *cl_tree_max(cl_block *root);
 bool cl_tree_contains(cl_block *root, const cl_block *b);
-/* Inserts a FREE block into its index and stamps its age base. */
-void cl_free_index_insert_locked(cl_device *d, cl_block *b);
-void cl_free_index_remove_locked(cl_device *d, cl_block *b);
+
+static inline bool cl_key_less(const cl_block *a, const cl_block *b) {
+  return a->size < b->size || (a->size == b->size && a->ptr < b->ptr);
+}
+/* Treap insertion without recursion: walk down while the nodes outrank b, then split the subtree there
+ * around b's key into b's two children. Gives the shape insert-at-leaf-and-rotate-up would. */
+CL_INLINE void cl_tree_insert(cl_bins *bins, bool small, cl_block *b) {
+  b->prio = (uint32_t)(((uint64_t)(b->ptr >> 9) * 0x9E3779B97F4A7C15ull) >> 32);
+  cl_block **link = &bins->root[small];
+  while (*link && (*link)->prio >= b->prio)
+    link = cl_key_less(b, *link) ? &(*link)->left : &(*link)->right;
+  cl_block *t = *link, **l = &b->left, **r = &b->right;
+  while (t) {
+    if (cl_key_less(t, b)) {
+      *l = t;
+      l = &t->right;
+      t = t->right;
+    } else {
+      *r = t;
+      r = &t->left;
+      t = t->left;
+    }
+  }
+  *l = *r = NULL;
+  *link = b;
+  bins->count[small]++;
+}
+/* The link (&root or a parent's child pointer) that points at b, a node of the tree. *succ is b's
+ * nearest ancestor with a larger key: b's successor when b has no right child. */
+CL_INLINE cl_block **cl_tree_link(cl_block **root, const cl_block *b, cl_block **succ) {
+  cl_block **link = root;
+  *succ = NULL;
+  while (*link != b) {
+    if (cl_key_less(b, *link)) {
+      *succ = *link;
+      link = &(*link)->left;
+    } else {
+      link = &(*link)->right;
+    }
+  }
+  return link;
+}
+/* Treap removal of b at `link` without recursion: b's place goes to the join of its children. */
+CL_INLINE void cl_tree_remove_at(cl_bins *bins, bool small, cl_block **link, cl_block *b) {
+  cl_block *l = b->left, *r = b->right;
+  while (l && r) {
+    if (l->prio > r->prio) {
+      *link = l;
+      link = &l->right;
+      l = l->right;
+    } else {
+      *link = r;
+      link = &r->left;
+      r = r->left;
+    }
+  }
+  *link = l ? l : r;
+  bins->count[small]--;
+  b->left = b->right = NULL;
+}
+CL_INLINE void cl_tree_remove(cl_bins *bins, bool small, cl_block *b) {
+  cl_block *succ;
+  cl_tree_remove_at(bins, small, cl_tree_link(&bins->root[small], b, &succ), b);
+}
+/* `to` takes the place of `from` at `link`, priority included, so the heap order holds; the caller has
+ * made sure that to's key keeps the key order there (between from's neighbours in order). */
+CL_INLINE void cl_tree_replace(cl_block **link, cl_block *from, cl_block *to) {
+  to->left = from->left;
+  to->right = from->right;
+  to->prio = from->prio;
+  *link = to;
+  from->left = from->right = NULL;
+}
+/* The smallest (size, ptr) >= (size, 0): best fit, lowest address among equal sizes. With its link
+ * (see cl_tree_link) and its predecessor in key order (the last node the walk passed on the right). */
+CL_INLINE cl_block *cl_tree_lower_bound_at(cl_block **root, size_t size, cl_block ***best_link, cl_block **pred) {
+  cl_block *best = NULL;
+  *best_link = NULL;
+  *pred = NULL;
+  for (cl_block **link = root; *link;) {
+    cl_block *t = *link;
+    if (t->size >= size) {
+      best = t;
+      *best_link = link;
+      link = &t->left;
+    } else {
+      *pred = t;
+      link = &t->right;
+    }
+  }
+  return best;
+}
+CL_INLINE cl_block *cl_tree_lower_bound(cl_block *root, size_t size) {
+  cl_block **link, *pred;
+  return cl_tree_lower_bound_at(&root, size, &link, &pred);
+}
+/* Makes b FREE and stamps its age base, before it enters its free index. */
+CL_INLINE void cl_block_becomes_free(cl_block *b) {
+  b->state = CL_FREE;
+  b->gc_base = b->seg->pool->lookups[b->seg->small];
+}
+/* Inserts a FREE block into its index and stamps its age base (exclusive mode or its lane locked). */
+CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {
+  (void)d;
+  cl_block_becomes_free(b);
+  cl_tree_insert(b->seg->bins, b->seg->small, b);
+}
+CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
+  (void)d;
+  cl_tree_remove(b->seg->bins, b->seg->small, b);
+}
 
 /* --- events.c --- */
 /* Records an event per stream use of `b` and makes it PENDING; all or nothing (free.c). */
@@ -282,6 +576,10 @@ void cl_process_events_locked(cl_device *d);
 cachalot_status cl_sync_all_events_locked(cl_device *d);
 /* Returns a block to its free index, merging with free neighbours (SPEC.md §2 free). */
 void cl_free_block_locked(cl_device *d, cl_block *b);
+/* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
+ * as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share. False
+ * when the free needs exclusive mode (nothing changed then). */
+bool cl_free_fast(cachalot_allocator *a, void *ptr);
 
 /* --- release.c --- */
 /* Whole free segments marked `releasing`, waiting to be given back to the device. */
@@ -326,22 +624,93 @@ static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) 
     cl_stat_dec(&arr[k], -n);
   }
 }
+/* --- lane.c --- */
+/* Exclusive mode: the device lock, then every lane; the lanes' stats shares are folded into d->stats. */
+void cl_lock(cl_device *d);
+/* Leaves exclusive mode: shares out room for the peaks again and sets the warm-path flags. */
+void cl_unlock(cl_device *d);
+/* The lane of `s`, made on first use (exclusive mode). NULL on host OOM. */
+cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s);
+void cl_lanes_destroy_locked(cl_device *d);
+/* The lane of `s` if it exists, without a lock. */
+static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
+  cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_acquire);
+  if (!t)
+    return NULL;
+  for (size_t i = cl_lane_hash(s) & t->mask;; i = (i + 1) & t->mask) {
+    cl_lane *ln = atomic_load_explicit(&t->slot[i], memory_order_acquire);
+    if (!ln || ln->stream == s)
+      return ln;
+  }
+}
+
+/* Whether a share has room for a change of n (decreases always fit). */
+CL_INLINE bool cl_lane_room(const cl_lane_stat *e, int64_t n) { return n <= 0 || e->room >= n; }
+CL_INLINE void cl_lane_stat_inc(cl_lane_stat *e, int64_t n) {
+  e->inc += n;
+  e->room -= n;
+}
+CL_INLINE void cl_lane_stat_dec(cl_lane_stat *e, int64_t n) { e->room += n; }
+/* A share change on the warm path (lane locked, room checked) or, in exclusive mode, just the hint. */
+CL_INLINE void cl_lane_stat_add(cl_lane_stat *e, bool fast, int64_t n) {
+  if (!fast)
+    e->held += n;
+  else if (n > 0)
+    cl_lane_stat_inc(e, n);
+  else
+    cl_lane_stat_dec(e, -n);
+}
+
+/* Every stat change of a block of lane `ln`'s goes through these: on the warm path (`fast`, ln locked,
+ * room checked) into ln's share, in exclusive mode into the device's stats (and ln's hint). */
+CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, int64_t blocks, int64_t bytes) {
+  if (blocks)
+    cl_lane_stat_add(&ln->st[CL_LS_SPLIT][small], fast, blocks);
+  if (bytes)
+    cl_lane_stat_add(&ln->st[CL_LS_SPLIT_BYTES][small], fast, bytes);
+  if (!fast) {
+    if (blocks)
+      cl_stat_array_add(d->stats.inactive_split, small, blocks);
+    if (bytes)
+      cl_stat_array_add(d->stats.inactive_split_bytes, small, bytes);
+  }
+}
+/* Whether the warm path may make these split stat changes. */
+CL_INLINE bool cl_split_room(const cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
+  return cl_lane_room(&ln->st[CL_LS_SPLIT][small], blocks) && cl_lane_room(&ln->st[CL_LS_SPLIT_BYTES][small], bytes);
+}
+
 /* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
-static inline void cl_stats_hand_out(cachalot_device_stats *st, const cl_config *c, bool small, size_t size,
-                                     size_t requested) {
+CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool small, size_t size, size_t requested) {
+  cl_lane_stat_add(&ln->st[CL_LS_COUNT][small], fast, 1);
+  cl_lane_stat_add(&ln->st[CL_LS_BYTES][small], fast, (int64_t)size);
+  cl_lane_stat_add(&ln->st[CL_LS_REQUESTED][small], fast, (int64_t)requested);
+  if (CL_UNLIKELY(size >= d->cfg.max_split_size))
+    cl_lane_stat_add(&ln->oversize, fast, 1);
+  if (fast)
+    return;
+  cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->allocation, small, 1);
   cl_stat_array_add(st->allocated_bytes, small, (int64_t)size);
   cl_stat_array_add(st->active, small, 1);
   cl_stat_array_add(st->active_bytes, small, (int64_t)size);
   cl_stat_array_add(st->requested_bytes, small, (int64_t)requested);
-  if (size >= c->max_split_size)
+  if (size >= d->cfg.max_split_size)
     cl_stat_inc(&st->oversize_allocations, 1);
 }
-/* free() of a block: the allocation stats drop at once (active ones only when it is really free). */
-static inline void cl_stats_free_called(cachalot_device_stats *st, const cl_config *c, bool small, size_t size) {
+/* Whether the warm path may hand out a block of `size` for `requested` bytes. */
+CL_INLINE bool cl_hand_out_room(const cl_device *d, const cl_lane *ln, bool small, size_t size, size_t requested) {
+  return ln->st[CL_LS_COUNT][small].room >= 1 && ln->st[CL_LS_BYTES][small].room >= (int64_t)size &&
+         ln->st[CL_LS_REQUESTED][small].room >= (int64_t)requested &&
+         (CL_LIKELY(size < d->cfg.max_split_size) || ln->oversize.room >= 1);
+}
+/* free() of a block, in exclusive mode: the allocation stats drop at once (active ones only when it is
+ * really free: cl_free_block_locked). The warm path does both at once in cl_free_fast. */
+static inline void cl_stats_free_called(cl_device *d, bool small, size_t size) {
+  cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->allocation, small, -1);
   cl_stat_array_add(st->allocated_bytes, small, -(int64_t)size);
-  if (size >= c->max_split_size)
+  if (size >= d->cfg.max_split_size)
     cl_stat_dec(&st->oversize_allocations, 1);
 }
 /* Recounts oversize_allocations / oversize_segments after max_split_size changed. */

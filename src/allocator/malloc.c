@@ -2,27 +2,30 @@
  *
  *   poll events -> round, choose pool -> best fit on this stream -> (gc) -> new segment
  *     -> (free oversize blocks, new segment) -> (free all cached, new segment: a retry) -> OOM
+ *
+ * The warm path runs the same steps under the stream's lane lock alone when they reduce to "best fit,
+ * hand out": no events to poll, no capture routing, no garbage collection, no history, a cached block
+ * that fits and the metadata at hand. Anything else goes to exclusive mode and the full sequence.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* malloc step 3: best fit from (pool, stream, kind), honouring the oversize rules. The block is taken
- * out of the index. */
+/* malloc step 3: best fit honours the oversize rules. */
+CL_INLINE bool fits(const cl_config *c, const cl_block *b, size_t size) {
+  if (size < c->max_split_size)
+    return b->size < c->max_split_size; /* a request below max_split_size never takes an oversize block */
+  return b->size - size < c->max_non_split_rounding; /* nor an oversize one a block far larger than itself */
+}
+
 static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size) {
-  const cl_config *c = &d->cfg;
-  if (d->fraction >= 0 && c->gc_threshold > 0)
+  if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
     p->lookups[small]++;
   cl_bins *bins = cl_bins_get_locked(p, s, false);
-  if (!bins)
+  cl_block *b = bins ? cl_tree_lower_bound(bins->root[small], size) : NULL;
+  if (!b || !fits(&d->cfg, b, size))
     return NULL;
-  cl_block *b = cl_tree_lower_bound(bins->root[small], size);
-  if (!b)
-    return NULL;
-  if (size < c->max_split_size && b->size >= c->max_split_size)
-    return NULL; /* a request below max_split_size never takes an oversize block */
-  if (size >= c->max_split_size && b->size - size >= c->max_non_split_rounding)
-    return NULL; /* nor does an oversize request take a block far larger than itself */
   cl_tree_remove(bins, small, b);
   return b;
 }
@@ -46,23 +49,40 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
       return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
   }
   /* Metadata first, so that a host allocation failure never strands device memory. */
+  cl_lane *lane = cl_lane_get_locked(d, s);
   cl_bins *bins = cl_bins_get_locked(p, s, true);
-  cl_segment *seg = calloc(1, sizeof *seg);
+  cl_segment *seg = d->spare_segments;
+  if (seg)
+    d->spare_segments = seg->release_next;
+  else
+    seg = malloc(sizeof *seg);
   cl_block *blk = cl_block_new_locked(d);
-  if (!bins || !seg || !blk) {
-    free(seg);
+  if (!lane || !bins || !seg || !blk) {
+    if (seg) {
+      seg->release_next = d->spare_segments;
+      d->spare_segments = seg;
+    }
     if (blk)
       cl_block_delete_locked(d, blk);
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
+  if (cl_pool_is_default(d, p))
+    lane->bins = bins;
+  memset(seg, 0, sizeof *seg);
+  /* set before the page map publishes the segment: a free() on another thread may read them */
+  seg->pool = p;
+  seg->stream = s;
+  seg->lane = lane;
+  seg->bins = bins;
+  seg->small = small;
 
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
   void *ptr = NULL;
   d->inflight += alloc_size;
   if (drop)
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   /* A plain device allocation while any stream captures in global mode fails and invalidates that
    * capture. cachalot is not always told about captures (a program may capture on its own), so the
    * thread is switched to relaxed mode around every device allocation: two cheap calls on a path that
@@ -75,19 +95,22 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     (void)b->ops->capture_mode_exchange(b, &prev);
   }
   if (drop)
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
   d->inflight -= alloc_size;
+  seg->ptr = (uintptr_t)ptr;
+  seg->size = alloc_size;
+  if (rc == CACHALOT_OK && !cl_page_map_add(&d->owner->pages, seg)) {
+    (void)b->ops->free(b, d->index, ptr); /* rare: the page map had no memory for a node */
+    *host_oom = true;
+    rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
   if (rc != CACHALOT_OK) {
-    free(seg);
+    seg->release_next = d->spare_segments;
+    d->spare_segments = seg;
     cl_block_delete_locked(d, blk);
     return rc;
   }
 
-  seg->ptr = (uintptr_t)ptr;
-  seg->size = alloc_size;
-  seg->pool = p;
-  seg->stream = s;
-  seg->small = small;
   seg->head = blk;
   seg->prev = NULL;
   seg->next = d->segments;
@@ -113,31 +136,43 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   return CACHALOT_OK;
 }
 
-/* Hands out `b` (FREE, in no index) for a request of rounded `size`, splitting off the rest when the
- * split rule says so. On host OOM the block goes back
- * to its index and nothing changes. */
-static cachalot_status hand_out_locked(cl_device *d, cl_block *b, size_t size, size_t requested) {
+/* Hands out `b` (FREE) for a request of rounded `size`, splitting off the rest when the split rule
+ * says so.
+ *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index and nothing
+ *     changes.
+ *   warm path (lane `fast` locked): b is still in its tree at `link`, `pred` its predecessor there; the
+ *     caller has made sure of the map's room and, for a split, of a spare: it cannot fail. When the
+ *     rest's key still sorts after pred, the rest simply takes b's place in the tree. */
+CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, cl_block **link, cl_block *pred,
+                                   size_t size, size_t requested) {
   cl_segment *seg = b->seg;
+  cl_lane *lane = seg->lane;
   const bool small = seg->small;
-  cachalot_device_stats *st = &d->stats;
   const bool split = cl_should_split(&d->cfg, small, b->size, size);
   const bool already_split = b->prev || b->next;
-
   cl_block *rest = NULL;
-  if (split && !(rest = cl_block_new_locked(d))) {
-    cl_free_index_insert_locked(d, b);
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  if (fast) {
+    if (split) {
+      rest = lane->spare;
+      lane->spare = rest->next;
+      lane->n_spare--;
+    }
+  } else {
+    if (split && !(rest = cl_block_new_locked(d))) {
+      cl_free_index_insert_locked(d, b);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+    }
+    if (!cl_map_reserve(&lane->map)) {
+      if (rest)
+        cl_block_delete_locked(d, rest);
+      cl_free_index_insert_locked(d, b);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+    }
   }
-  bool hash_oom = false;
-  HASH_ADD_PTR(d->active, ptr, b);
-  if (hash_oom) {
-    if (rest)
-      cl_block_delete_locked(d, rest);
-    cl_free_index_insert_locked(d, b);
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-  }
+  cl_map_insert(&lane->map, b);
 
   if (split) {
+    /* a spare is clean: requested, uses and events are 0, as on every FREE block */
     rest->ptr = b->ptr + size;
     rest->size = b->size - size;
     rest->seg = seg;
@@ -147,43 +182,73 @@ static cachalot_status hand_out_locked(cl_device *d, cl_block *b, size_t size, s
       rest->next->prev = rest;
     b->next = rest;
     b->size = size;
-    cl_free_index_insert_locked(d, rest);
-    if (already_split) {
-      /* an inactive split block shrinks by `size` */
-      cl_stat_array_add(st->inactive_split_bytes, small, -(int64_t)size);
+    if (fast && (!pred || cl_key_less(pred, rest))) {
+      cl_block_becomes_free(rest);
+      cl_tree_replace(link, b, rest);
     } else {
-      /* a whole segment becomes split: its rest is a new inactive split block */
-      cl_stat_array_add(st->inactive_split_bytes, small, (int64_t)rest->size);
-      cl_stat_array_add(st->inactive_split, small, 1);
+      if (fast)
+        cl_tree_remove_at(seg->bins, small, link, b);
+      cl_free_index_insert_locked(d, rest);
     }
-  } else if (already_split) {
-    cl_stat_array_add(st->inactive_split_bytes, small, -(int64_t)b->size);
-    cl_stat_array_add(st->inactive_split, small, -1);
+    if (already_split) /* an inactive split block shrinks by `size` */
+      cl_count_split(d, lane, fast != NULL, small, 0, -(int64_t)size);
+    else /* a whole segment becomes split: its rest is a new inactive split block */
+      cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)rest->size);
+  } else {
+    if (fast)
+      cl_tree_remove_at(seg->bins, small, link, b);
+    if (already_split)
+      cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
   }
 
   b->state = CL_ALLOCATED;
   b->requested = requested;
   b->n_uses = 0;
   b->event_count = 0;
-  cl_stats_hand_out(st, &d->cfg, small, b->size, requested);
+  cl_stats_hand_out(d, lane, fast != NULL, small, b->size, requested);
   cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, requested, seg->stream);
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
-  if (!out)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_malloc: out is NULL");
-  *out = NULL;
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_malloc");
-  if (rc != CACHALOT_OK)
-    return rc;
-  if (size == 0)
-    return CACHALOT_OK;
-  if (size >= CL_MAX_REQUEST)
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "CUDA out of memory. Tried to allocate more than 1EB memory.");
+/* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. False when the
+ * request needs exclusive mode (nothing changed then). */
+CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
+  cl_lane *ln = cl_lane_find(d, s);
+  if (CL_UNLIKELY(!ln))
+    return false;
+  cl_spin_lock(&ln->lock);
+  if (CL_UNLIKELY(!d->fast_malloc || !ln->bins))
+    goto slow;
+  const cl_config *c = &d->cfg;
+  const size_t rounded = cl_round_size(c, size);
+  const bool small = cl_is_small(rounded);
+  cl_block **link, *pred;
+  cl_block *b = cl_tree_lower_bound_at(&ln->bins->root[small], rounded, &link, &pred);
+  if (!b || !fits(c, b, rounded))
+    goto slow;
+  /* Everything hand_out will need, checked before anything changes: a spare for the split, room in the
+   * map, and room in the stats shares (else the peak could be passed unseen: exclusive mode does it). */
+  const bool split = cl_should_split(c, small, b->size, rounded);
+  const bool already_split = b->prev || b->next;
+  if ((split && !ln->spare) || !cl_map_reserve(&ln->map) ||
+      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size) ||
+      (split && !already_split && !cl_split_room(ln, small, 1, (int64_t)(b->size - rounded))))
+    goto slow;
+  (void)hand_out(d, ln, b, link, pred, rounded, size);
+  *out = (void *)b->ptr;
+  cl_spin_unlock(&ln->lock);
+  return true;
+slow:
+  cl_spin_unlock(&ln->lock);
+  return false;
+}
 
-  cl_device *d = &a->devices[device];
-  pthread_mutex_lock(&d->lock);
+/* Everything but the warm path, in exclusive mode. */
+static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_t size, cachalot_stream s,
+                                                             void **out) {
+  const int device = d->index;
+  cachalot_status rc;
+  cl_lock(d);
   if (!cl_capturing(d))
     cl_process_events_locked(d);
 
@@ -214,18 +279,36 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);
     if (rc != CACHALOT_OK) {
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       cl_error_prefix("cachalot_malloc: device %d: ", device);
       return rc;
     }
   }
-  rc = hand_out_locked(d, b, rounded, size);
+  rc = hand_out(d, NULL, b, NULL, NULL, rounded, size);
   void *ptr = (void *)b->ptr;
-  pthread_mutex_unlock(&d->lock);
+  if (rc == CACHALOT_OK && cl_pool_is_default(d, p))
+    cl_lane_refill_spares_locked(d, b->seg->lane);
+  cl_unlock(d);
   if (rc != CACHALOT_OK) {
     cl_error_prefix("cachalot_malloc: device %d: ", device);
     return rc;
   }
   *out = ptr;
   return CACHALOT_OK;
+}
+
+cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
+  if (CL_UNLIKELY(!out))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_malloc: out is NULL");
+  *out = NULL;
+  if (CL_UNLIKELY(!a || device < 0 || device >= a->device_count))
+    return cl_check_device_arg(a, device, "cachalot_malloc");
+  if (CL_UNLIKELY(size == 0))
+    return CACHALOT_OK;
+  if (CL_UNLIKELY(size >= CL_MAX_REQUEST))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "CUDA out of memory. Tried to allocate more than 1EB memory.");
+  cl_device *d = &a->devices[device];
+  if (CL_LIKELY(malloc_fast(d, size, s, out)))
+    return CACHALOT_OK;
+  return malloc_slow(d, size, s, out);
 }

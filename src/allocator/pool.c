@@ -99,17 +99,17 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
                    "cachalot_begin_allocate_to_pool: pool id " ID_FMT " is not a private pool id (exactly one "
                    "half must be non-zero)", ID_ARGS(id));
   cl_device *d = &a->devices[device];
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                      "cachalot_begin_allocate_to_pool: already allocating to pool " ID_FMT, ID_ARGS(id));
     }
   }
   cl_pool *p = find_pool_locked(d, id);
   if (p && p->use_count == 0) {
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_begin_allocate_to_pool: pool " ID_FMT " was released (use count 0) and cannot be "
                    "used again", ID_ARGS(id));
@@ -118,7 +118,7 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     int cap = d->cap_routes ? d->cap_routes * 2 : 4;
     cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
     if (!r) {
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_begin_allocate_to_pool: host out of memory");
     }
     d->routes = r;
@@ -133,13 +133,13 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     }
     if (hash_oom) {
       free(p);
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_begin_allocate_to_pool: host out of memory");
     }
   }
   p->use_count++;
   d->routes[d->n_routes++] = (cl_route){p, filter, ctx};
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return CACHALOT_OK;
 }
 
@@ -148,16 +148,16 @@ cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
       memmove(&d->routes[i], &d->routes[i + 1], (size_t)(d->n_routes - i - 1) * sizeof *d->routes);
       d->n_routes--;
-      pthread_mutex_unlock(&d->lock);
+      cl_unlock(d);
       return CACHALOT_OK;
     }
   }
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_end_allocate_to_pool: not allocating to pool " ID_FMT,
                  ID_ARGS(id));
 }
@@ -167,16 +167,16 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   cl_pool *p = find_pool_locked(d, id);
   if (!p || p->use_count == 0) {
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
     return cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cachalot_release_pool: %s pool " ID_FMT, p ? "already released" : "no such", ID_ARGS(id));
   }
   if (--p->use_count == 0)
     cl_pools_collect_locked(d); /* an empty pool disappears at once; one with segments when they go */
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   return CACHALOT_OK;
 }
 
@@ -224,7 +224,7 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   cl_pool *p = find_pool_locked(d, id);
   cl_segment **segs = NULL;
   size_t n = 0;
@@ -261,7 +261,7 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
                                              b->state != CL_FREE};
   }
 out:
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   free(segs);
   if (rc == CACHALOT_OK)
     *out = st;
@@ -289,7 +289,7 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 
 /* Gives an ALLOCATED block back as free() would with no stream uses. */
 static void free_allocated_locked(cl_device *d, cl_block *b) {
-  cl_stats_free_called(&d->stats, &d->cfg, b->seg->small, b->size);
+  cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   b->n_uses = 0;
   cl_free_block_locked(d, b);
@@ -331,10 +331,10 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
   size_t k = 0;
   for (cl_block *b = head; b; b = b->next, k++) {
     const cachalot_block_state *bs = &ss->blocks[k];
-    bool hash_oom = false;
-    if (bs->allocated)
-      HASH_ADD_PTR(d->active, ptr, b);
-    if (!bs->allocated || hash_oom) {
+    const bool map_oom = bs->allocated && !cl_map_reserve(&s->lane->map);
+    if (bs->allocated && !map_oom)
+      cl_map_insert(&s->lane->map, b);
+    if (!bs->allocated || map_oom) {
       /* a block the pointer map cannot take stays free rather than be lost (host OOM only) */
       cl_free_index_insert_locked(d, b);
       if (split) {
@@ -347,7 +347,7 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
     b->requested = bs->requested;
     b->n_uses = 0;
     b->event_count = 0;
-    cl_stats_hand_out(st, &d->cfg, small, b->size, b->requested);
+    (void)cl_stats_hand_out(d, s->lane, false, small, b->size, b->requested);
     cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, b->requested, s->stream);
     ptrs[(*n_ptrs)++] = (void *)b->ptr;
   }
@@ -378,7 +378,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
     free(targets);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
   }
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   cl_pool *p = find_pool_locked(d, state->pool);
   cl_block *spare = NULL;
   if (!p) {
@@ -443,7 +443,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   for (size_t i = 0; i < state->n_segments; i++)
     recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
   drop_spares_locked(d, spare);
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   free(targets);
   if (n_out == 0) {
     free(out);
@@ -454,7 +454,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   return CACHALOT_OK;
 fail:
   drop_spares_locked(d, spare);
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
   free(out);
   free(targets);
   return rc;

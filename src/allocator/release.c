@@ -39,8 +39,11 @@ static void forget_segment_locked(cl_device *d, cl_segment *s) {
     cl_stat_dec(&st->oversize_segments, 1);
   st->num_device_free++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream);
+  cl_page_map_remove(&d->owner->pages, s);
   cl_block_delete_locked(d, s->head);
-  free(s);
+  s->head = NULL;
+  s->release_next = d->spare_segments;
+  d->spare_segments = s;
 }
 
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
@@ -51,7 +54,7 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
   if (drop)
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   cachalot_status result = CACHALOT_OK;
   /* Other threads leave `releasing` segments alone (no index holds them, every walk skips them), so the
    * releasing thread may use ptr and device_freed without the lock. */
@@ -62,7 +65,7 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
     s->device_freed = st == CACHALOT_OK;
   }
   if (drop)
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
   for (cl_segment *s = head, *next; s; s = next) {
     next = s->release_next;
     s->release_next = NULL;

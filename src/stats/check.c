@@ -1,6 +1,7 @@
 /* cachalot_check: walks every segment and block of every device, verifies the structural invariants
  * written above the structs in internal.h, and recomputes every current stat from the blocks. It is
- * O(blocks x log blocks) and takes each device lock in turn: for tests, fuzzers and debugging. */
+ * O(blocks x log blocks) and takes each device in exclusive mode in turn: for tests, fuzzers and
+ * debugging. */
 #include "../allocator/internal.h"
 
 #include <string.h>
@@ -66,6 +67,16 @@ static cachalot_status check_device_locked(cl_device *d) {
     if (!s->head || s->head->prev || s->head->ptr != s->ptr)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
                      dev, (unsigned long long)s->ptr);
+    if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream ||
+        s->bins != cl_bins_get_locked(s->pool, s->stream, false))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
+                     dev, (unsigned long long)s->ptr);
+    for (uintptr_t pg = s->ptr; pg < s->ptr + s->size; pg += (uintptr_t)1 << CL_PAGE_SHIFT) {
+      const cl_segment *m = cl_page_get(&d->owner->pages, pg);
+      if (m != s && m != CL_PAGE_SHARED)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",
+                       dev, (unsigned long long)s->ptr);
+    }
     bool split = s->head->next != NULL;
     uintptr_t expect = s->ptr;
     const cl_block *prev = NULL;
@@ -98,9 +109,7 @@ static cachalot_status check_device_locked(cl_device *d) {
         }
         continue;
       }
-      cl_block *found = NULL;
-      HASH_FIND_PTR(d->active, &b->ptr, found);
-      if (found != b)
+      if (cl_map_find(&s->lane->map, b->ptr) != b)
         return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                        "cachalot_check: device %d: active block 0x%llx is missing from the pointer map", dev,
                        (unsigned long long)b->ptr);
@@ -142,10 +151,25 @@ static cachalot_status check_device_locked(cl_device *d) {
   if (n_segments != d->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
                    d->n_segments, n_segments);
-  if (n_mapped + 1 != HASH_COUNT(d->active)) /* + the sentinel */
+  size_t n_in_maps = 0;
+  for (size_t i = 0; i < d->n_lanes; i++) {
+    const cl_lane *ln = d->lanes[i];
+    n_in_maps += ln->map.count;
+    if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
+    if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane has the wrong free index", dev);
+    size_t n_spare = 0;
+    for (const cl_block *b = ln->spare; b; b = b->next, n_spare++)
+      if (b->seg || b->state != CL_FREE)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a spare block is in use", dev);
+    if (n_spare != ln->n_spare)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane's spare count is off", dev);
+  }
+  if (n_mapped != n_in_maps)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                   "cachalot_check: device %d: pointer map holds %u blocks, segments hold %zu active ones", dev,
-                   HASH_COUNT(d->active) - 1, n_mapped);
+                   "cachalot_check: device %d: pointer maps hold %zu blocks, segments hold %zu active ones", dev,
+                   n_in_maps, n_mapped);
 
   size_t n_indexed = 0, pool_segments = 0;
   const cl_pool *pool = &d->default_pool;
@@ -223,9 +247,9 @@ cachalot_status cachalot_check(cachalot_allocator *a) {
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_check: allocator is NULL");
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     cachalot_status rc = check_device_locked(d);
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
     if (rc != CACHALOT_OK)
       return rc;
   }

@@ -211,28 +211,28 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   cl_json_begin_array(&j);
   for (int i = 0; i < a->device_count && rc == CACHALOT_OK; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     uint64_t active = (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current;
     cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, active, NULL);
     rc = write_segments_locked(&j, d);
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   }
   cl_json_end_array(&j);
   cl_json_key(&j, "device_traces");
   cl_json_begin_array(&j);
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     write_trace_locked(&j, d);
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   }
   cl_json_end_array(&j);
   cl_json_key(&j, "allocator_settings");
   pthread_mutex_lock(&a->meta_lock);
   cl_device *d0 = &a->devices[0];
-  pthread_mutex_lock(&d0->lock);
+  cl_lock(d0);
   cl_config cfg = d0->cfg;
-  pthread_mutex_unlock(&d0->lock);
+  cl_unlock(d0);
   write_settings(&j, &cfg, a->conf_raw);
   pthread_mutex_unlock(&a->meta_lock);
   cl_json_end_object(&j);

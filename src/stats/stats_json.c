@@ -84,9 +84,9 @@ cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, ch
 
   cl_device *d = &a->devices[device];
   cachalot_device_stats st;
-  pthread_mutex_lock(&d->lock);
+  cl_lock(d);
   st = d->stats;
-  pthread_mutex_unlock(&d->lock);
+  cl_unlock(d);
 
   entries *es = malloc(sizeof *es);
   if (!es)

@@ -84,14 +84,14 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
   }
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     cl_trace_free_locked(d);
     if (enabled) {
       d->trace.entries = bufs[i].entries;
       d->trace.frames = bufs[i].frames;
       d->trace.cap = max_entries;
     }
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   }
   free(bufs);
   pthread_mutex_unlock(&a->meta_lock);
@@ -106,7 +106,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
   cachalot_status rc = CACHALOT_OK;
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    pthread_mutex_lock(&d->lock);
+    cl_lock(d);
     if (!enabled) {
       free(d->trace.frames);
       d->trace.frames = NULL;
@@ -116,7 +116,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
       if (!d->trace.frames)
         rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");
     }
-    pthread_mutex_unlock(&d->lock);
+    cl_unlock(d);
   }
   pthread_mutex_unlock(&a->meta_lock);
   return rc;

@@ -1,0 +1,274 @@
+/* Lanes (src/allocator/lane.c): the warm paths count stats into per-stream shares, and exclusive mode
+ * folds them into the device's numbers. These tests hold those numbers to a model that knows nothing of
+ * lanes: a serial run over several streams must give exactly the currents, peaks and totals one shared
+ * counter would, through warm paths and exclusive mode alike, across reset_peak_stats; and threads on
+ * their own streams must leave exact totals behind. */
+#include "helpers.h"
+
+#include <pthread.h>
+
+static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static size_t rounded(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
+
+/* One counter as PyTorch keeps it: current, peak, allocated, freed. */
+typedef struct {
+  int64_t cur, peak, alloc, freed;
+} model_stat;
+
+static void model_add(model_stat *m, int64_t n) {
+  if (n >= 0) {
+    m->cur += n;
+    m->alloc += n;
+    if (m->cur > m->peak)
+      m->peak = m->cur;
+  } else {
+    m->cur += n;
+    m->freed -= n;
+  }
+}
+
+static void expect_stat(const cachalot_stat *s, const model_stat *m, const char *what, long step) {
+  if (s->current != m->cur || s->peak != m->peak || s->allocated != m->alloc || s->freed != m->freed) {
+    print_error("step %ld: %s is {current %lld, peak %lld, allocated %lld, freed %lld}, the model says "
+                "{%lld, %lld, %lld, %lld}\n",
+                step, what, (long long)s->current, (long long)s->peak, (long long)s->allocated, (long long)s->freed,
+                (long long)m->cur, (long long)m->peak, (long long)m->alloc, (long long)m->freed);
+    fail();
+  }
+}
+
+enum { STREAMS = 4, LIVE = 48, STEPS = 4000 };
+
+typedef struct {
+  void *p;
+  size_t size, req;
+  bool small;
+} live_block;
+
+/* Field-by-field comparison of two stats structs, naming the first difference. */
+static void expect_same_stats(const cachalot_device_stats *got, const cachalot_device_stats *ref, long step) {
+  const int64_t *g = (const int64_t *)(const void *)got, *r = (const int64_t *)(const void *)ref;
+  for (size_t i = 0; i < sizeof *got / sizeof(int64_t); i++) {
+    if (g[i] != r[i]) {
+      print_error("step %ld: stats word %zu is %lld with lanes, %lld in exclusive mode only\n", step, i,
+                  (long long)g[i], (long long)r[i]);
+      fail();
+    }
+  }
+}
+
+/* A serial run over four streams, twice: once with the warm paths, once with history on (which sends
+ * every call through exclusive mode, the reference). Every stat, peaks and totals included, must be the
+ * same after every step, also across reset_peak_stats; allocation counts and requested bytes must also
+ * match one plain counter. */
+static void serial_streams_match_one_counter(void **state) {
+  (void)state;
+  env e = ENV(1, 0, NULL), ref = ENV(1, 0, NULL);
+  OK(cachalot_record_history(ref.a, true, 16));
+  cachalot_stream st[STREAMS], rst[STREAMS];
+  for (int i = 0; i < STREAMS; i++) {
+    st[i] = STREAM(e.b, 0);
+    rst[i] = STREAM(ref.b, 0);
+  }
+  live_block live[LIVE];
+  void *rlive[LIVE];
+  int n_live = 0;
+  /* [0] all, [1] small, [2] large, as CACHALOT_STAT_* */
+  model_stat count[3] = {{0}}, req[3] = {{0}};
+  uint64_t rng = 7;
+  for (long step = 0; step < STEPS; step++) {
+    const bool do_free = n_live == LIVE || (n_live > 0 && next_rand(&rng) % 2);
+    if (do_free) {
+      int k = (int)(next_rand(&rng) % (uint64_t)n_live);
+      live_block b = live[k];
+      OK(cachalot_free(e.a, b.p));
+      OK(cachalot_free(ref.a, rlive[k]));
+      live[k] = live[--n_live];
+      rlive[k] = rlive[n_live];
+      const int kind = b.small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+      model_add(&count[0], -1), model_add(&count[kind], -1);
+      model_add(&req[0], -(int64_t)b.req), model_add(&req[kind], -(int64_t)b.req);
+    } else {
+      /* mostly small-pool sizes, one in five from the large pool */
+      size_t n = next_rand(&rng) % 5 == 0 ? (size_t)(1 * MiB + next_rand(&rng) % (6 * MiB))
+                                          : (size_t)(1 + next_rand(&rng) % (256 * KiB));
+      const int si = (int)(next_rand(&rng) % STREAMS);
+      live_block b = {NULL, rounded(n), n, rounded(n) <= MiB};
+      OK(cachalot_malloc(e.a, 0, n, st[si], &b.p));
+      OK(cachalot_malloc(ref.a, 0, n, rst[si], &rlive[n_live]));
+      live[n_live++] = b;
+      const int kind = b.small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+      model_add(&count[0], 1), model_add(&count[kind], 1);
+      model_add(&req[0], (int64_t)b.req), model_add(&req[kind], (int64_t)b.req);
+    }
+    if (step == STEPS / 2) {
+      OK(cachalot_reset_peak_stats(e.a, 0));
+      OK(cachalot_reset_peak_stats(ref.a, 0));
+      for (int k = 0; k < 3; k++) {
+        count[k].peak = count[k].cur;
+        req[k].peak = req[k].cur;
+      }
+    }
+    /* Reading the stats folds every lane into exact numbers, so reads come only now and then: peaks
+     * reached between them must have been caught by the lanes' room alone. */
+    if (next_rand(&rng) % 8 != 0)
+      continue;
+    cachalot_device_stats ds = STATS(e.a, 0), rs = STATS(ref.a, 0);
+    expect_same_stats(&ds, &rs, step);
+    static const char *kinds[3] = {"all", "small_pool", "large_pool"};
+    for (int k = 0; k < 3; k++) {
+      char what[64];
+      snprintf(what, sizeof what, "allocation.%s", kinds[k]);
+      expect_stat(&ds.allocation[k], &count[k], what, step);
+      snprintf(what, sizeof what, "requested_bytes.%s", kinds[k]);
+      expect_stat(&ds.requested_bytes[k], &req[k], what, step);
+    }
+    if (step % 64 == 0) {
+      CHECK(e.a);
+      CHECK(ref.a);
+    }
+  }
+  while (n_live > 0) {
+    FREE(e.a, live[--n_live].p);
+    FREE(ref.a, rlive[n_live]);
+  }
+  cachalot_device_stats ds = STATS(e.a, 0), rs = STATS(ref.a, 0);
+  expect_same_stats(&ds, &rs, STEPS);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(ds.inactive_split[CACHALOT_STAT_ALL].current, 0);
+  env_free(&e);
+  env_free(&ref);
+}
+
+/* The same peaks when the lanes are busy with the warm path and a stats read folds them in the middle
+ * of a pattern: a peak reached entirely on warm paths is still seen. */
+static void warm_path_peak_between_reads(void **state) {
+  (void)state;
+  env e = ENV(1, 0, NULL);
+  cachalot_stream a = STREAM(e.b, 0), b = STREAM(e.b, 0);
+  /* segments on both streams, then all free: later allocations of these sizes are warm */
+  void *pa = ALLOC(e.a, 0, MiB, a), *pb = ALLOC(e.a, 0, MiB, b);
+  FREE(e.a, pa);
+  FREE(e.a, pb);
+  OK(cachalot_reset_peak_stats(e.a, 0));
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].peak, 0);
+  /* 1 MiB on a, then 1 MiB on b while a's is live, then both freed: peak 2 MiB */
+  void *x, *y;
+  OK(cachalot_malloc(e.a, 0, MiB, a, &x));
+  OK(cachalot_malloc(e.a, 0, MiB, b, &y));
+  OK(cachalot_free(e.a, x));
+  OK(cachalot_free(e.a, y));
+  cachalot_device_stats ds = STATS(e.a, 0);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].peak, 2 * MiB);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_SMALL_POOL].peak, 2 * MiB);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].peak, 2);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(ds.num_device_alloc, 2); /* both warm: no new segment */
+  /* now the other way round, a's 1 MiB after b's is gone: the peak stays 2 MiB, and 1 MiB reached twice
+   * more does not raise it */
+  OK(cachalot_malloc(e.a, 0, MiB, b, &y));
+  OK(cachalot_free(e.a, y));
+  OK(cachalot_malloc(e.a, 0, MiB, a, &x));
+  OK(cachalot_free(e.a, x));
+  ds = STATS(e.a, 0);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].peak, 2 * MiB);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].allocated, 6);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].freed, 6);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+enum { THREADS = 4, THREAD_STEPS = 20000, THREAD_LIVE = 32 };
+
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_stream s;
+  uint64_t seed;
+  long allocs;
+  int64_t max_bytes; /* the most this thread held at once */
+  bool failed;
+} worker;
+
+static void *work(void *arg) {
+  worker *w = arg;
+  void *live[THREAD_LIVE];
+  size_t sizes[THREAD_LIVE];
+  int n = 0;
+  int64_t held = 0;
+  for (long i = 0; i < THREAD_STEPS; i++) {
+    if (n == THREAD_LIVE || (n > 0 && next_rand(&w->seed) % 2)) {
+      int k = (int)(next_rand(&w->seed) % (uint64_t)n);
+      if (cachalot_free(w->a, live[k]) != CACHALOT_OK)
+        w->failed = true;
+      held -= (int64_t)sizes[k];
+      live[k] = live[--n];
+      sizes[k] = sizes[n];
+    } else {
+      size_t sz = 1 + next_rand(&w->seed) % (64 * KiB);
+      if (cachalot_malloc(w->a, 0, sz, w->s, &live[n]) != CACHALOT_OK) {
+        w->failed = true;
+        continue;
+      }
+      sizes[n++] = rounded(sz);
+      held += (int64_t)rounded(sz);
+      w->allocs++;
+      if (held > w->max_bytes)
+        w->max_bytes = held;
+    }
+  }
+  while (n > 0)
+    if (cachalot_free(w->a, live[--n]) != CACHALOT_OK)
+      w->failed = true;
+  return NULL;
+}
+
+/* Threads on their own streams: totals are exact afterwards, and the peak lies between the most one
+ * thread held and the sum of what each held at most. */
+static void threads_leave_exact_totals(void **state) {
+  (void)state;
+  env e = ENV(1, 0, NULL);
+  worker w[THREADS];
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (worker){.a = e.a, .s = STREAM(e.b, 0), .seed = (uint64_t)i + 1};
+    assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
+  }
+  long allocs = 0;
+  int64_t max_one = 0, sum_max = 0;
+  for (int i = 0; i < THREADS; i++) {
+    assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_false(w[i].failed);
+    allocs += w[i].allocs;
+    max_one = w[i].max_bytes > max_one ? w[i].max_bytes : max_one;
+    sum_max += w[i].max_bytes;
+  }
+  CHECK(e.a);
+  cachalot_device_stats ds = STATS(e.a, 0);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].current, 0);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].allocated, allocs);
+  EQ(ds.allocation[CACHALOT_STAT_ALL].freed, allocs);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].current, 0);
+  EQ(ds.allocated_bytes[CACHALOT_STAT_ALL].allocated, ds.allocated_bytes[CACHALOT_STAT_ALL].freed);
+  EQ(ds.inactive_split[CACHALOT_STAT_ALL].current, 0);
+  if (ds.allocated_bytes[CACHALOT_STAT_ALL].peak < max_one || ds.allocated_bytes[CACHALOT_STAT_ALL].peak > sum_max) {
+    print_error("allocated_bytes peak %lld is outside [%lld, %lld]\n",
+                (long long)ds.allocated_bytes[CACHALOT_STAT_ALL].peak, (long long)max_one, (long long)sum_max);
+    fail();
+  }
+  env_free(&e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(serial_streams_match_one_counter),
+      cmocka_unit_test(warm_path_peak_between_reads),
+      cmocka_unit_test(threads_leave_exact_totals),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
