@@ -79,9 +79,9 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_lane *ln = seg->lane;
   cl_count_split(d, ln, fast != NULL, small, net_blocks, net_bytes);
   /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
-  cl_lane_stat_add(&ln->st[CL_LS_COUNT][small], fast != NULL, -1);
-  cl_lane_stat_add(&ln->st[CL_LS_BYTES][small], fast != NULL, -(int64_t)orig_size);
-  cl_lane_stat_add(&ln->st[CL_LS_REQUESTED][small], fast != NULL, -(int64_t)requested);
+  cl_lane_add(ln, CL_LS_COUNT, small, fast != NULL, -1);
+  cl_lane_add(ln, CL_LS_BYTES, small, fast != NULL, -(int64_t)orig_size);
+  cl_lane_add(ln, CL_LS_REQUESTED, small, fast != NULL, -(int64_t)requested);
   if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
     cl_lane_stat_add(&ln->oversize, fast != NULL, -1);
   if (fast)

@@ -266,7 +266,8 @@ CL_INLINE void cl_map_remove(cl_block_map *m, uintptr_t key) {
     cl_map_remove_at(m, i);
 }
 
-/* The stats a lane keeps a share of: those the warm path changes, per kind. On the warm path a block goes from FREE to ALLOCATED and back, never PENDING, so allocation and active move
+/* The stats a lane keeps a share of: those the warm path changes, each for all / small / large. On the
+ * warm path a block goes from FREE to ALLOCATED and back, never PENDING, so allocation and active move
  * together, and so do allocated_bytes and active_bytes: one share serves each pair (its room is the
  * smaller of the two). */
 enum {
@@ -304,9 +305,8 @@ struct cl_lane {
   cl_block_map map;
   cl_block *spare;
   size_t n_spare;
-  cl_lane_stat st[CL_LS_N][2]; /* [id][small]: the all entry is their sum, its room split between them */
-  cl_lane_stat oversize;       /* oversize_allocations */
-  cl_lane_stat oversize_unused; /* stays empty: lets oversize use the two-kind sharing code */
+  cl_lane_stat st[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large]: each with its own room */
+  cl_lane_stat oversize;                         /* oversize_allocations */
 };
 
 /* The lane lookup: an open-addressing table of lane pointers read without a lock; it only grows (in
@@ -660,14 +660,23 @@ CL_INLINE void cl_lane_stat_add(cl_lane_stat *e, bool fast, int64_t n) {
   else
     cl_lane_stat_dec(e, -n);
 }
+/* The all and the kind's share of stat `id` change together. */
+CL_INLINE void cl_lane_add(cl_lane *ln, int id, bool small, bool fast, int64_t n) {
+  cl_lane_stat_add(&ln->st[id][CACHALOT_STAT_ALL], fast, n);
+  cl_lane_stat_add(&ln->st[id][small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL], fast, n);
+}
+CL_INLINE bool cl_lane_has_room(const cl_lane *ln, int id, bool small, int64_t n) {
+  return cl_lane_room(&ln->st[id][CACHALOT_STAT_ALL], n) &&
+         cl_lane_room(&ln->st[id][small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL], n);
+}
 
 /* Every stat change of a block of lane `ln`'s goes through these: on the warm path (`fast`, ln locked,
  * room checked) into ln's share, in exclusive mode into the device's stats (and ln's hint). */
 CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, int64_t blocks, int64_t bytes) {
   if (blocks)
-    cl_lane_stat_add(&ln->st[CL_LS_SPLIT][small], fast, blocks);
+    cl_lane_add(ln, CL_LS_SPLIT, small, fast, blocks);
   if (bytes)
-    cl_lane_stat_add(&ln->st[CL_LS_SPLIT_BYTES][small], fast, bytes);
+    cl_lane_add(ln, CL_LS_SPLIT_BYTES, small, fast, bytes);
   if (!fast) {
     if (blocks)
       cl_stat_array_add(d->stats.inactive_split, small, blocks);
@@ -677,14 +686,14 @@ CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, 
 }
 /* Whether the warm path may make these split stat changes. */
 CL_INLINE bool cl_split_room(const cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
-  return cl_lane_room(&ln->st[CL_LS_SPLIT][small], blocks) && cl_lane_room(&ln->st[CL_LS_SPLIT_BYTES][small], bytes);
+  return cl_lane_has_room(ln, CL_LS_SPLIT, small, blocks) && cl_lane_has_room(ln, CL_LS_SPLIT_BYTES, small, bytes);
 }
 
 /* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
 CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool small, size_t size, size_t requested) {
-  cl_lane_stat_add(&ln->st[CL_LS_COUNT][small], fast, 1);
-  cl_lane_stat_add(&ln->st[CL_LS_BYTES][small], fast, (int64_t)size);
-  cl_lane_stat_add(&ln->st[CL_LS_REQUESTED][small], fast, (int64_t)requested);
+  cl_lane_add(ln, CL_LS_COUNT, small, fast, 1);
+  cl_lane_add(ln, CL_LS_BYTES, small, fast, (int64_t)size);
+  cl_lane_add(ln, CL_LS_REQUESTED, small, fast, (int64_t)requested);
   if (CL_UNLIKELY(size >= d->cfg.max_split_size))
     cl_lane_stat_add(&ln->oversize, fast, 1);
   if (fast)
@@ -700,8 +709,8 @@ CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool smal
 }
 /* Whether the warm path may hand out a block of `size` for `requested` bytes. */
 CL_INLINE bool cl_hand_out_room(const cl_device *d, const cl_lane *ln, bool small, size_t size, size_t requested) {
-  return ln->st[CL_LS_COUNT][small].room >= 1 && ln->st[CL_LS_BYTES][small].room >= (int64_t)size &&
-         ln->st[CL_LS_REQUESTED][small].room >= (int64_t)requested &&
+  return cl_lane_has_room(ln, CL_LS_COUNT, small, 1) && cl_lane_has_room(ln, CL_LS_BYTES, small, (int64_t)size) &&
+         cl_lane_has_room(ln, CL_LS_REQUESTED, small, (int64_t)requested) &&
          (CL_LIKELY(size < d->cfg.max_split_size) || ln->oversize.room >= 1);
 }
 /* free() of a block, in exclusive mode: the allocation stats drop at once (active ones only when it is

@@ -74,12 +74,10 @@ static void fold_lane(cl_device *d, cl_lane *ln) {
   for (int id = 0; id < CL_LS_N; id++) {
     cachalot_stat *arr[2];
     const int n = shared_stats(&d->stats, id, arr);
-    for (int small = 0; small < 2; small++) {
-      cl_lane_stat *e = &ln->st[id][small];
-      for (int j = 0; j < n; j++) {
-        fold_stat(e, &arr[j][CACHALOT_STAT_ALL]);
-        fold_stat(e, &arr[j][small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL]);
-      }
+    for (int k = 0; k < CACHALOT_STAT_TYPES; k++) {
+      cl_lane_stat *e = &ln->st[id][k];
+      for (int j = 0; j < n; j++)
+        fold_stat(e, &arr[j][k]);
       close_share(e);
     }
   }
@@ -119,41 +117,22 @@ static int64_t room_of(cachalot_stat *arr[2], int n, int type) {
   return room > 0 ? room : 0;
 }
 
-/* Shares the room of one stat among the lanes' large and small shares `at(lane, id, small)`: a lane's
- * growth in both kinds together must fit the room of `all` as well as each kind's own. First each share
- * gets what it is likely to grow back to, then what is left is split evenly. */
-static void share_room(cl_device *d, cl_lane_stat *(*at)(cl_lane *, int, int), int id, int64_t all, int64_t small,
-                       int64_t large) {
-  int64_t left[2] = {large, small};
+/* Shares `room` among the lanes' entries at `off` within cl_lane: first what each is likely to grow
+ * back to (high - held), then what is left, evenly. */
+static void share_room(cl_device *d, size_t off, int64_t room) {
+  int64_t left = room;
   for (size_t i = 0; i < d->n_lanes; i++) {
-    for (int k = 0; k < 2; k++) {
-      cl_lane_stat *x = at(d->lanes[i], id, k);
-      const int64_t want = x->high - x->held > 0 ? x->high - x->held : 0;
-      int64_t give = want < left[k] ? want : left[k];
-      give = give < all ? give : all;
-      x->room = give;
-      left[k] -= give;
-      all -= give;
-    }
+    cl_lane_stat *x = (cl_lane_stat *)((char *)d->lanes[i] + off);
+    const int64_t want = x->high - x->held > 0 ? x->high - x->held : 0;
+    x->room = want < left ? want : left;
+    left -= x->room;
   }
-  const int64_t total_small = left[1] < all / 2 ? left[1] : all / 2;
-  const int64_t total_large = left[0] < all - total_small ? left[0] : all - total_small;
-  const int64_t each[2] = {total_large / (int64_t)d->n_lanes, total_small / (int64_t)d->n_lanes};
+  const int64_t each = left / (int64_t)d->n_lanes;
   for (size_t i = 0; i < d->n_lanes; i++) {
-    for (int k = 0; k < 2; k++) {
-      cl_lane_stat *x = at(d->lanes[i], id, k);
-      x->room += each[k];
-      x->start = x->room;
-    }
+    cl_lane_stat *x = (cl_lane_stat *)((char *)d->lanes[i] + off);
+    x->room += each;
+    x->start = x->room;
   }
-}
-
-static cl_lane_stat *share_of(cl_lane *ln, int id, int small) { return &ln->st[id][small]; }
-
-/* oversize_allocations has no kinds: all its room goes to one share, none to the unused one */
-static cl_lane_stat *oversize_of(cl_lane *ln, int id, int small) {
-  (void)id;
-  return small ? &ln->oversize_unused : &ln->oversize;
 }
 
 void cl_unlock(cl_device *d) {
@@ -161,12 +140,12 @@ void cl_unlock(cl_device *d) {
     for (int id = 0; id < CL_LS_N; id++) {
       cachalot_stat *arr[2];
       const int n = shared_stats(&d->stats, id, arr);
-      share_room(d, share_of, id, room_of(arr, n, CACHALOT_STAT_ALL), room_of(arr, n, CACHALOT_STAT_SMALL_POOL),
-                 room_of(arr, n, CACHALOT_STAT_LARGE_POOL));
+      for (int k = 0; k < CACHALOT_STAT_TYPES; k++)
+        share_room(d, offsetof(cl_lane, st) + ((size_t)id * CACHALOT_STAT_TYPES + (size_t)k) * sizeof(cl_lane_stat),
+                   room_of(arr, n, k));
     }
     cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
-    const int64_t room = room_of(ov, 1, 0);
-    share_room(d, oversize_of, 0, room, 0, room);
+    share_room(d, offsetof(cl_lane, oversize), room_of(ov, 1, 0));
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
   d->fast_free = d->trace.cap == 0 && !gc;
