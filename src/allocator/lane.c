@@ -6,8 +6,7 @@
  *
  * Stats: a lane keeps a share of the stats its warm path changes (cl_lane_stat). Entering exclusive mode
  * folds every share into d->stats, so all code there sees exact numbers; leaving it shares out room
- * again: for each stat, peak - current is divided among the lanes, first as much as each is likely to
- * grow back (high - held), the rest evenly. A warm path never grows a share past its room (it goes to
+ * again: for each stat, peak - current is divided among the lanes (share_room). A warm path never grows a share past its room (it goes to
  * exclusive mode instead), so the sum over lanes never passes the peak unseen: currents, totals and
  * peaks are exact at every fold, with any number of threads.
  */
@@ -117,20 +116,21 @@ static int64_t room_of(cachalot_stat *arr[2], int n, int type) {
   return room > 0 ? room : 0;
 }
 
-/* Shares `room` among the lanes' entries at `off` within cl_lane: first what each is likely to grow
- * back to (high - held), then what is left, evenly. */
+/* Shares `room` among the lanes' entries at `off` within cl_lane. When it covers what every lane is
+ * likely to grow back to (high - held: lanes taking turns, as alloc/free pairs on several streams do),
+ * each gets that first; otherwise (lanes wandering independently) wants predict little and an even
+ * split makes the fewest lanes run out. What is left is split evenly. */
+static int64_t want_of(const cl_lane_stat *x) { return x->high - x->held > 0 ? x->high - x->held : 0; }
+
 static void share_room(cl_device *d, size_t off, int64_t room) {
-  int64_t left = room;
+  int64_t wants = 0;
+  for (size_t i = 0; i < d->n_lanes; i++)
+    wants += want_of((const cl_lane_stat *)((const char *)d->lanes[i] + off));
+  const bool by_want = wants <= room;
+  const int64_t each = (room - (by_want ? wants : 0)) / (int64_t)d->n_lanes;
   for (size_t i = 0; i < d->n_lanes; i++) {
     cl_lane_stat *x = (cl_lane_stat *)((char *)d->lanes[i] + off);
-    const int64_t want = x->high - x->held > 0 ? x->high - x->held : 0;
-    x->room = want < left ? want : left;
-    left -= x->room;
-  }
-  const int64_t each = left / (int64_t)d->n_lanes;
-  for (size_t i = 0; i < d->n_lanes; i++) {
-    cl_lane_stat *x = (cl_lane_stat *)((char *)d->lanes[i] + off);
-    x->room += each;
+    x->room = (by_want ? want_of(x) : 0) + each;
     x->start = x->room;
   }
 }
