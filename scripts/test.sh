@@ -2,7 +2,7 @@
 # Installs what is needed and runs every test tier that runs without a GPU:
 #   1. gcc build (CUDA backend when the toolkit is there): unit, stress and gpu suites (gpu skips, 77)
 #   2. the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#   3. the stress test under ThreadSanitizer
+#   3. the stress test and the lanes unit test (threads on their own streams) under ThreadSanitizer
 #   4. clang build, and a build with -Dcuda=disabled (simulated backend only), with their tests
 # Each build uses -Wall -Wextra -Werror. Prints 'N passed, N failed' last.
 set -u -o pipefail
@@ -36,14 +36,14 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 t_gcc() { build build-test -Dtests=enabled && suite build-test; }
 t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit --suite cli; }
 t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled &&
-  suite build-tsan --suite stress; }
+  suite build-tsan --suite stress && suite build-tsan lanes; }
 t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
 t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled && suite build-nocuda &&
   build-nocuda/tools/cachalot_demo >/dev/null; }
 
 step "gcc: unit, stress, gpu (skipped without a GPU)" t_gcc
 step "asan+ubsan: unit and cli suites" t_asan
-step "tsan: stress test" t_tsan
+step "tsan: stress test, lanes test" t_tsan
 step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda
 echo
