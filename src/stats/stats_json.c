@@ -35,7 +35,9 @@ static void add_stat(entries *es, const char *prefix, const cachalot_stat *s) {
   const int64_t values[N_FIELDS] = {s->current, s->peak, s->allocated, s->freed};
   char key[KEY_MAX];
   for (int f = 0; f < N_FIELDS; f++) {
-    snprintf(key, sizeof key, "%s.%s", prefix, fields[f]);
+    /* the longest key, "inactive_split_bytes.large_pool.allocated", is 41 characters */
+    if (snprintf(key, sizeof key, "%s.%s", prefix, fields[f]) >= (int)sizeof key)
+      abort();
     add(es, key, values[f]);
   }
 }

@@ -108,10 +108,9 @@ char *as_fmt_delta(char buf[AS_SIZE_BUF], uint64_t before, uint64_t after, bool 
   char tmp[AS_SIZE_BUF];
   if (after == before)
     snprintf(buf, AS_SIZE_BUF, "%s", exact ? "0" : "0 B");
-  else if (after > before)
-    snprintf(buf, AS_SIZE_BUF, "+%s", as_fmt_size(tmp, after - before, exact));
-  else
-    snprintf(buf, AS_SIZE_BUF, "-%s", as_fmt_size(tmp, before - after, exact));
+  else if (snprintf(buf, AS_SIZE_BUF, "%c%s", after > before ? '+' : '-',
+                    as_fmt_size(tmp, after > before ? after - before : before - after, exact)) >= AS_SIZE_BUF)
+    buf[AS_SIZE_BUF - 1] = '\0'; /* cannot happen: a size is at most 26 characters */
   return buf;
 }
 
