@@ -83,7 +83,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_lane_add(ln, CL_LS_BYTES, small, fast != NULL, -(int64_t)orig_size);
   cl_lane_add(ln, CL_LS_REQUESTED, small, fast != NULL, -(int64_t)requested);
   if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
-    cl_lane_stat_add(&ln->oversize, fast != NULL, -1);
+    cl_lane_stat_add(ln, &ln->oversize, fast != NULL, -1);
   if (fast)
     return;
   cachalot_device_stats *st = &d->stats;
@@ -99,7 +99,7 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
 
 /* Whether freeing b leaves the split stats within the lane's room: they grow when b comes back as a new
  * inactive split block (free neighbours are merged away first). Nothing else grows on a free. */
-CL_INLINE bool split_room_for_free(const cl_lane *ln, const cl_block *b) {
+CL_INLINE bool split_room_for_free(cl_lane *ln, const cl_block *b) {
   const cl_block *p = b->prev, *n = b->next;
   const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
   const bool split_after = (merge_prev ? p->prev : p) || (merge_next ? n->next : n);

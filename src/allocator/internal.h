@@ -15,7 +15,7 @@
  *
  * Locking, two levels:
  *   - a lane's `lock` guards its blocks (the blocks of segments on its stream, in any pool), its map,
- *     spares and stats share. The warm paths of malloc and free (fast.c) take only that.
+ *     spares and stats share. The warm paths of malloc and free take only that.
  *   - exclusive mode, cl_lock(d): the device's `lock` and then every lane's lock in order. Names ending
  *     in _locked expect it. So anything written only in exclusive mode may be read under any one lane
  *     lock: the config, the device flags, the pools and routes.
@@ -279,18 +279,22 @@ enum {
   CL_LS_N
 };
 
-/* A lane's share of one stat. The device hands out room so that the rooms of all lanes add up to at
- * most peak - current: while every lane stays within its room, the sum of all lanes cannot pass the
- * peak, so the peak needs no shared write. A warm path checks the room before it changes anything; an
- * operation that would run out goes to exclusive mode instead, where the stats are exact, so every peak
- * is exact at the moment it is reached, however many threads run.
- *   inc     what the lane added since the last fold (the stat's `allocated` part)
- *   room    what it may still add; start - room is its net change since the fold
- *   held    its running total, from every path (exclusive mode included), and high the most it ever
- *           held at a fold: high - held is how much it is likely to grow back, which is how room is
- *           shared. Only that hint uses them: a drift in them costs speed, never exactness. */
+/* A lane's share of one stat of one kind (small or large; the `all` entry of a stat is never kept per
+ * lane). Room is what keeps peaks exact without a shared write: the device holds, per stat and type
+ * (all, small, large), a pool of room, and a lane takes room for its kind from both the kind's pool and
+ * the all pool at once (cl_lane_refill). At all times
+ *     the pool of type T + the rem of every lane entry counted in T  <=  peak_T - current_T,
+ * so while every lane stays within its rem the sum of all lanes cannot pass a peak unseen. A warm path
+ * checks rem before it changes anything; when a pool runs dry the operation goes to exclusive mode,
+ * where the stats are exact and a new peak is simply recorded, however many threads run.
+ *   rem   room left: how much this entry may still grow
+ *   got   room taken from the pools since the last fold, less what went back: got - rem is the net
+ *         change since the fold
+ *   inc   increases since the fold (the stat's `allocated` part)
+ *   cap   a rem above this goes partly back to the pools, so that a lane that frees much does not sit
+ *         on room the others need (a speed matter only) */
 typedef struct {
-  int64_t inc, room, start, held, high;
+  int64_t rem, got, inc, cap;
 } cl_lane_stat;
 
 /* The per-stream part of a device. Invariants: `stream` never changes; the lane is in its device's
@@ -305,8 +309,8 @@ struct cl_lane {
   cl_block_map map;
   cl_block *spare;
   size_t n_spare;
-  cl_lane_stat st[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large]: each with its own room */
-  cl_lane_stat oversize;                         /* oversize_allocations */
+  cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */
+  cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
 };
 
 /* The lane lookup: an open-addressing table of lane pointers read without a lock; it only grows (in
@@ -354,6 +358,11 @@ struct cl_device {
   bool total_known;
   cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
+  /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
+   * give back to them under their own lock alone, exclusive mode sets them anew. */
+  char pad_[64];
+  _Atomic int64_t room[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large] */
+  _Atomic int64_t room_oversize;
 };
 
 typedef struct cl_observer {
@@ -644,34 +653,29 @@ static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
   }
 }
 
-/* Whether a share has room for a change of n (decreases always fit). */
-CL_INLINE bool cl_lane_room(const cl_lane_stat *e, int64_t n) { return n <= 0 || e->room >= n; }
-CL_INLINE void cl_lane_stat_inc(cl_lane_stat *e, int64_t n) {
-  e->inc += n;
-  e->room -= n;
-}
-CL_INLINE void cl_lane_stat_dec(cl_lane_stat *e, int64_t n) { e->room += n; }
-/* A share change on the warm path (lane locked, room checked) or, in exclusive mode, just the hint. */
-CL_INLINE void cl_lane_stat_add(cl_lane_stat *e, bool fast, int64_t n) {
+/* Takes room from the device's pools so that each ln->st[small][id].rem >= need[id] and oversize.rem >=
+ * need_ov (entries already there are left alone). False when a pool has too little: exclusive mode then. */
+bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov);
+/* Gives part of an entry's rem back to the pools (its rem passed its cap). */
+void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e);
+
+/* A share change on the warm path (lane locked, room checked); nothing in exclusive mode, where the
+ * callers change d->stats themselves. */
+CL_INLINE void cl_lane_stat_add(cl_lane *ln, cl_lane_stat *e, bool fast, int64_t n) {
   if (!fast)
-    e->held += n;
-  else if (n > 0)
-    cl_lane_stat_inc(e, n);
-  else
-    cl_lane_stat_dec(e, -n);
+    return;
+  e->rem -= n;
+  if (n > 0)
+    e->inc += n;
+  else if (CL_UNLIKELY(e->rem > e->cap))
+    cl_lane_give_back(ln, e);
 }
-/* The all and the kind's share of stat `id` change together. */
 CL_INLINE void cl_lane_add(cl_lane *ln, int id, bool small, bool fast, int64_t n) {
-  cl_lane_stat_add(&ln->st[id][CACHALOT_STAT_ALL], fast, n);
-  cl_lane_stat_add(&ln->st[id][small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL], fast, n);
-}
-CL_INLINE bool cl_lane_has_room(const cl_lane *ln, int id, bool small, int64_t n) {
-  return cl_lane_room(&ln->st[id][CACHALOT_STAT_ALL], n) &&
-         cl_lane_room(&ln->st[id][small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL], n);
+  cl_lane_stat_add(ln, &ln->st[small][id], fast, n);
 }
 
 /* Every stat change of a block of lane `ln`'s goes through these: on the warm path (`fast`, ln locked,
- * room checked) into ln's share, in exclusive mode into the device's stats (and ln's hint). */
+ * room checked) into ln's share, in exclusive mode into the device's stats. */
 CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, int64_t blocks, int64_t bytes) {
   if (blocks)
     cl_lane_add(ln, CL_LS_SPLIT, small, fast, blocks);
@@ -684,9 +688,13 @@ CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, 
       cl_stat_array_add(d->stats.inactive_split_bytes, small, bytes);
   }
 }
-/* Whether the warm path may make these split stat changes. */
-CL_INLINE bool cl_split_room(const cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
-  return cl_lane_has_room(ln, CL_LS_SPLIT, small, blocks) && cl_lane_has_room(ln, CL_LS_SPLIT_BYTES, small, bytes);
+/* Whether the warm path may make these split stat changes (taking room from the pools if need be). */
+CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
+  const cl_lane_stat *e = ln->st[small];
+  if (CL_LIKELY(e[CL_LS_SPLIT].rem >= blocks && e[CL_LS_SPLIT_BYTES].rem >= bytes))
+    return true;
+  const int64_t need[CL_LS_N] = {[CL_LS_SPLIT] = blocks, [CL_LS_SPLIT_BYTES] = bytes};
+  return cl_lane_refill(ln, small, need, 0);
 }
 
 /* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
@@ -695,7 +703,7 @@ CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool smal
   cl_lane_add(ln, CL_LS_BYTES, small, fast, (int64_t)size);
   cl_lane_add(ln, CL_LS_REQUESTED, small, fast, (int64_t)requested);
   if (CL_UNLIKELY(size >= d->cfg.max_split_size))
-    cl_lane_stat_add(&ln->oversize, fast, 1);
+    cl_lane_stat_add(ln, &ln->oversize, fast, 1);
   if (fast)
     return;
   cachalot_device_stats *st = &d->stats;
@@ -707,11 +715,18 @@ CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool smal
   if (size >= d->cfg.max_split_size)
     cl_stat_inc(&st->oversize_allocations, 1);
 }
-/* Whether the warm path may hand out a block of `size` for `requested` bytes. */
-CL_INLINE bool cl_hand_out_room(const cl_device *d, const cl_lane *ln, bool small, size_t size, size_t requested) {
-  return cl_lane_has_room(ln, CL_LS_COUNT, small, 1) && cl_lane_has_room(ln, CL_LS_BYTES, small, (int64_t)size) &&
-         cl_lane_has_room(ln, CL_LS_REQUESTED, small, (int64_t)requested) &&
-         (CL_LIKELY(size < d->cfg.max_split_size) || ln->oversize.room >= 1);
+/* Whether the warm path may hand out a block of `size` for `requested` bytes, making `split_blocks` and
+ * `split_bytes` split stat changes (taking room from the pools if need be). */
+CL_INLINE bool cl_hand_out_room(const cl_device *d, cl_lane *ln, bool small, size_t size, size_t requested,
+                                int64_t split_blocks, int64_t split_bytes) {
+  const cl_lane_stat *e = ln->st[small];
+  const bool oversize = CL_UNLIKELY(size >= d->cfg.max_split_size);
+  if (CL_LIKELY(e[CL_LS_COUNT].rem >= 1 && e[CL_LS_BYTES].rem >= (int64_t)size &&
+                e[CL_LS_REQUESTED].rem >= (int64_t)requested && e[CL_LS_SPLIT].rem >= split_blocks &&
+                e[CL_LS_SPLIT_BYTES].rem >= split_bytes && (!oversize || ln->oversize.rem >= 1)))
+    return true;
+  const int64_t need[CL_LS_N] = {1, (int64_t)size, (int64_t)requested, split_blocks, split_bytes};
+  return cl_lane_refill(ln, small, need, oversize);
 }
 /* free() of a block, in exclusive mode: the allocation stats drop at once (active ones only when it is
  * really free: cl_free_block_locked). The warm path does both at once in cl_free_fast. */

@@ -1,14 +1,16 @@
 /* Lanes: the per-stream part of a device, and exclusive mode over all of them.
  *
- * The warm paths (fast.c) lock one lane. Everything else runs in exclusive mode, which takes the device
+ * The warm paths (malloc.c, events.c) lock one lane. Everything else runs in exclusive mode, which takes the device
  * lock and then every lane in creation order; the warm paths never wait for the device lock while
  * holding a lane, so the order cannot deadlock.
  *
- * Stats: a lane keeps a share of the stats its warm path changes (cl_lane_stat). Entering exclusive mode
- * folds every share into d->stats, so all code there sees exact numbers; leaving it shares out room
- * again: for each stat, peak - current is divided among the lanes (share_room). A warm path never grows a share past its room (it goes to
- * exclusive mode instead), so the sum over lanes never passes the peak unseen: currents, totals and
- * peaks are exact at every fold, with any number of threads.
+ * Stats: a lane keeps a share of the stats its warm path changes, per kind (cl_lane_stat). Entering
+ * exclusive mode folds every share into d->stats, so all code there sees exact numbers; leaving it puts
+ * the room of each stat (peak - current) into the device's pools and hands each lane a part. A warm
+ * path that needs more room takes it from the pools with atomic operations (cl_lane_refill), never
+ * past what is there, and gives a surplus back; only when a pool is dry does it go to exclusive mode.
+ * So the sum over lanes never passes a peak unseen: currents, totals and peaks are exact at every fold,
+ * with any number of threads.
  */
 #include "internal.h"
 
@@ -54,34 +56,35 @@ static int shared_stats(cachalot_device_stats *st, int id, cachalot_stat *out[2]
   }
 }
 
-static void fold_stat(const cl_lane_stat *e, cachalot_stat *s) {
-  const int64_t net = e->start - e->room;
+/* Adds a lane entry's changes since the last fold (net change `net`, increases `inc`) to a device stat. */
+static void fold_into(cachalot_stat *s, int64_t net, int64_t inc) {
   s->current += net;
-  s->allocated += e->inc;
-  s->freed += e->inc - net;
+  s->allocated += inc;
+  s->freed += inc - net;
 }
 
-static void close_share(cl_lane_stat *e) {
-  e->held += e->start - e->room;
-  if (e->held > e->high)
-    e->high = e->held;
-  e->inc = 0;
-  e->start = e->room; /* no net change until the room is shared out again */
+/* Folds an entry into the `all` and `kind` parts of the stats it serves, and empties it: its room is
+ * back in the books, and cl_unlock shares it out anew. */
+static void fold_entry(cl_lane_stat *e, cachalot_stat *arr[2], int n, int kind) {
+  const int64_t net = e->got - e->rem;
+  for (int j = 0; j < n; j++) {
+    fold_into(&arr[j][CACHALOT_STAT_ALL], net, e->inc);
+    if (kind != CACHALOT_STAT_ALL)
+      fold_into(&arr[j][kind], net, e->inc);
+  }
+  e->rem = e->got = e->inc = 0;
 }
 
 static void fold_lane(cl_device *d, cl_lane *ln) {
-  for (int id = 0; id < CL_LS_N; id++) {
-    cachalot_stat *arr[2];
-    const int n = shared_stats(&d->stats, id, arr);
-    for (int k = 0; k < CACHALOT_STAT_TYPES; k++) {
-      cl_lane_stat *e = &ln->st[id][k];
-      for (int j = 0; j < n; j++)
-        fold_stat(e, &arr[j][k]);
-      close_share(e);
+  for (int small = 0; small < 2; small++) {
+    for (int id = 0; id < CL_LS_N; id++) {
+      cachalot_stat *arr[2];
+      const int n = shared_stats(&d->stats, id, arr);
+      fold_entry(&ln->st[small][id], arr, n, small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL);
     }
   }
-  fold_stat(&ln->oversize, &d->stats.oversize_allocations);
-  close_share(&ln->oversize);
+  cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
+  fold_entry(&ln->oversize, ov, 1, CACHALOT_STAT_ALL); /* it has only an `all` part */
 }
 
 static void raise_peak(cachalot_stat *s) {
@@ -97,6 +100,7 @@ void cl_lock(cl_device *d) {
     return;
   for (size_t i = 0; i < d->n_lanes; i++)
     fold_lane(d, d->lanes[i]);
+  /* The room rule keeps every current at or below its peak; this only makes sure of it. */
   for (int id = 0; id < CL_LS_N; id++) {
     cachalot_stat *arr[2];
     const int n = shared_stats(&d->stats, id, arr);
@@ -116,36 +120,50 @@ static int64_t room_of(cachalot_stat *arr[2], int n, int type) {
   return room > 0 ? room : 0;
 }
 
-/* Shares `room` among the lanes' entries at `off` within cl_lane. When it covers what every lane is
- * likely to grow back to (high - held: lanes taking turns, as alloc/free pairs on several streams do),
- * each gets that first; otherwise (lanes wandering independently) wants predict little and an even
- * split makes the fewest lanes run out. What is left is split evenly. */
-static int64_t want_of(const cl_lane_stat *x) { return x->high - x->held > 0 ? x->high - x->held : 0; }
-
-static void share_room(cl_device *d, size_t off, int64_t room) {
-  int64_t wants = 0;
-  for (size_t i = 0; i < d->n_lanes; i++)
-    wants += want_of((const cl_lane_stat *)((const char *)d->lanes[i] + off));
-  const bool by_want = wants <= room;
-  const int64_t each = (room - (by_want ? wants : 0)) / (int64_t)d->n_lanes;
-  for (size_t i = 0; i < d->n_lanes; i++) {
-    cl_lane_stat *x = (cl_lane_stat *)((char *)d->lanes[i] + off);
-    x->room = (by_want ? want_of(x) : 0) + each;
-    x->start = x->room;
-  }
+/* A lane that gives room back keeps at least this much of a share, so that alloc/free pairs at the peak
+ * do not send every free to the pools. */
+static int64_t cap_for(size_t n_lanes, int64_t share) {
+  if (n_lanes == 1)
+    return INT64_MAX / 4; /* nobody to give it to */
+  return 2 * share;
 }
 
+/* Hands a lane entry `t` of room straight from the pools (exclusive mode: no other thread looks). */
+static void hand_room(cl_lane_stat *e, int64_t t, size_t n_lanes) {
+  e->rem = e->got = t;
+  e->cap = cap_for(n_lanes, t);
+}
+
+/* Leaving exclusive mode: the room of every stat (peak - current) goes into its pools, and each lane is
+ * handed a part at once, so that a lane's next warm paths need no atomic operation: of kind k it gets
+ * min(room_k, room_all / 2) / lanes, which leaves the pools non-negative (two kinds draw on room_all). */
 void cl_unlock(cl_device *d) {
-  if (d->n_lanes) {
+  const size_t L = d->n_lanes;
+  if (L) {
     for (int id = 0; id < CL_LS_N; id++) {
       cachalot_stat *arr[2];
       const int n = shared_stats(&d->stats, id, arr);
+      int64_t room[CACHALOT_STAT_TYPES];
       for (int k = 0; k < CACHALOT_STAT_TYPES; k++)
-        share_room(d, offsetof(cl_lane, st) + ((size_t)id * CACHALOT_STAT_TYPES + (size_t)k) * sizeof(cl_lane_stat),
-                   room_of(arr, n, k));
+        room[k] = room_of(arr, n, k);
+      for (int small = 0; small < 2; small++) {
+        const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+        int64_t each = room[kind] < room[CACHALOT_STAT_ALL] / 2 ? room[kind] : room[CACHALOT_STAT_ALL] / 2;
+        each /= (int64_t)L;
+        for (size_t i = 0; i < L; i++)
+          hand_room(&d->lanes[i]->st[small][id], each, L);
+        room[kind] -= each * (int64_t)L;
+        room[CACHALOT_STAT_ALL] -= each * (int64_t)L;
+      }
+      for (int k = 0; k < CACHALOT_STAT_TYPES; k++)
+        atomic_store_explicit(&d->room[id][k], room[k], memory_order_relaxed);
     }
     cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
-    share_room(d, offsetof(cl_lane, oversize), room_of(ov, 1, 0));
+    int64_t room = room_of(ov, 1, 0);
+    const int64_t each = room / (int64_t)L;
+    for (size_t i = 0; i < L; i++)
+      hand_room(&d->lanes[i]->oversize, each, L);
+    atomic_store_explicit(&d->room_oversize, room - each * (int64_t)L, memory_order_relaxed);
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
   d->fast_free = d->trace.cap == 0 && !gc;
@@ -153,6 +171,71 @@ void cl_unlock(cl_device *d) {
   for (size_t i = d->n_lanes; i-- > 0;)
     cl_spin_unlock(&d->lanes[i]->lock);
   pthread_mutex_unlock(&d->lock);
+}
+
+/* Takes `t` from one pool or two (`b` may be NULL): all or nothing. A pool may dip below zero for a
+ * moment when two lanes race; the loser puts its part back and goes to exclusive mode, which is safe. */
+static bool take_room(_Atomic int64_t *a, _Atomic int64_t *b, int64_t t) {
+  if (atomic_fetch_sub_explicit(a, t, memory_order_relaxed) < t) {
+    atomic_fetch_add_explicit(a, t, memory_order_relaxed);
+    return false;
+  }
+  if (b && atomic_fetch_sub_explicit(b, t, memory_order_relaxed) < t) {
+    atomic_fetch_add_explicit(b, t, memory_order_relaxed);
+    atomic_fetch_add_explicit(a, t, memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+/* Tops entry e up to at least `need` from pool `a` (and `b`): a fair part of what is there, so that the
+ * lanes do not come back for every call, and never less than what is missing. */
+static bool top_up(cl_lane_stat *e, int64_t need, _Atomic int64_t *a, _Atomic int64_t *b, size_t n_lanes) {
+  if (e->rem >= need)
+    return true;
+  int64_t avail = atomic_load_explicit(a, memory_order_relaxed);
+  if (b) {
+    const int64_t vb = atomic_load_explicit(b, memory_order_relaxed);
+    avail = vb < avail ? vb : avail;
+  }
+  const int64_t missing = need - e->rem;
+  int64_t t = avail / (2 * (int64_t)n_lanes);
+  if (t < missing)
+    t = missing;
+  if (t > avail || !take_room(a, b, t))
+    return false;
+  e->rem += t;
+  e->got += t;
+  if (e->cap < 2 * e->rem)
+    e->cap = 2 * e->rem;
+  return true;
+}
+
+bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
+  cl_device *d = ln->dev;
+  const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+  for (int id = 0; id < CL_LS_N; id++)
+    if (!top_up(&ln->st[small][id], need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+      return false;
+  return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_lanes);
+}
+
+void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e) {
+  cl_device *d = ln->dev;
+  const int64_t g = e->rem - e->cap / 2;
+  if (g <= 0)
+    return;
+  e->rem -= g;
+  e->got -= g;
+  if (e == &ln->oversize) {
+    atomic_fetch_add_explicit(&d->room_oversize, g, memory_order_relaxed);
+    return;
+  }
+  const size_t i = (size_t)(e - &ln->st[0][0]);
+  const int id = (int)(i % CL_LS_N);
+  const int kind = i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+  atomic_fetch_add_explicit(&d->room[id][kind], g, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->room[id][CACHALOT_STAT_ALL], g, memory_order_relaxed);
 }
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
@@ -203,8 +286,8 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
     free(ln);
     return NULL;
   }
-  /* Exclusive mode holds every lane: the new one is born locked, and cl_unlock releases it. Its stats
-   * share starts with no room: its first growth goes through exclusive mode. */
+  /* Exclusive mode holds every lane: the new one is born locked, and cl_unlock releases it and hands it
+   * its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
   d->lanes[d->n_lanes] = ln;
   if (!index_add_locked(d, ln)) {

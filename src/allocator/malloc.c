@@ -230,9 +230,10 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
    * map, and room in the stats shares (else the peak could be passed unseen: exclusive mode does it). */
   const bool split = cl_should_split(c, small, b->size, rounded);
   const bool already_split = b->prev || b->next;
+  const int64_t split_blocks = split && !already_split ? 1 : 0;
+  const int64_t split_bytes = split && !already_split ? (int64_t)(b->size - rounded) : 0;
   if ((split && !ln->spare) || !cl_map_reserve(&ln->map) ||
-      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size) ||
-      (split && !already_split && !cl_split_room(ln, small, 1, (int64_t)(b->size - rounded))))
+      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     goto slow;
   (void)hand_out(d, ln, b, link, pred, rounded, size);
   *out = (void *)b->ptr;
