@@ -357,7 +357,16 @@ void cl_config_defaults(cl_config *c) {
   c->expandable_segments = false;
   c->release_lock_on_cudamalloc = true;
   c->memory_fraction = -1.0;
+  c->plain_rounding = true;
   c->keys_set = 0;
+}
+
+/* The fields derived from others, set wherever a config is made. */
+static void finish(cl_config *c) {
+  c->plain_rounding = true;
+  for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++)
+    if (c->roundup_divisions[i] > 1)
+      c->plain_rounding = false;
 }
 
 cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config *out) {
@@ -370,6 +379,7 @@ cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config 
     cl_config_defaults(&c);
   c.keys_set = 0;
   if (!s) {
+    finish(&c);
     *out = c;
     return CACHALOT_OK;
   }
@@ -418,6 +428,7 @@ cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config 
     if ((st = lex_next(&lx, &t)) != CACHALOT_OK)
       return st;
   }
+  finish(&c);
   *out = c;
   return CACHALOT_OK;
 }

@@ -32,6 +32,7 @@ typedef struct cl_config {
   bool release_lock_on_cudamalloc; /* default true: no allocator lock is held across a device allocation */
   double memory_fraction;        /* per_process_memory_fraction; < 0 = not set (default) */
   unsigned roundup_divisions[CL_ROUNDUP_INTERVALS]; /* 0 or 1 = plain 512 B rounding (default 0) */
+  bool plain_rounding;           /* no roundup_divisions entry above 1: every size rounds to 512 B */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

@@ -35,6 +35,8 @@ static inline unsigned cl_divisions_for(const cl_config *c, size_t s) {
 static inline size_t cl_round_size(const cl_config *c, size_t s) {
   if (s < CL_MIN_BLOCK)
     return CL_MIN_BLOCK;
+  if (c->plain_rounding)
+    return cl_round_up(s, CL_MIN_BLOCK);
   unsigned d = cl_divisions_for(c, s);
   if (d > 1 && s > CL_MIN_BLOCK * d) {
     if ((s & (s - 1)) == 0)

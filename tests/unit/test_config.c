@@ -261,6 +261,7 @@ static void test_base_kept_and_keys_set(void **state) {
   base.release_lock_on_cudamalloc = false;
   base.memory_fraction = 0.5;
   base.roundup_divisions[5] = 4;
+  base.plain_rounding = false; /* as a parse of the above would have set it */
   base.keys_set = CL_KEY_MAX_SPLIT | CL_KEY_FRACTION;
 
   cl_config c = parse_ok("garbage_collection_threshold:0.9", &base);
@@ -272,6 +273,9 @@ static void test_base_kept_and_keys_set(void **state) {
   assert_true(c.memory_fraction == 0.5);
   assert_int_equal(c.roundup_divisions[5], 4);
   assert_int_equal(c.roundup_divisions[4], 0);
+  assert_false(c.plain_rounding);
+  assert_true(parse_ok("roundup_power2_divisions:1", &base).plain_rounding); /* one number sets every entry */
+  assert_false(parse_ok("roundup_power2_divisions:2", &base).plain_rounding);
   assert_int_equal(c.keys_set, CL_KEY_GC_THRESHOLD); /* this string's keys only, not base's */
 
   const char *empties[] = {NULL, "", "   ", "\t\n"};
