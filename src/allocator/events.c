@@ -29,15 +29,18 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_bins *bins = seg->bins;
   cl_block *p = b->prev, *n = b->next;
   const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  /* With one free neighbour, the merged block may take that neighbour's place in the tree: its key only
-   * grows, so it stays in order if it sorts before the neighbour's successor. */
+  /* With one free neighbour x, the merged block may take x's place in x's class tree: its key only
+   * grows, so it stays in order if it stays in x's class and sorts before x's successor there. */
+  const bool small = seg->small;
   cl_block *x = merge_prev != merge_next ? (merge_prev ? p : n) : NULL;
   cl_block **link = NULL, *succ = NULL;
+  unsigned xcls = 0;
   if (x) {
-    link = cl_tree_link(&bins->root[seg->small], x, &succ);
+    xcls = cl_bins_class(small, x->size);
+    link = cl_tree_link(&cl_bins_roots(bins, small)[xcls], x, &succ);
   } else if (merge_prev) {
-    cl_tree_remove(bins, seg->small, p);
-    cl_tree_remove(bins, seg->small, n);
+    cl_bins_remove(bins, small, p);
+    cl_bins_remove(bins, small, n);
   }
   if (merge_prev) {
     b->ptr = p->ptr;
@@ -58,12 +61,12 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
     net_blocks -= 1;
     net_bytes -= (int64_t)n->size;
   }
-  if (x && !x->right && (!succ || cl_key_less(b, succ))) {
+  if (x && !x->right && cl_bins_class(small, b->size) == xcls && (!succ || cl_key_less(b, succ))) {
     cl_block_becomes_free(b);
     cl_tree_replace(link, x, b);
   } else {
     if (x)
-      cl_tree_remove_at(bins, seg->small, link, x);
+      cl_bins_remove_at(bins, small, xcls, link, x);
     cl_free_index_insert_locked(d, b);
   }
   if (merge_prev)
@@ -75,7 +78,6 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
     net_bytes += (int64_t)b->size;
   }
 
-  const bool small = seg->small;
   cl_lane *ln = seg->lane;
   cl_count_split(d, ln, fast != NULL, small, net_blocks, net_bytes);
   /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */

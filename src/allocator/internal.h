@@ -7,7 +7,7 @@
  *   kind      small (segments of 2 MiB for rounded sizes <= 1 MiB) or large.
  *   pool      where a request is served from: a device's default pool, or (later) a private pool. A pool
  *             owns free indexes per (stream, kind); requests on stream S only see S's index.
- *   bins      the free index of one (pool, stream): one tree per kind.
+ *   bins      the free index of one (pool, stream): per kind, size classes of treaps (struct cl_bins).
  *
  *   lane      the per-stream part of a device (lane.c): its lock, the pointer map of its segments'
  *             blocks, spare block metadata and a share of the stats, so that threads on different
@@ -60,9 +60,9 @@ typedef struct cl_device cl_device;
 
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
- * side by side; a FREE block is in exactly one tree, that of (seg->pool, seg->stream, seg->small); an
- * ALLOCATED or PENDING block is in its lane's pointer map and in no tree; a PENDING block has
- * event_count > 0 entries in the device's event queues.
+ * side by side; a FREE block is in exactly one tree: that of its size class in the index of (seg->pool,
+ * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its lane's pointer map and in no
+ * tree; a PENDING block has event_count > 0 entries in the device's event queues.
  *
  *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
  *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
@@ -103,13 +103,58 @@ struct cl_segment {
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
 
-/* The free blocks of one (pool, stream): a treap per kind ordered by (size, ptr), so the lower bound of
- * (size, 0) is the best fit with the lowest address among equals. */
+/* Size classes of the free index (struct cl_bins). On units u = size >> 9 (>= 1), with M mantissa
+ * bits, the class is
+ *   s = floor_log2(u | 2^M) - M,  class = (s << M) + (u >> s)
+ * that is u itself for u < 2^(M+1) (exact classes) and ((L - M + 1) << M) | ((u >> (L - M)) & (2^M - 1))
+ * for L = floor_log2(u) >= M: 2^M classes per power of two, each 1/2^M of it wide. Monotone in size.
+ *   small kind: M = 7 over u <= 4096 (blocks of at most 2 MiB): classes 0..768, exact below 128 KiB,
+ *     then 128 per power of two (4 KiB wide between 512 KiB and 1 MiB).
+ *   large kind: M = 4 from u = 2048 (1 MiB, below which large blocks are rare: expandable segments
+ *     only; they share class 0) up to u = 2^51 (2^60 bytes, the largest segment): 16 classes per
+ *     power of two, 641 in all. Larger sizes cannot occur; they would share the last class.
+ * 1410 roots, about 11.3 KiB per (pool, stream). Sharing a class never breaks best fit (the class
+ * trees are ordered by size): clamping costs only speed. */
+enum {
+  CL_FIT_M_SMALL = 7,
+  CL_FIT_M_LARGE = 4,
+  CL_FIT_N_SMALL = ((12 - CL_FIT_M_SMALL + 1) << CL_FIT_M_SMALL) + 1,  /* up to the class of u = 2^12 */
+  CL_FIT_LARGE_BASE = (11 - CL_FIT_M_LARGE + 1) << CL_FIT_M_LARGE,     /* the class of u = 2^11 */
+  CL_FIT_N_LARGE = ((51 - CL_FIT_M_LARGE + 1) << CL_FIT_M_LARGE) - CL_FIT_LARGE_BASE + 1,
+  CL_FIT_WORDS_SMALL = (CL_FIT_N_SMALL + 63) / 64,
+  CL_FIT_WORDS_LARGE = (CL_FIT_N_LARGE + 63) / 64,
+  CL_FIT_WORDS = CL_FIT_WORDS_SMALL > CL_FIT_WORDS_LARGE ? CL_FIT_WORDS_SMALL : CL_FIT_WORDS_LARGE,
+};
+_Static_assert(CL_FIT_WORDS < 64, "a summary word covers the bitmap words");
+
+/* The free index of one (pool, stream): segregated fit, TLSF-style. Per kind ([0] large, [1] small),
+ * FREE blocks are spread over size classes (cl_bins_class); each class is a treap ordered by (size,
+ * ptr), and a two-level bitmap says which classes are non-empty.
+ *
+ * Why: one treap per kind over ~1000 free blocks is ~20 levels deep, and every malloc walked it (branch
+ * mispredictions, a cache miss per level). Classes cut a walk to the few blocks of one class, and the
+ * bitmaps find the next non-empty class with two ffs instead of a walk.
+ *
+ * Best fit is unchanged: classes are monotone in size (every block of a lower class is smaller than
+ * every block of a higher one), so the lower bound of (size, 0) over the kind is the lower bound inside
+ * the class of `size`, else the minimum of the next non-empty class.
+ *
+ * Invariants, per kind k:
+ *   - every block of root[base(k) + c] is a FREE block of (pool, stream, k) with class c, and the tree
+ *     is a treap: keys strictly increase in order, priorities form a max-heap;
+ *   - bit c % 64 of map[k][c / 64] is set iff root[base(k) + c] != NULL (no bit at or past the kind's
+ *     class count);
+ *   - bit w of summary[k] is set iff map[k][w] != 0;
+ *   - count[k] is the number of blocks in the kind's trees.
+ * root[] is a fixed array (no allocation on insert/remove/lookup); it comes last so that the words read
+ * on every lookup (summary, map) share the first cache lines. */
 struct cl_bins {
   cachalot_stream stream;
-  cl_block *root[2]; /* [0] large, [1] small */
   size_t count[2];
+  uint64_t summary[2];
+  uint64_t map[2][CL_FIT_WORDS];
   UT_hash_handle hh;
+  cl_block *root[CL_FIT_N_LARGE + CL_FIT_N_SMALL]; /* large classes, then small ones */
 };
 
 /* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
@@ -459,18 +504,22 @@ void cl_fraction_resolve_locked(cl_device *d);
 
 /* --- free_index.c --- */
 cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
-cl_block *cl_tree_prev(cl_block *root, const cl_block *b);         /* largest key < b's key */
+
+/* The treap of one size class. Priorities are a hash of the block's address, so the shape, and every
+ * decision made from it, is deterministic. Expected O(log n) in the class's blocks; no allocation. */
+cl_block *cl_tree_prev(cl_block *root, const cl_block *b); /* largest key < b's key */
 cl_block *cl_tree_max(cl_block *root);
 bool cl_tree_contains(cl_block *root, const cl_block *b);
 
 static inline bool cl_key_less(const cl_block *a, const cl_block *b) {
   return a->size < b->size || (a->size == b->size && a->ptr < b->ptr);
 }
-/* Treap insertion without recursion: walk down while the nodes outrank b, then split the subtree there
- * around b's key into b's two children. Gives the shape insert-at-leaf-and-rotate-up would. */
-CL_INLINE void cl_tree_insert(cl_bins *bins, bool small, cl_block *b) {
+/* Treap insertion at `root` without recursion: walk down while the nodes outrank b, then split the
+ * subtree there around b's key into b's two children. Gives the shape insert-at-leaf-and-rotate-up
+ * would. */
+CL_INLINE void cl_tree_insert(cl_block **root, cl_block *b) {
   b->prio = (uint32_t)(((uint64_t)(b->ptr >> 9) * 0x9E3779B97F4A7C15ull) >> 32);
-  cl_block **link = &bins->root[small];
+  cl_block **link = root;
   while (*link && (*link)->prio >= b->prio)
     link = cl_key_less(b, *link) ? &(*link)->left : &(*link)->right;
   cl_block *t = *link, **l = &b->left, **r = &b->right;
@@ -487,10 +536,9 @@ CL_INLINE void cl_tree_insert(cl_bins *bins, bool small, cl_block *b) {
   }
   *l = *r = NULL;
   *link = b;
-  bins->count[small]++;
 }
 /* The link (&root or a parent's child pointer) that points at b, a node of the tree. *succ is b's
- * nearest ancestor with a larger key: b's successor when b has no right child. */
+ * nearest ancestor with a larger key: b's successor in the tree when b has no right child. */
 CL_INLINE cl_block **cl_tree_link(cl_block **root, const cl_block *b, cl_block **succ) {
   cl_block **link = root;
   *succ = NULL;
@@ -504,8 +552,9 @@ CL_INLINE cl_block **cl_tree_link(cl_block **root, const cl_block *b, cl_block *
   }
   return link;
 }
-/* Treap removal of b at `link` without recursion: b's place goes to the join of its children. */
-CL_INLINE void cl_tree_remove_at(cl_bins *bins, bool small, cl_block **link, cl_block *b) {
+/* Treap removal of b at `link` without recursion: b's place goes to the join of its children. Reads
+ * no key, so b's size may already have changed. */
+CL_INLINE void cl_tree_remove_at(cl_block **link, cl_block *b) {
   cl_block *l = b->left, *r = b->right;
   while (l && r) {
     if (l->prio > r->prio) {
@@ -519,15 +568,11 @@ CL_INLINE void cl_tree_remove_at(cl_bins *bins, bool small, cl_block **link, cl_
     }
   }
   *link = l ? l : r;
-  bins->count[small]--;
   b->left = b->right = NULL;
 }
-CL_INLINE void cl_tree_remove(cl_bins *bins, bool small, cl_block *b) {
-  cl_block *succ;
-  cl_tree_remove_at(bins, small, cl_tree_link(&bins->root[small], b, &succ), b);
-}
 /* `to` takes the place of `from` at `link`, priority included, so the heap order holds; the caller has
- * made sure that to's key keeps the key order there (between from's neighbours in order). */
+ * made sure that to's key keeps the key order there (between from's neighbours in its class tree) and
+ * that to belongs to from's class. */
 CL_INLINE void cl_tree_replace(cl_block **link, cl_block *from, cl_block *to) {
   to->left = from->left;
   to->right = from->right;
@@ -535,8 +580,8 @@ CL_INLINE void cl_tree_replace(cl_block **link, cl_block *from, cl_block *to) {
   *link = to;
   from->left = from->right = NULL;
 }
-/* The smallest (size, ptr) >= (size, 0): best fit, lowest address among equal sizes. With its link
- * (see cl_tree_link) and its predecessor in key order (the last node the walk passed on the right). */
+/* The smallest (size, ptr) >= (size, 0) in one tree, with its link (see cl_tree_link) and its
+ * predecessor in that tree (the last node the walk passed on the right). */
 CL_INLINE cl_block *cl_tree_lower_bound_at(cl_block **root, size_t size, cl_block ***best_link, cl_block **pred) {
   cl_block *best = NULL;
   *best_link = NULL;
@@ -554,10 +599,96 @@ CL_INLINE cl_block *cl_tree_lower_bound_at(cl_block **root, size_t size, cl_bloc
   }
   return best;
 }
-CL_INLINE cl_block *cl_tree_lower_bound(cl_block *root, size_t size) {
-  cl_block **link, *pred;
-  return cl_tree_lower_bound_at(&root, size, &link, &pred);
+
+/* The size class of `size` in a kind (see CL_FIT_M_SMALL). Branch-free: the kind only selects
+ * constants. */
+CL_INLINE unsigned cl_bins_class(bool small, size_t size) {
+  const unsigned m = small ? CL_FIT_M_SMALL : CL_FIT_M_LARGE;
+  const size_t u = size >> 9;
+  const unsigned s = cl_log2_floor(u | ((size_t)1 << m)) - m;
+  size_t c = ((size_t)s << m) + (u >> s);
+  if (!small)
+    c = c < CL_FIT_LARGE_BASE ? 0 : c - CL_FIT_LARGE_BASE;
+  const size_t n = small ? CL_FIT_N_SMALL : CL_FIT_N_LARGE;
+  return (unsigned)(c < n ? c : n - 1);
 }
+static inline unsigned cl_bins_n_classes(bool small) { return small ? CL_FIT_N_SMALL : CL_FIT_N_LARGE; }
+/* The class roots of a kind: root[c] for class c. */
+CL_INLINE cl_block **cl_bins_roots(cl_bins *bins, bool small) { return bins->root + (small ? CL_FIT_N_LARGE : 0); }
+/* The lowest non-empty class above c in the kind, or -1. */
+CL_INLINE int cl_bins_next_class(const cl_bins *bins, bool small, unsigned c) {
+  unsigned w = c >> 6;
+  uint64_t bits = bins->map[small][w] & (~(uint64_t)1 << (c & 63)); /* the bits above c */
+  if (!bits) {
+    const uint64_t words = bins->summary[small] & (~(uint64_t)1 << w);
+    if (!words)
+      return -1;
+    w = (unsigned)__builtin_ctzll(words);
+    bits = bins->map[small][w];
+  }
+  return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+}
+CL_INLINE void cl_bins_insert(cl_bins *bins, bool small, cl_block *b) {
+  const unsigned c = cl_bins_class(small, b->size);
+  cl_tree_insert(&cl_bins_roots(bins, small)[c], b);
+  bins->map[small][c >> 6] |= (uint64_t)1 << (c & 63);
+  bins->summary[small] |= (uint64_t)1 << (c >> 6);
+  bins->count[small]++;
+}
+/* Removes b, a node of class c's tree, at its link. */
+CL_INLINE void cl_bins_remove_at(cl_bins *bins, bool small, unsigned c, cl_block **link, cl_block *b) {
+  cl_tree_remove_at(link, b);
+  bins->count[small]--;
+  if (!cl_bins_roots(bins, small)[c]) {
+    uint64_t *w = &bins->map[small][c >> 6];
+    *w &= ~((uint64_t)1 << (c & 63));
+    if (!*w)
+      bins->summary[small] &= ~((uint64_t)1 << (c >> 6));
+  }
+}
+CL_INLINE void cl_bins_remove(cl_bins *bins, bool small, cl_block *b) {
+  const unsigned c = cl_bins_class(small, b->size);
+  cl_block *succ;
+  cl_bins_remove_at(bins, small, c, cl_tree_link(&cl_bins_roots(bins, small)[c], b, &succ), b);
+}
+/* Best fit: the smallest (size, ptr) >= (size, 0) over the kind, the lowest address among equal sizes.
+ * That is the lower bound inside the class of `size`, else the minimum (leftmost node) of the next
+ * non-empty class. With its class, its link and its predecessor in its class tree (NULL when it is
+ * that tree's minimum). */
+CL_INLINE cl_block *cl_bins_lower_bound_at(cl_bins *bins, bool small, size_t size, unsigned *cls, cl_block ***link,
+                                           cl_block **pred) {
+  cl_block **roots = cl_bins_roots(bins, small);
+  const unsigned c = cl_bins_class(small, size);
+  cl_block *b = cl_tree_lower_bound_at(&roots[c], size, link, pred);
+  *cls = c;
+  if (b)
+    return b;
+  const int n = cl_bins_next_class(bins, small, c);
+  if (n < 0)
+    return NULL;
+  cl_block **l = &roots[n];
+  while ((*l)->left)
+    l = &(*l)->left;
+  *cls = (unsigned)n;
+  *link = l;
+  *pred = NULL;
+  return *l;
+}
+CL_INLINE cl_block *cl_bins_lower_bound(cl_bins *bins, bool small, size_t size) {
+  unsigned c;
+  cl_block **link, *pred;
+  return cl_bins_lower_bound_at(bins, small, size, &c, &link, &pred);
+}
+/* The block before b (by key) in the kind, or NULL: in b's class, else the maximum of the nearest
+ * non-empty class below. b need not be in the index. */
+cl_block *cl_bins_prev(cl_bins *bins, bool small, const cl_block *b);
+/* The largest block of the kind, or NULL. */
+cl_block *cl_bins_max(cl_bins *bins, bool small);
+/* Whether b is in the tree of its class. */
+bool cl_bins_contains(cl_bins *bins, bool small, const cl_block *b);
+/* Bytes of all free blocks of both kinds. */
+uint64_t cl_bins_free_bytes(const cl_bins *bins);
+
 /* Makes b FREE and stamps its age base, before it enters its free index. */
 CL_INLINE void cl_block_becomes_free(cl_block *b) {
   b->state = CL_FREE;
@@ -567,11 +698,11 @@ CL_INLINE void cl_block_becomes_free(cl_block *b) {
 CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {
   (void)d;
   cl_block_becomes_free(b);
-  cl_tree_insert(b->seg->bins, b->seg->small, b);
+  cl_bins_insert(b->seg->bins, b->seg->small, b);
 }
 CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
   (void)d;
-  cl_tree_remove(b->seg->bins, b->seg->small, b);
+  cl_bins_remove(b->seg->bins, b->seg->small, b);
 }
 
 /* --- events.c --- */

@@ -23,10 +23,14 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
     p->lookups[small]++;
   cl_bins *bins = cl_bins_get_locked(p, s, false);
-  cl_block *b = bins ? cl_tree_lower_bound(bins->root[small], size) : NULL;
+  if (!bins)
+    return NULL;
+  unsigned cls;
+  cl_block **link, *pred;
+  cl_block *b = cl_bins_lower_bound_at(bins, small, size, &cls, &link, &pred);
   if (!b || !fits(&d->cfg, b, size))
     return NULL;
-  cl_tree_remove(bins, small, b);
+  cl_bins_remove_at(bins, small, cls, link, b);
   return b;
 }
 
@@ -140,11 +144,12 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
  * says so.
  *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index and nothing
  *     changes.
- *   warm path (lane `fast` locked): b is still in its tree at `link`, `pred` its predecessor there; the
- *     caller has made sure of the map's room and, for a split, of a spare: it cannot fail. When the
- *     rest's key still sorts after pred, the rest simply takes b's place in the tree. */
-CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, cl_block **link, cl_block *pred,
-                                   size_t size, size_t requested) {
+ *   warm path (lane `fast` locked): b is still in the tree of class `cls` at `link`, `pred` its
+ *     predecessor in that tree; the caller has made sure of the map's room and, for a split, of a
+ *     spare: it cannot fail. When the rest falls in b's class and its key still sorts after pred, the
+ *     rest simply takes b's place in that tree (it sorts before b's successor: it is smaller than b). */
+CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned cls, cl_block **link,
+                                   cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
   const bool small = seg->small;
@@ -182,12 +187,12 @@ CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, cl_
       rest->next->prev = rest;
     b->next = rest;
     b->size = size;
-    if (fast && (!pred || cl_key_less(pred, rest))) {
+    if (fast && cl_bins_class(small, rest->size) == cls && (!pred || cl_key_less(pred, rest))) {
       cl_block_becomes_free(rest);
       cl_tree_replace(link, b, rest);
     } else {
       if (fast)
-        cl_tree_remove_at(seg->bins, small, link, b);
+        cl_bins_remove_at(seg->bins, small, cls, link, b);
       cl_free_index_insert_locked(d, rest);
     }
     if (already_split) /* an inactive split block shrinks by `size` */
@@ -196,7 +201,7 @@ CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, cl_
       cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)rest->size);
   } else {
     if (fast)
-      cl_tree_remove_at(seg->bins, small, link, b);
+      cl_bins_remove_at(seg->bins, small, cls, link, b);
     if (already_split)
       cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
   }
@@ -222,8 +227,9 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
   const cl_config *c = &d->cfg;
   const size_t rounded = cl_round_size(c, size);
   const bool small = cl_is_small(rounded);
+  unsigned cls;
   cl_block **link, *pred;
-  cl_block *b = cl_tree_lower_bound_at(&ln->bins->root[small], rounded, &link, &pred);
+  cl_block *b = cl_bins_lower_bound_at(ln->bins, small, rounded, &cls, &link, &pred);
   if (!b || !fits(c, b, rounded))
     goto slow;
   /* Everything hand_out will need, checked before anything changes: a spare for the split, room in the
@@ -235,7 +241,7 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
   if ((split && !ln->spare) || !cl_map_reserve(&ln->map) ||
       !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     goto slow;
-  (void)hand_out(d, ln, b, link, pred, rounded, size);
+  (void)hand_out(d, ln, b, cls, link, pred, rounded, size);
   *out = (void *)b->ptr;
   cl_spin_unlock(&ln->lock);
   return true;
@@ -285,7 +291,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       return rc;
     }
   }
-  rc = hand_out(d, NULL, b, NULL, NULL, rounded, size);
+  rc = hand_out(d, NULL, b, 0, NULL, NULL, rounded, size);
   void *ptr = (void *)b->ptr;
   if (rc == CACHALOT_OK && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, b->seg->lane);

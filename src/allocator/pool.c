@@ -69,19 +69,11 @@ void cl_pools_for_each_locked(cl_device *d, void (*fn)(cl_pool *p, void *ctx), v
     fn(p, ctx);
 }
 
-static void sum_free_bytes(cl_block *t, uint64_t *sum) {
-  for (; t; t = t->right) {
-    *sum += t->size;
-    sum_free_bytes(t->left, sum);
-  }
-}
-
 uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
   uint64_t sum = 0;
   for (const cl_pool *p = d->pools; p; p = p->hh.next)
     for (const cl_bins *b = p->bins; b; b = b->hh.next)
-      for (int k = 0; k < 2; k++)
-        sum_free_bytes(b->root[k], &sum);
+      sum += cl_bins_free_bytes(b);
   return sum;
 }
 

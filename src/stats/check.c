@@ -26,12 +26,14 @@ static cachalot_status compare(int dev, const char *name, const cachalot_stat *a
   return CACHALOT_OK;
 }
 
-/* Verifies a treap: keys strictly increase in order, priorities form a heap, every node is a FREE block
- * of this bins' stream and kind. Returns the node count, or -1 after cl_fail. */
-static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool small, const cl_block **last) {
+/* Verifies the treap of class `cls`: keys strictly increase in order, priorities form a heap, every node
+ * is a FREE block of this bins' stream and kind whose size falls in that class. Returns the node count,
+ * or -1 after cl_fail. */
+static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool small, unsigned cls,
+                       const cl_block **last) {
   if (!t)
     return 0;
-  long l = check_tree(dev, t->left, bins, small, last);
+  long l = check_tree(dev, t->left, bins, small, cls, last);
   if (l < 0)
     return -1;
   if (t->state != CL_FREE || !t->seg || t->seg->stream != bins->stream || t->seg->small != small) {
@@ -47,9 +49,51 @@ static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool sma
     cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index key order broken", dev);
     return -1;
   }
+  if (cl_bins_class(small, t->size) != cls) {
+    cl_fail(CACHALOT_ERROR_INVALID_STATE,
+            "cachalot_check: device %d: free block 0x%llx of %zu bytes is in size class %u, not %u", dev,
+            (unsigned long long)t->ptr, t->size, cls, cl_bins_class(small, t->size));
+    return -1;
+  }
   *last = t;
-  long r = check_tree(dev, t->right, bins, small, last);
+  long r = check_tree(dev, t->right, bins, small, cls, last);
   return r < 0 ? -1 : l + 1 + r;
+}
+
+/* Verifies one kind of a free index: every class tree (check_tree), keys increasing across classes too,
+ * a map bit set iff its class is non-empty, a summary bit set iff its map word is non-zero, and the
+ * count. Returns the block count, or -1 after cl_fail. */
+static long check_kind(int dev, cl_bins *bins, bool small) {
+  const unsigned n = cl_bins_n_classes(small);
+  cl_block **roots = cl_bins_roots(bins, small);
+  const cl_block *last = NULL;
+  long total = 0;
+  for (unsigned c = 0; c < n; c++) {
+    const bool bit = (bins->map[small][c / 64] >> (c % 64)) & 1;
+    if (bit != (roots[c] != NULL)) {
+      cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index bitmap bit %u of the %s kind is %d",
+              dev, c, small ? "small" : "large", (int)bit);
+      return -1;
+    }
+    long k = check_tree(dev, roots[c], bins, small, c, &last);
+    if (k < 0)
+      return -1;
+    total += k;
+  }
+  for (unsigned w = 0; w < 64; w++) {
+    const uint64_t word = w < CL_FIT_WORDS ? bins->map[small][w] : 0;
+    const uint64_t beyond = w * 64 >= n ? ~(uint64_t)0 : w * 64 + 64 > n ? ~(((uint64_t)1 << (n % 64)) - 1) : 0;
+    if ((word & beyond) || (((bins->summary[small] >> w) & 1) != (word != 0))) {
+      cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index summary word %u of the %s kind is off",
+              dev, w, small ? "small" : "large");
+      return -1;
+    }
+  }
+  if ((size_t)total != bins->count[small]) {
+    cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
+    return -1;
+  }
+  return total;
 }
 
 static cachalot_status check_device_locked(cl_device *d) {
@@ -98,7 +142,7 @@ static cachalot_status check_device_locked(cl_device *d) {
       }
       if (b->state == CL_FREE) {
         cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
-        if (!bins || !cl_tree_contains(bins->root[s->small], b))
+        if (!bins || !cl_bins_contains(bins, s->small, b))
           return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                          "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
                          (unsigned long long)b->ptr);
@@ -180,14 +224,11 @@ static cachalot_status check_device_locked(cl_device *d) {
     if (pool != &d->default_pool && pool->use_count == 0 && pool->n_segments == 0)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a freeable empty pool lingers", dev);
     pool_segments += pool->n_segments;
-    for (const cl_bins *bins = pool->bins; bins; bins = bins->hh.next) {
+    for (cl_bins *bins = pool->bins; bins; bins = bins->hh.next) {
       for (int k = 0; k < 2; k++) {
-        const cl_block *last = NULL;
-        long n = check_tree(dev, bins->root[k], bins, k == 1, &last);
+        long n = check_kind(dev, bins, k == 1);
         if (n < 0)
           return CACHALOT_ERROR_INVALID_STATE;
-        if ((size_t)n != bins->count[k])
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
         n_indexed += (size_t)n;
       }
     }
