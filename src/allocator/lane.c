@@ -211,12 +211,30 @@ static bool top_up(cl_lane_stat *e, int64_t need, _Atomic int64_t *a, _Atomic in
   return true;
 }
 
+/* Gives `g` of entry e's rem back to the pools of (id, kind) and the all pool. */
+static void return_room(cl_device *d, cl_lane_stat *e, int id, int kind, int64_t g) {
+  e->rem -= g;
+  e->got -= g;
+  atomic_fetch_add_explicit(&d->room[id][kind], g, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->room[id][CACHALOT_STAT_ALL], g, memory_order_relaxed);
+}
+
 bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
   cl_device *d = ln->dev;
   const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
-  for (int id = 0; id < CL_LS_N; id++)
-    if (!top_up(&ln->st[small][id], need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+  for (int id = 0; id < CL_LS_N; id++) {
+    cl_lane_stat *e = &ln->st[small][id];
+    if (top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+      continue;
+    /* The all pool may be dry only because this lane's entry of the other kind holds the room (a large
+     * block freed, a small one wanted): that room goes back first. */
+    cl_lane_stat *other = &ln->st[!small][id];
+    if (other->rem <= 0)
       return false;
+    return_room(d, other, id, small ? CACHALOT_STAT_LARGE_POOL : CACHALOT_STAT_SMALL_POOL, other->rem);
+    if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+      return false;
+  }
   return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_lanes);
 }
 
@@ -225,17 +243,14 @@ void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e) {
   const int64_t g = e->rem - e->cap / 2;
   if (g <= 0)
     return;
-  e->rem -= g;
-  e->got -= g;
   if (e == &ln->oversize) {
+    e->rem -= g;
+    e->got -= g;
     atomic_fetch_add_explicit(&d->room_oversize, g, memory_order_relaxed);
     return;
   }
   const size_t i = (size_t)(e - &ln->st[0][0]);
-  const int id = (int)(i % CL_LS_N);
-  const int kind = i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
-  atomic_fetch_add_explicit(&d->room[id][kind], g, memory_order_relaxed);
-  atomic_fetch_add_explicit(&d->room[id][CACHALOT_STAT_ALL], g, memory_order_relaxed);
+  return_room(d, e, (int)(i % CL_LS_N), i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL, g);
 }
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
