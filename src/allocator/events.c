@@ -26,21 +26,21 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   b->n_uses = 0;
   b->requested = 0;
 
-  cl_bins *bins = seg->bins;
+  const bool small = seg->small;
+  cl_fit *f = &seg->bins->kind[small];
   cl_block *p = b->prev, *n = b->next;
   const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
   /* With one free neighbour x, the merged block may take x's place in x's class tree: its key only
    * grows, so it stays in order if it stays in x's class and sorts before x's successor there. */
-  const bool small = seg->small;
   cl_block *x = merge_prev != merge_next ? (merge_prev ? p : n) : NULL;
   cl_block **link = NULL, *succ = NULL;
   unsigned xcls = 0;
   if (x) {
-    xcls = cl_bins_class(small, x->size);
-    link = cl_tree_link(&cl_bins_roots(bins, small)[xcls], x, &succ);
+    xcls = cl_fit_class(small, x->size);
+    link = cl_tree_link(&f->root[xcls], x, &succ);
   } else if (merge_prev) {
-    cl_bins_remove(bins, small, p);
-    cl_bins_remove(bins, small, n);
+    cl_fit_remove(f, small, p);
+    cl_fit_remove(f, small, n);
   }
   if (merge_prev) {
     b->ptr = p->ptr;
@@ -61,13 +61,14 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
     net_blocks -= 1;
     net_bytes -= (int64_t)n->size;
   }
-  if (x && !x->right && cl_bins_class(small, b->size) == xcls && (!succ || cl_key_less(b, succ))) {
-    cl_block_becomes_free(b);
+  const unsigned cls = cl_fit_class(small, b->size);
+  cl_block_becomes_free(b);
+  if (x && !x->right && cls == xcls && (!succ || cl_key_less(b, succ))) {
     cl_tree_replace(link, x, b);
   } else {
     if (x)
-      cl_bins_remove_at(bins, small, xcls, link, x);
-    cl_free_index_insert_locked(d, b);
+      cl_fit_remove_at(f, xcls, link, x);
+    cl_fit_insert(f, cls, b);
   }
   if (merge_prev)
     drop_block(d, fast, p);

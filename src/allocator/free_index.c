@@ -1,5 +1,5 @@
 /* The free-block index: per (pool, stream, kind), size classes of treaps of FREE blocks ordered by
- * (size, ptr), with a two-level bitmap of the non-empty classes (struct cl_bins in internal.h).
+ * (size, ptr), with a two-level bitmap of the non-empty classes (cl_fit in internal.h).
  *
  * Best fit is a lower bound on (size, 0): the smallest block that fits, the lowest address among equal
  * sizes (SPEC.md §2). Treap priorities are a hash of the block's address, so the shape, and every
@@ -35,36 +35,36 @@ bool cl_tree_contains(cl_block *t, const cl_block *b) {
   return false;
 }
 
-/* The highest non-empty class below c in the kind (c may be the class count), or -1. */
-static int prev_class(const cl_bins *bins, bool small, unsigned c) {
+/* The highest non-empty class below c (c may be CL_FIT_CLASSES), or -1. */
+static int prev_class(const cl_fit *f, unsigned c) {
   unsigned w = c >> 6;
-  uint64_t bits = w < CL_FIT_WORDS ? bins->map[small][w] & (((uint64_t)1 << (c & 63)) - 1) : 0;
+  uint64_t bits = w < CL_FIT_WORDS ? f->map[w] & (((uint64_t)1 << (c & 63)) - 1) : 0;
   if (!bits) {
-    const uint64_t words = bins->summary[small] & (((uint64_t)1 << w) - 1); /* w < 64: CL_FIT_WORDS < 64 */
+    const uint64_t words = f->summary & (((uint64_t)1 << w) - 1); /* w < 64: CL_FIT_WORDS < 64 */
     if (!words)
       return -1;
     w = 63u - (unsigned)__builtin_clzll(words);
-    bits = bins->map[small][w];
+    bits = f->map[w];
   }
   return (int)(w * 64 + 63u - (unsigned)__builtin_clzll(bits));
 }
 
-cl_block *cl_bins_prev(cl_bins *bins, bool small, const cl_block *b) {
-  const unsigned c = cl_bins_class(small, b->size);
-  cl_block *p = cl_tree_prev(cl_bins_roots(bins, small)[c], b);
+cl_block *cl_fit_prev(cl_fit *f, bool small, const cl_block *b) {
+  const unsigned c = cl_fit_class(small, b->size);
+  cl_block *p = cl_tree_prev(f->root[c], b);
   if (p)
     return p;
-  const int below = prev_class(bins, small, c);
-  return below < 0 ? NULL : cl_tree_max(cl_bins_roots(bins, small)[below]);
+  const int below = prev_class(f, c);
+  return below < 0 ? NULL : cl_tree_max(f->root[below]);
 }
 
-cl_block *cl_bins_max(cl_bins *bins, bool small) {
-  const int top = prev_class(bins, small, cl_bins_n_classes(small));
-  return top < 0 ? NULL : cl_tree_max(cl_bins_roots(bins, small)[top]);
+cl_block *cl_fit_max(cl_fit *f) {
+  const int top = prev_class(f, CL_FIT_CLASSES);
+  return top < 0 ? NULL : cl_tree_max(f->root[top]);
 }
 
-bool cl_bins_contains(cl_bins *bins, bool small, const cl_block *b) {
-  return cl_tree_contains(cl_bins_roots(bins, small)[cl_bins_class(small, b->size)], b);
+bool cl_fit_contains(cl_fit *f, bool small, const cl_block *b) {
+  return cl_tree_contains(f->root[cl_fit_class(small, b->size)], b);
 }
 
 static uint64_t tree_bytes(const cl_block *t) {
@@ -77,11 +77,11 @@ static uint64_t tree_bytes(const cl_block *t) {
 uint64_t cl_bins_free_bytes(const cl_bins *bins) {
   uint64_t sum = 0;
   for (int k = 0; k < 2; k++) {
-    cl_block *const *roots = bins->root + (k ? CL_FIT_N_LARGE : 0);
-    for (uint64_t words = bins->summary[k]; words; words &= words - 1) {
+    const cl_fit *f = &bins->kind[k];
+    for (uint64_t words = f->summary; words; words &= words - 1) {
       const unsigned w = (unsigned)__builtin_ctzll(words);
-      for (uint64_t bits = bins->map[k][w]; bits; bits &= bits - 1)
-        sum += tree_bytes(roots[w * 64 + (unsigned)__builtin_ctzll(bits)]);
+      for (uint64_t bits = f->map[w]; bits; bits &= bits - 1)
+        sum += tree_bytes(f->root[w * 64 + (unsigned)__builtin_ctzll(bits)]);
     }
   }
   return sum;

@@ -103,33 +103,31 @@ struct cl_segment {
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
 
-/* Size classes of the free index (struct cl_bins). On units u = size >> 9 (>= 1), with M mantissa
+/* Size classes of the free index (cl_fit). On units u = size >> 9 (>= 1), with M mantissa
  * bits, the class is
  *   s = floor_log2(u | 2^M) - M,  class = (s << M) + (u >> s)
  * that is u itself for u < 2^(M+1) (exact classes) and ((L - M + 1) << M) | ((u >> (L - M)) & (2^M - 1))
  * for L = floor_log2(u) >= M: 2^M classes per power of two, each 1/2^M of it wide. Monotone in size.
  *   small kind: M = 7 over u <= 4096 (blocks of at most 2 MiB): classes 0..768, exact below 128 KiB,
  *     then 128 per power of two (4 KiB wide between 512 KiB and 1 MiB).
- *   large kind: M = 4 from u = 2048 (1 MiB, below which large blocks are rare: expandable segments
- *     only; they share class 0) up to u = 2^51 (2^60 bytes, the largest segment): 16 classes per
- *     power of two, 641 in all. Larger sizes cannot occur; they would share the last class.
- * 1410 roots, about 11.3 KiB per (pool, stream). Sharing a class never breaks best fit (the class
- * trees are ordered by size): clamping costs only speed. */
+ *   large kind: M = 4 from u = 2048 (1 MiB; smaller large blocks do not occur, they would share class
+ *     0) up to u = 2^51 (2^60 bytes, the largest segment): 16 classes per power of two, 641 in all.
+ * Both kinds get room for 769 classes: about 12.3 KiB per (pool, stream). Sharing a class never breaks
+ * best fit (class trees are ordered by size): the clamps at both ends cost only speed. */
 enum {
   CL_FIT_M_SMALL = 7,
   CL_FIT_M_LARGE = 4,
   CL_FIT_N_SMALL = ((12 - CL_FIT_M_SMALL + 1) << CL_FIT_M_SMALL) + 1,  /* up to the class of u = 2^12 */
   CL_FIT_LARGE_BASE = (11 - CL_FIT_M_LARGE + 1) << CL_FIT_M_LARGE,     /* the class of u = 2^11 */
   CL_FIT_N_LARGE = ((51 - CL_FIT_M_LARGE + 1) << CL_FIT_M_LARGE) - CL_FIT_LARGE_BASE + 1,
-  CL_FIT_WORDS_SMALL = (CL_FIT_N_SMALL + 63) / 64,
-  CL_FIT_WORDS_LARGE = (CL_FIT_N_LARGE + 63) / 64,
-  CL_FIT_WORDS = CL_FIT_WORDS_SMALL > CL_FIT_WORDS_LARGE ? CL_FIT_WORDS_SMALL : CL_FIT_WORDS_LARGE,
+  CL_FIT_CLASSES = CL_FIT_N_SMALL > CL_FIT_N_LARGE ? CL_FIT_N_SMALL : CL_FIT_N_LARGE,
+  CL_FIT_WORDS = (CL_FIT_CLASSES + 63) / 64,
 };
 _Static_assert(CL_FIT_WORDS < 64, "a summary word covers the bitmap words");
 
-/* The free index of one (pool, stream): segregated fit, TLSF-style. Per kind ([0] large, [1] small),
- * FREE blocks are spread over size classes (cl_bins_class); each class is a treap ordered by (size,
- * ptr), and a two-level bitmap says which classes are non-empty.
+/* One kind of a free index: segregated fit, TLSF-style. FREE blocks are spread over size classes
+ * (cl_fit_class); each class is a treap ordered by (size, ptr), and a two-level bitmap says which
+ * classes are non-empty.
  *
  * Why: one treap per kind over ~1000 free blocks is ~20 levels deep, and every malloc walked it (branch
  * mispredictions, a cache miss per level). Classes cut a walk to the few blocks of one class, and the
@@ -139,22 +137,26 @@ _Static_assert(CL_FIT_WORDS < 64, "a summary word covers the bitmap words");
  * every block of a higher one), so the lower bound of (size, 0) over the kind is the lower bound inside
  * the class of `size`, else the minimum of the next non-empty class.
  *
- * Invariants, per kind k:
- *   - every block of root[base(k) + c] is a FREE block of (pool, stream, k) with class c, and the tree
- *     is a treap: keys strictly increase in order, priorities form a max-heap;
- *   - bit c % 64 of map[k][c / 64] is set iff root[base(k) + c] != NULL (no bit at or past the kind's
- *     class count);
- *   - bit w of summary[k] is set iff map[k][w] != 0;
- *   - count[k] is the number of blocks in the kind's trees.
- * root[] is a fixed array (no allocation on insert/remove/lookup); it comes last so that the words read
- * on every lookup (summary, map) share the first cache lines. */
+ * Invariants:
+ *   - every block of root[c] is a FREE block of this index's (pool, stream) and kind with class c, and
+ *     the tree is a treap: keys strictly increase in order, priorities form a max-heap;
+ *   - bit c % 64 of map[c / 64] is set iff root[c] != NULL (so no bit at or past the kind's class
+ *     count);
+ *   - bit w of summary is set iff map[w] != 0;
+ *   - count is the number of blocks in the trees.
+ * Fixed arrays: no allocation on insert, remove or lookup. */
+typedef struct {
+  uint64_t summary;
+  size_t count;
+  uint64_t map[CL_FIT_WORDS];
+  cl_block *root[CL_FIT_CLASSES];
+} cl_fit;
+
+/* The free index of one (pool, stream): kind[0] large, kind[1] small. */
 struct cl_bins {
   cachalot_stream stream;
-  size_t count[2];
-  uint64_t summary[2];
-  uint64_t map[2][CL_FIT_WORDS];
   UT_hash_handle hh;
-  cl_block *root[CL_FIT_N_LARGE + CL_FIT_N_SMALL]; /* large classes, then small ones */
+  cl_fit kind[2];
 };
 
 /* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
@@ -600,73 +602,77 @@ CL_INLINE cl_block *cl_tree_lower_bound_at(cl_block **root, size_t size, cl_bloc
   return best;
 }
 
-/* The size class of `size` in a kind (see CL_FIT_M_SMALL). Branch-free: the kind only selects
- * constants. */
-CL_INLINE unsigned cl_bins_class(bool small, size_t size) {
-  const unsigned m = small ? CL_FIT_M_SMALL : CL_FIT_M_LARGE;
-  const size_t u = size >> 9;
+/* Class arithmetic (see CL_FIT_M_SMALL) for a constant m, so that each kind's is a handful of
+ * instructions. */
+CL_INLINE size_t cl_fit_raw_class(size_t u, unsigned m) {
   const unsigned s = cl_log2_floor(u | ((size_t)1 << m)) - m;
-  size_t c = ((size_t)s << m) + (u >> s);
-  if (!small)
-    c = c < CL_FIT_LARGE_BASE ? 0 : c - CL_FIT_LARGE_BASE;
-  const size_t n = small ? CL_FIT_N_SMALL : CL_FIT_N_LARGE;
-  return (unsigned)(c < n ? c : n - 1);
+  return ((size_t)s << m) + (u >> s);
 }
-static inline unsigned cl_bins_n_classes(bool small) { return small ? CL_FIT_N_SMALL : CL_FIT_N_LARGE; }
-/* The class roots of a kind: root[c] for class c. */
-CL_INLINE cl_block **cl_bins_roots(cl_bins *bins, bool small) { return bins->root + (small ? CL_FIT_N_LARGE : 0); }
-/* The lowest non-empty class above c in the kind, or -1. */
-CL_INLINE int cl_bins_next_class(const cl_bins *bins, bool small, unsigned c) {
+/* The size class of `size` in a kind. */
+CL_INLINE unsigned cl_fit_class(bool small, size_t size) {
+  const size_t u = size >> 9;
+  if (small) {
+    const size_t c = cl_fit_raw_class(u, CL_FIT_M_SMALL);
+    return (unsigned)(c < CL_FIT_N_SMALL ? c : CL_FIT_N_SMALL - 1);
+  }
+  const size_t c = cl_fit_raw_class(u, CL_FIT_M_LARGE);
+  if (c < CL_FIT_LARGE_BASE)
+    return 0;
+  return (unsigned)(c - CL_FIT_LARGE_BASE < CL_FIT_N_LARGE ? c - CL_FIT_LARGE_BASE : CL_FIT_N_LARGE - 1);
+}
+static inline unsigned cl_fit_n_classes(bool small) { return small ? CL_FIT_N_SMALL : CL_FIT_N_LARGE; }
+/* The lowest non-empty class above c, or -1. */
+CL_INLINE int cl_fit_next_class(const cl_fit *f, unsigned c) {
   unsigned w = c >> 6;
-  uint64_t bits = bins->map[small][w] & (~(uint64_t)1 << (c & 63)); /* the bits above c */
+  uint64_t bits = f->map[w] & (~(uint64_t)1 << (c & 63)); /* the bits above c */
   if (!bits) {
-    const uint64_t words = bins->summary[small] & (~(uint64_t)1 << w);
+    const uint64_t words = f->summary & (~(uint64_t)1 << w);
     if (!words)
       return -1;
     w = (unsigned)__builtin_ctzll(words);
-    bits = bins->map[small][w];
+    bits = f->map[w];
   }
   return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
 }
-CL_INLINE void cl_bins_insert(cl_bins *bins, bool small, cl_block *b) {
-  const unsigned c = cl_bins_class(small, b->size);
-  cl_tree_insert(&cl_bins_roots(bins, small)[c], b);
-  bins->map[small][c >> 6] |= (uint64_t)1 << (c & 63);
-  bins->summary[small] |= (uint64_t)1 << (c >> 6);
-  bins->count[small]++;
+
+/* Inserts b, whose class is c. */
+CL_INLINE void cl_fit_insert(cl_fit *f, unsigned c, cl_block *b) {
+  cl_tree_insert(&f->root[c], b);
+  f->map[c >> 6] |= (uint64_t)1 << (c & 63);
+  f->summary |= (uint64_t)1 << (c >> 6);
+  f->count++;
 }
 /* Removes b, a node of class c's tree, at its link. */
-CL_INLINE void cl_bins_remove_at(cl_bins *bins, bool small, unsigned c, cl_block **link, cl_block *b) {
+CL_INLINE void cl_fit_remove_at(cl_fit *f, unsigned c, cl_block **link, cl_block *b) {
   cl_tree_remove_at(link, b);
-  bins->count[small]--;
-  if (!cl_bins_roots(bins, small)[c]) {
-    uint64_t *w = &bins->map[small][c >> 6];
+  f->count--;
+  if (!f->root[c]) {
+    uint64_t *w = &f->map[c >> 6];
     *w &= ~((uint64_t)1 << (c & 63));
     if (!*w)
-      bins->summary[small] &= ~((uint64_t)1 << (c >> 6));
+      f->summary &= ~((uint64_t)1 << (c >> 6));
   }
 }
-CL_INLINE void cl_bins_remove(cl_bins *bins, bool small, cl_block *b) {
-  const unsigned c = cl_bins_class(small, b->size);
+CL_INLINE void cl_fit_remove(cl_fit *f, bool small, cl_block *b) {
+  const unsigned c = cl_fit_class(small, b->size);
   cl_block *succ;
-  cl_bins_remove_at(bins, small, c, cl_tree_link(&cl_bins_roots(bins, small)[c], b, &succ), b);
+  cl_fit_remove_at(f, c, cl_tree_link(&f->root[c], b, &succ), b);
 }
-/* Best fit: the smallest (size, ptr) >= (size, 0) over the kind, the lowest address among equal sizes.
+/* Best fit: the smallest (size, ptr) >= (size, 0) of the kind, the lowest address among equal sizes.
  * That is the lower bound inside the class of `size`, else the minimum (leftmost node) of the next
  * non-empty class. With its class, its link and its predecessor in its class tree (NULL when it is
  * that tree's minimum). */
-CL_INLINE cl_block *cl_bins_lower_bound_at(cl_bins *bins, bool small, size_t size, unsigned *cls, cl_block ***link,
-                                           cl_block **pred) {
-  cl_block **roots = cl_bins_roots(bins, small);
-  const unsigned c = cl_bins_class(small, size);
-  cl_block *b = cl_tree_lower_bound_at(&roots[c], size, link, pred);
+CL_INLINE cl_block *cl_fit_lower_bound_at(cl_fit *f, bool small, size_t size, unsigned *cls, cl_block ***link,
+                                          cl_block **pred) {
+  const unsigned c = cl_fit_class(small, size);
+  cl_block *b = cl_tree_lower_bound_at(&f->root[c], size, link, pred);
   *cls = c;
   if (b)
     return b;
-  const int n = cl_bins_next_class(bins, small, c);
+  const int n = cl_fit_next_class(f, c);
   if (n < 0)
     return NULL;
-  cl_block **l = &roots[n];
+  cl_block **l = &f->root[n];
   while ((*l)->left)
     l = &(*l)->left;
   *cls = (unsigned)n;
@@ -674,18 +680,18 @@ CL_INLINE cl_block *cl_bins_lower_bound_at(cl_bins *bins, bool small, size_t siz
   *pred = NULL;
   return *l;
 }
-CL_INLINE cl_block *cl_bins_lower_bound(cl_bins *bins, bool small, size_t size) {
+CL_INLINE cl_block *cl_fit_lower_bound(cl_fit *f, bool small, size_t size) {
   unsigned c;
   cl_block **link, *pred;
-  return cl_bins_lower_bound_at(bins, small, size, &c, &link, &pred);
+  return cl_fit_lower_bound_at(f, small, size, &c, &link, &pred);
 }
 /* The block before b (by key) in the kind, or NULL: in b's class, else the maximum of the nearest
  * non-empty class below. b need not be in the index. */
-cl_block *cl_bins_prev(cl_bins *bins, bool small, const cl_block *b);
+cl_block *cl_fit_prev(cl_fit *f, bool small, const cl_block *b);
 /* The largest block of the kind, or NULL. */
-cl_block *cl_bins_max(cl_bins *bins, bool small);
+cl_block *cl_fit_max(cl_fit *f);
 /* Whether b is in the tree of its class. */
-bool cl_bins_contains(cl_bins *bins, bool small, const cl_block *b);
+bool cl_fit_contains(cl_fit *f, bool small, const cl_block *b);
 /* Bytes of all free blocks of both kinds. */
 uint64_t cl_bins_free_bytes(const cl_bins *bins);
 
@@ -698,11 +704,12 @@ CL_INLINE void cl_block_becomes_free(cl_block *b) {
 CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {
   (void)d;
   cl_block_becomes_free(b);
-  cl_bins_insert(b->seg->bins, b->seg->small, b);
+  const bool small = b->seg->small;
+  cl_fit_insert(&b->seg->bins->kind[small], cl_fit_class(small, b->size), b);
 }
 CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
   (void)d;
-  cl_bins_remove(b->seg->bins, b->seg->small, b);
+  cl_fit_remove(&b->seg->bins->kind[b->seg->small], b->seg->small, b);
 }
 
 /* --- events.c --- */

@@ -25,12 +25,13 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   cl_bins *bins = cl_bins_get_locked(p, s, false);
   if (!bins)
     return NULL;
+  cl_fit *f = &bins->kind[small];
   unsigned cls;
   cl_block **link, *pred;
-  cl_block *b = cl_bins_lower_bound_at(bins, small, size, &cls, &link, &pred);
+  cl_block *b = cl_fit_lower_bound_at(f, small, size, &cls, &link, &pred);
   if (!b || !fits(&d->cfg, b, size))
     return NULL;
-  cl_bins_remove_at(bins, small, cls, link, b);
+  cl_fit_remove_at(f, cls, link, b);
   return b;
 }
 
@@ -187,13 +188,15 @@ CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, uns
       rest->next->prev = rest;
     b->next = rest;
     b->size = size;
-    if (fast && cl_bins_class(small, rest->size) == cls && (!pred || cl_key_less(pred, rest))) {
-      cl_block_becomes_free(rest);
+    cl_fit *f = &seg->bins->kind[small];
+    const unsigned rest_cls = cl_fit_class(small, rest->size);
+    cl_block_becomes_free(rest);
+    if (fast && rest_cls == cls && (!pred || cl_key_less(pred, rest))) {
       cl_tree_replace(link, b, rest);
     } else {
       if (fast)
-        cl_bins_remove_at(seg->bins, small, cls, link, b);
-      cl_free_index_insert_locked(d, rest);
+        cl_fit_remove_at(f, cls, link, b);
+      cl_fit_insert(f, rest_cls, rest);
     }
     if (already_split) /* an inactive split block shrinks by `size` */
       cl_count_split(d, lane, fast != NULL, small, 0, -(int64_t)size);
@@ -201,7 +204,7 @@ CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, uns
       cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)rest->size);
   } else {
     if (fast)
-      cl_bins_remove_at(seg->bins, small, cls, link, b);
+      cl_fit_remove_at(&seg->bins->kind[small], cls, link, b);
     if (already_split)
       cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
   }
@@ -229,7 +232,7 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
   const bool small = cl_is_small(rounded);
   unsigned cls;
   cl_block **link, *pred;
-  cl_block *b = cl_bins_lower_bound_at(ln->bins, small, rounded, &cls, &link, &pred);
+  cl_block *b = cl_fit_lower_bound_at(&ln->bins->kind[small], small, rounded, &cls, &link, &pred);
   if (!b || !fits(c, b, rounded))
     goto slow;
   /* Everything hand_out will need, checked before anything changes: a spare for the split, room in the

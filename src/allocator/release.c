@@ -149,17 +149,18 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, boo
   if (!bins)
     return false;
   const size_t key = size < max_split ? max_split : size;
-  cl_block *b = cl_bins_lower_bound(bins, false, key);
+  cl_fit *f = &bins->kind[0];
+  cl_block *b = cl_fit_lower_bound(f, false, key);
   if (b && !b->prev && !b->next) {
     cl_mark_release_locked(d, b->seg, out);
     return true;
   }
   /* No single block is large enough: free oversize blocks from the largest down until enough, in
    * (size, ptr) order across the classes. Only whole segments can go back; a split one is passed over. */
-  cl_block *cur = b ? cl_bins_prev(bins, false, b) : cl_bins_max(bins, false);
+  cl_block *cur = b ? cl_fit_prev(f, false, b) : cl_fit_max(f);
   size_t released = 0;
   while (cur && released < key && cur->size >= max_split) {
-    cl_block *prev = cl_bins_prev(bins, false, cur);
+    cl_block *prev = cl_fit_prev(f, false, cur);
     if (!cur->prev && !cur->next) {
       released += cur->size;
       cl_mark_release_locked(d, cur->seg, out);

@@ -49,10 +49,10 @@ static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool sma
     cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index key order broken", dev);
     return -1;
   }
-  if (cl_bins_class(small, t->size) != cls) {
+  if (cl_fit_class(small, t->size) != cls) {
     cl_fail(CACHALOT_ERROR_INVALID_STATE,
             "cachalot_check: device %d: free block 0x%llx of %zu bytes is in size class %u, not %u", dev,
-            (unsigned long long)t->ptr, t->size, cls, cl_bins_class(small, t->size));
+            (unsigned long long)t->ptr, t->size, cls, cl_fit_class(small, t->size));
     return -1;
   }
   *last = t;
@@ -63,33 +63,33 @@ static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool sma
 /* Verifies one kind of a free index: every class tree (check_tree), keys increasing across classes too,
  * a map bit set iff its class is non-empty, a summary bit set iff its map word is non-zero, and the
  * count. Returns the block count, or -1 after cl_fail. */
-static long check_kind(int dev, cl_bins *bins, bool small) {
-  const unsigned n = cl_bins_n_classes(small);
-  cl_block **roots = cl_bins_roots(bins, small);
+static long check_kind(int dev, const cl_bins *bins, bool small) {
+  const cl_fit *f = &bins->kind[small];
+  const unsigned n = cl_fit_n_classes(small);
   const cl_block *last = NULL;
   long total = 0;
-  for (unsigned c = 0; c < n; c++) {
-    const bool bit = (bins->map[small][c / 64] >> (c % 64)) & 1;
-    if (bit != (roots[c] != NULL)) {
+  for (unsigned c = 0; c < CL_FIT_CLASSES; c++) {
+    const bool bit = (f->map[c / 64] >> (c % 64)) & 1;
+    if (bit != (f->root[c] != NULL) || (c >= n && f->root[c])) {
       cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index bitmap bit %u of the %s kind is %d",
               dev, c, small ? "small" : "large", (int)bit);
       return -1;
     }
-    long k = check_tree(dev, roots[c], bins, small, c, &last);
+    long k = check_tree(dev, f->root[c], bins, small, c, &last);
     if (k < 0)
       return -1;
     total += k;
   }
   for (unsigned w = 0; w < 64; w++) {
-    const uint64_t word = w < CL_FIT_WORDS ? bins->map[small][w] : 0;
+    const uint64_t word = w < CL_FIT_WORDS ? f->map[w] : 0;
     const uint64_t beyond = w * 64 >= n ? ~(uint64_t)0 : w * 64 + 64 > n ? ~(((uint64_t)1 << (n % 64)) - 1) : 0;
-    if ((word & beyond) || (((bins->summary[small] >> w) & 1) != (word != 0))) {
+    if ((word & beyond) || (((f->summary >> w) & 1) != (word != 0))) {
       cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index summary word %u of the %s kind is off",
               dev, w, small ? "small" : "large");
       return -1;
     }
   }
-  if ((size_t)total != bins->count[small]) {
+  if ((size_t)total != f->count) {
     cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index count is off", dev);
     return -1;
   }
@@ -142,7 +142,7 @@ static cachalot_status check_device_locked(cl_device *d) {
       }
       if (b->state == CL_FREE) {
         cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
-        if (!bins || !cl_bins_contains(bins, s->small, b))
+        if (!bins || !cl_fit_contains(&bins->kind[s->small], s->small, b))
           return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                          "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
                          (unsigned long long)b->ptr);
@@ -224,7 +224,7 @@ static cachalot_status check_device_locked(cl_device *d) {
     if (pool != &d->default_pool && pool->use_count == 0 && pool->n_segments == 0)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a freeable empty pool lingers", dev);
     pool_segments += pool->n_segments;
-    for (cl_bins *bins = pool->bins; bins; bins = bins->hh.next) {
+    for (const cl_bins *bins = pool->bins; bins; bins = bins->hh.next) {
       for (int k = 0; k < 2; k++) {
         long n = check_kind(dev, bins, k == 1);
         if (n < 0)

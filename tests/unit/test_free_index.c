@@ -12,8 +12,8 @@
 
 #define U ((size_t)512) /* the unit of sizes: every block is a multiple of 512 bytes */
 
-static unsigned small_class(size_t units) { return cl_bins_class(true, units * U); }
-static unsigned large_class(size_t bytes) { return cl_bins_class(false, bytes); }
+static unsigned small_class(size_t units) { return cl_fit_class(true, units * U); }
+static unsigned large_class(size_t bytes) { return cl_fit_class(false, bytes); }
 
 static void test_small_pool_classes(void **state) {
   (void)state;
