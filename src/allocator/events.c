@@ -36,11 +36,11 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_block **link = NULL, *succ = NULL;
   unsigned xcls = 0;
   if (x) {
-    xcls = cl_fit_class(small, x->size);
+    xcls = x->cls;
     link = cl_tree_link(&f->root[xcls], x, &succ);
   } else if (merge_prev) {
-    cl_fit_remove(f, small, p);
-    cl_fit_remove(f, small, n);
+    cl_fit_remove(f, p);
+    cl_fit_remove(f, n);
   }
   if (merge_prev) {
     b->ptr = p->ptr;

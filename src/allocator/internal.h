@@ -76,6 +76,7 @@ typedef struct cl_block {
   struct cl_block *left, *right; /* free-index treap links (FREE only) */
   uint32_t prio;             /* treap priority, a hash of ptr: the tree shape is deterministic */
   uint8_t state;             /* cl_block_state */
+  uint16_t cls;              /* the class of its free index tree (FREE only): removal needs no size */
   uint32_t event_count;      /* outstanding events (PENDING) */
   uint64_t gc_base;          /* the pool's lookup counter when the block became free (its age base) */
   cachalot_stream *uses;     /* record_stream streams other than seg->stream (heap array) */
@@ -124,14 +125,18 @@ enum {
   CL_FIT_WORDS = (CL_FIT_CLASSES + 63) / 64,
 };
 _Static_assert(CL_FIT_WORDS < 64, "a summary word covers the bitmap words");
+_Static_assert(CL_FIT_CLASSES <= UINT16_MAX, "a block records its class in 16 bits");
 
 /* One kind of a free index: segregated fit, TLSF-style. FREE blocks are spread over size classes
  * (cl_fit_class); each class is a treap ordered by (size, ptr), and a two-level bitmap says which
  * classes are non-empty.
  *
- * Why: one treap per kind over ~1000 free blocks is ~20 levels deep, and every malloc walked it (branch
- * mispredictions, a cache miss per level). Classes cut a walk to the few blocks of one class, and the
- * bitmaps find the next non-empty class with two ffs instead of a walk.
+ * Why: one treap per kind holding every free block is ~2 ln n levels deep on average, and every malloc
+ * walked it with a data-dependent branch and a likely cache miss per level (with ~1000 live allocations
+ * that cost more than the rest of the warm path). Classes cut a walk to the few blocks of one class,
+ * and the bitmaps find the next non-empty class with two ffs instead of a walk. The price: a split or
+ * merge that moves a block to another class is a remove and an insert with bitmap updates, where one
+ * tree let the new block take the old one's place.
  *
  * Best fit is unchanged: classes are monotone in size (every block of a lower class is smaller than
  * every block of a higher one), so the lower bound of (size, 0) over the kind is the lower bound inside
@@ -579,6 +584,7 @@ CL_INLINE void cl_tree_replace(cl_block **link, cl_block *from, cl_block *to) {
   to->left = from->left;
   to->right = from->right;
   to->prio = from->prio;
+  to->cls = from->cls;
   *link = to;
   from->left = from->right = NULL;
 }
@@ -637,12 +643,13 @@ CL_INLINE int cl_fit_next_class(const cl_fit *f, unsigned c) {
 
 /* Inserts b, whose class is c. */
 CL_INLINE void cl_fit_insert(cl_fit *f, unsigned c, cl_block *b) {
+  b->cls = (uint16_t)c;
   cl_tree_insert(&f->root[c], b);
   f->map[c >> 6] |= (uint64_t)1 << (c & 63);
   f->summary |= (uint64_t)1 << (c >> 6);
   f->count++;
 }
-/* Removes b, a node of class c's tree, at its link. */
+/* Removes b, a node of class c's tree, at its link (b's size may already have changed). */
 CL_INLINE void cl_fit_remove_at(cl_fit *f, unsigned c, cl_block **link, cl_block *b) {
   cl_tree_remove_at(link, b);
   f->count--;
@@ -653,8 +660,8 @@ CL_INLINE void cl_fit_remove_at(cl_fit *f, unsigned c, cl_block **link, cl_block
       f->summary &= ~((uint64_t)1 << (c >> 6));
   }
 }
-CL_INLINE void cl_fit_remove(cl_fit *f, bool small, cl_block *b) {
-  const unsigned c = cl_fit_class(small, b->size);
+CL_INLINE void cl_fit_remove(cl_fit *f, cl_block *b) {
+  const unsigned c = b->cls;
   cl_block *succ;
   cl_fit_remove_at(f, c, cl_tree_link(&f->root[c], b, &succ), b);
 }
@@ -709,7 +716,7 @@ CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {
 }
 CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
   (void)d;
-  cl_fit_remove(&b->seg->bins->kind[b->seg->small], b->seg->small, b);
+  cl_fit_remove(&b->seg->bins->kind[b->seg->small], b);
 }
 
 /* --- events.c --- */

@@ -49,10 +49,10 @@ static long check_tree(int dev, const cl_block *t, const cl_bins *bins, bool sma
     cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: free index key order broken", dev);
     return -1;
   }
-  if (cl_fit_class(small, t->size) != cls) {
+  if (cl_fit_class(small, t->size) != cls || t->cls != cls) {
     cl_fail(CACHALOT_ERROR_INVALID_STATE,
-            "cachalot_check: device %d: free block 0x%llx of %zu bytes is in size class %u, not %u", dev,
-            (unsigned long long)t->ptr, t->size, cls, cl_fit_class(small, t->size));
+            "cachalot_check: device %d: free block 0x%llx of %zu bytes (class %u, recorded %u) is in class %u's tree",
+            dev, (unsigned long long)t->ptr, t->size, cl_fit_class(small, t->size), (unsigned)t->cls, cls);
     return -1;
   }
   *last = t;
