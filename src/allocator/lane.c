@@ -211,12 +211,13 @@ static bool top_up(cl_lane_stat *e, int64_t need, _Atomic int64_t *a, _Atomic in
   return true;
 }
 
-/* Gives `g` of entry e's rem back to the pools of (id, kind) and the all pool. */
-static void return_room(cl_device *d, cl_lane_stat *e, int id, int kind, int64_t g) {
+/* Gives `g` of entry e's rem back to pool `a` (and `b`): take_room's counterpart. */
+static void return_room(cl_lane_stat *e, _Atomic int64_t *a, _Atomic int64_t *b, int64_t g) {
   e->rem -= g;
   e->got -= g;
-  atomic_fetch_add_explicit(&d->room[id][kind], g, memory_order_relaxed);
-  atomic_fetch_add_explicit(&d->room[id][CACHALOT_STAT_ALL], g, memory_order_relaxed);
+  atomic_fetch_add_explicit(a, g, memory_order_relaxed);
+  if (b)
+    atomic_fetch_add_explicit(b, g, memory_order_relaxed);
 }
 
 bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
@@ -231,7 +232,8 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
     cl_lane_stat *other = &ln->st[!small][id];
     if (other->rem <= 0)
       return false;
-    return_room(d, other, id, small ? CACHALOT_STAT_LARGE_POOL : CACHALOT_STAT_SMALL_POOL, other->rem);
+    return_room(other, &d->room[id][small ? CACHALOT_STAT_LARGE_POOL : CACHALOT_STAT_SMALL_POOL],
+                &d->room[id][CACHALOT_STAT_ALL], other->rem);
     if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
       return false;
   }
@@ -244,13 +246,12 @@ void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e) {
   if (g <= 0)
     return;
   if (e == &ln->oversize) {
-    e->rem -= g;
-    e->got -= g;
-    atomic_fetch_add_explicit(&d->room_oversize, g, memory_order_relaxed);
+    return_room(e, &d->room_oversize, NULL, g);
     return;
   }
   const size_t i = (size_t)(e - &ln->st[0][0]);
-  return_room(d, e, (int)(i % CL_LS_N), i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL, g);
+  const int kind = i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+  return_room(e, &d->room[i % CL_LS_N][kind], &d->room[i % CL_LS_N][CACHALOT_STAT_ALL], g);
 }
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
