@@ -16,6 +16,17 @@ CL_INLINE void drop_block(cl_device *d, cl_lane *fast, cl_block *b) {
   }
 }
 
+/* The leftmost node of a subtree. */
+CL_INLINE cl_block *tree_min(cl_block *t) {
+  while (t->left)
+    t = t->left;
+  return t;
+}
+
+/* Returns b (ALLOCATED or PENDING, out of the map) to its free index, merged with its free neighbours.
+ * As in PyTorch, a free neighbour absorbs b (the lower one when both are free) and keeps its node: its
+ * key only grows, so when it stays in its class and still sorts before its successor there the class
+ * tree is not touched at all. b's metadata, or the upper neighbour's, becomes a spare. */
 CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_segment *seg = b->seg;
   const size_t orig_size = b->size;
@@ -30,53 +41,60 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
   cl_fit *f = &seg->bins->kind[small];
   cl_block *p = b->prev, *n = b->next;
   const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  /* With one free neighbour x, the merged block may take x's place in x's class tree: its key only
-   * grows, so it stays in order if it stays in x's class and sorts before x's successor there. */
-  cl_block *x = merge_prev != merge_next ? (merge_prev ? p : n) : NULL;
-  cl_block **link = NULL, *succ = NULL;
-  unsigned xcls = 0;
-  if (x) {
-    xcls = x->cls;
-    link = cl_tree_link(&f->root[xcls], x, &succ);
-  } else if (merge_prev) {
-    cl_fit_remove(f, p);
+  cl_block *keep = merge_prev ? p : merge_next ? n : b; /* the node that stays */
+  if (merge_prev && merge_next)
     cl_fit_remove(f, n);
+  /* keep's place in its class tree and its successor there, found while its key is still the old one */
+  cl_block **link = NULL, *succ = NULL;
+  if (keep != b) {
+    link = cl_tree_link(&f->root[keep->cls], keep, &succ);
+    if (keep->right)
+      succ = tree_min(keep->right);
   }
-  if (merge_prev) {
-    b->ptr = p->ptr;
-    b->size += p->size;
-    b->prev = p->prev;
-    if (b->prev)
-      b->prev->next = b;
-    else
-      seg->head = b;
+  if (merge_prev && merge_next) {
+    net_blocks -= 2;
+    net_bytes -= (int64_t)(p->size + n->size);
+    p->size += b->size + n->size;
+    p->next = n->next;
+    if (p->next)
+      p->next->prev = p;
+  } else if (merge_prev) {
     net_blocks -= 1;
     net_bytes -= (int64_t)p->size;
-  }
-  if (merge_next) {
-    b->size += n->size;
-    b->next = n->next;
-    if (b->next)
-      b->next->prev = b;
+    p->size += b->size;
+    p->next = n;
+    if (n)
+      n->prev = p;
+  } else if (merge_next) {
     net_blocks -= 1;
     net_bytes -= (int64_t)n->size;
+    n->ptr = b->ptr;
+    n->size += b->size;
+    n->prev = p;
+    if (p)
+      p->next = n;
+    else
+      seg->head = n;
   }
-  const unsigned cls = cl_fit_class(small, b->size);
-  cl_block_becomes_free(b);
-  if (x && !x->right && cls == xcls && (!succ || cl_key_less(b, succ))) {
-    cl_tree_replace(link, x, b);
-  } else {
-    if (x)
-      cl_fit_remove_at(f, xcls, link, x);
+  const unsigned cls = cl_fit_class(small, keep->size);
+  if (keep == b) {
+    cl_block_becomes_free(b);
     cl_fit_insert(f, cls, b);
+  } else {
+    /* keep's key grew: it keeps its place if it keeps its class and still sorts before succ */
+    const unsigned old = keep->cls;
+    cl_block_becomes_free(keep);
+    if (cls != old || (succ && !cl_key_less(keep, succ))) {
+      cl_fit_remove_at(f, old, link, keep);
+      cl_fit_insert(f, cls, keep);
+    }
+    drop_block(d, fast, b);
+    if (merge_prev && merge_next)
+      drop_block(d, fast, n);
   }
-  if (merge_prev)
-    drop_block(d, fast, p);
-  if (merge_next)
-    drop_block(d, fast, n);
-  if (b->prev || b->next) {
+  if (keep->prev || keep->next) {
     net_blocks += 1;
-    net_bytes += (int64_t)b->size;
+    net_bytes += (int64_t)keep->size;
   }
 
   cl_lane *ln = seg->lane;

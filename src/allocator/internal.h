@@ -104,15 +104,18 @@ struct cl_segment {
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
 
-/* Size classes of the free index (cl_fit). On units u = size >> 9 (>= 1), with M mantissa
+/* Size classes of the free index (cl_fit). On units u = (size >> 9) - 1 (>= 0), with M mantissa
  * bits, the class is
  *   s = floor_log2(u | 2^M) - M,  class = (s << M) + (u >> s)
  * that is u itself for u < 2^(M+1) (exact classes) and ((L - M + 1) << M) | ((u >> (L - M)) & (2^M - 1))
  * for L = floor_log2(u) >= M: 2^M classes per power of two, each 1/2^M of it wide. Monotone in size.
- *   small kind: M = 7 over u <= 4096 (blocks of at most 2 MiB): classes 0..768, exact below 128 KiB,
- *     then 128 per power of two (4 KiB wide between 512 KiB and 1 MiB).
- *   large kind: M = 4 from u = 2048 (1 MiB; smaller large blocks do not occur, they would share class
- *     0) up to u = 2^51 (2^60 bytes, the largest segment): 16 classes per power of two, 641 in all.
+ * Classing size - 512 rather than size makes every class end on, rather than start at, a round size:
+ * a whole 2 MiB segment and the rest of most splits of it share the top small class, so a pair of
+ * malloc and free updates the rest's node in place instead of moving it between classes.
+ *   small kind: M = 7 over sizes up to 2 MiB: classes 0..767, exact up to 128 KiB, then 128 per power
+ *     of two (4 KiB wide between 512 KiB and 1 MiB).
+ *   large kind: M = 4 from just above 1 MiB (smaller large blocks do not occur, they would share class
+ *     0) up to 2^60 bytes (the largest segment): 16 classes per power of two, 641 in all.
  * Both kinds get room for 769 classes: about 12.3 KiB per (pool, stream). Sharing a class never breaks
  * best fit (class trees are ordered by size): the clamps at both ends cost only speed. */
 enum {
@@ -616,7 +619,7 @@ CL_INLINE size_t cl_fit_raw_class(size_t u, unsigned m) {
 }
 /* The size class of `size` in a kind. */
 CL_INLINE unsigned cl_fit_class(bool small, size_t size) {
-  const size_t u = size >> 9;
+  const size_t u = (size >> 9) - 1;
   if (small) {
     const size_t c = cl_fit_raw_class(u, CL_FIT_M_SMALL);
     return (unsigned)(c < CL_FIT_N_SMALL ? c : CL_FIT_N_SMALL - 1);

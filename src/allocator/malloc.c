@@ -141,81 +141,86 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   return CACHALOT_OK;
 }
 
-/* Hands out `b` (FREE) for a request of rounded `size`, splitting off the rest when the split rule
- * says so.
- *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index and nothing
- *     changes.
+/* Hands out `size` bytes from the front of `b` (FREE), splitting off the rest when the split rule says
+ * so, and returns the ALLOCATED block. As in PyTorch, a split leaves `b` itself as the free rest (its
+ * address and size move up and down) and the allocated front gets new metadata: when the rest keeps
+ * b's class and its key still sorts after pred, the class tree is not touched at all.
+ *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index, nothing
+ *     changes and NULL is returned.
  *   warm path (lane `fast` locked): b is still in the tree of class `cls` at `link`, `pred` its
  *     predecessor in that tree; the caller has made sure of the map's room and, for a split, of a
- *     spare: it cannot fail. When the rest falls in b's class and its key still sorts after pred, the
- *     rest simply takes b's place in that tree (it sorts before b's successor: it is smaller than b). */
-CL_INLINE cachalot_status hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned cls, cl_block **link,
-                                   cl_block *pred, size_t size, size_t requested) {
+ *     spare: it cannot fail. */
+CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned cls, cl_block **link,
+                             cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
   const bool small = seg->small;
   const bool split = cl_should_split(&d->cfg, small, b->size, size);
   const bool already_split = b->prev || b->next;
-  cl_block *rest = NULL;
+  cl_block *a = b; /* the block handed out */
   if (fast) {
     if (split) {
-      rest = lane->spare;
-      lane->spare = rest->next;
+      a = lane->spare;
+      lane->spare = a->next;
       lane->n_spare--;
     }
   } else {
-    if (split && !(rest = cl_block_new_locked(d))) {
+    if (split && !(a = cl_block_new_locked(d))) {
       cl_free_index_insert_locked(d, b);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+      cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+      return NULL;
     }
     if (!cl_map_reserve(&lane->map)) {
-      if (rest)
-        cl_block_delete_locked(d, rest);
+      if (a != b)
+        cl_block_delete_locked(d, a);
       cl_free_index_insert_locked(d, b);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+      cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+      return NULL;
     }
   }
-  cl_map_insert(&lane->map, b);
 
+  cl_fit *f = &seg->bins->kind[small];
   if (split) {
     /* a spare is clean: requested, uses and events are 0, as on every FREE block */
-    rest->ptr = b->ptr + size;
-    rest->size = b->size - size;
-    rest->seg = seg;
-    rest->prev = b;
-    rest->next = b->next;
-    if (rest->next)
-      rest->next->prev = rest;
-    b->next = rest;
-    b->size = size;
-    cl_fit *f = &seg->bins->kind[small];
-    const unsigned rest_cls = cl_fit_class(small, rest->size);
-    cl_block_becomes_free(rest);
-    if (fast && rest_cls == cls && (!pred || cl_key_less(pred, rest))) {
-      cl_tree_replace(link, b, rest);
-    } else {
-      if (fast)
-        cl_fit_remove_at(f, cls, link, b);
-      cl_fit_insert(f, rest_cls, rest);
-    }
+    a->ptr = b->ptr;
+    a->size = size;
+    a->seg = seg;
+    a->next = b;
+    a->prev = b->prev;
+    if (a->prev)
+      a->prev->next = a;
+    else
+      seg->head = a;
+    b->prev = a;
+    b->ptr += size;
+    b->size -= size;
+    const unsigned rest_cls = cl_fit_class(small, b->size);
+    cl_block_becomes_free(b);
+    if (!fast) {
+      cl_fit_insert(f, rest_cls, b);
+    } else if (rest_cls != cls || (pred && !cl_key_less(pred, b))) {
+      cl_fit_remove_at(f, cls, link, b);
+      cl_fit_insert(f, rest_cls, b);
+    } /* else: b keeps its place (its key only got smaller, and still sorts after pred) */
     if (already_split) /* an inactive split block shrinks by `size` */
       cl_count_split(d, lane, fast != NULL, small, 0, -(int64_t)size);
     else /* a whole segment becomes split: its rest is a new inactive split block */
-      cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)rest->size);
+      cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)b->size);
   } else {
     if (fast)
-      cl_fit_remove_at(&seg->bins->kind[small], cls, link, b);
+      cl_fit_remove_at(f, cls, link, b);
     if (already_split)
       cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
   }
+  cl_map_insert(&lane->map, a);
 
-  b->state = CL_ALLOCATED;
-  b->requested = requested;
-  b->n_uses = 0;
-  b->event_count = 0;
-  cl_stats_hand_out(d, lane, fast != NULL, small, b->size, requested);
-  cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, requested, seg->stream);
-  return CACHALOT_OK;
+  a->state = CL_ALLOCATED;
+  a->requested = requested;
+  a->n_uses = 0;
+  a->event_count = 0;
+  cl_stats_hand_out(d, lane, fast != NULL, small, a->size, requested);
+  cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
+  return a;
 }
 
 /* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. False when the
@@ -244,8 +249,7 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
   if ((split && !ln->spare) || !cl_map_reserve(&ln->map) ||
       !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     goto slow;
-  (void)hand_out(d, ln, b, cls, link, pred, rounded, size);
-  *out = (void *)b->ptr;
+  *out = (void *)hand_out(d, ln, b, cls, link, pred, rounded, size)->ptr;
   cl_spin_unlock(&ln->lock);
   return true;
 slow:
@@ -294,16 +298,16 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       return rc;
     }
   }
-  rc = hand_out(d, NULL, b, 0, NULL, NULL, rounded, size);
-  void *ptr = (void *)b->ptr;
-  if (rc == CACHALOT_OK && cl_pool_is_default(d, p))
-    cl_lane_refill_spares_locked(d, b->seg->lane);
+  cl_block *a = hand_out(d, NULL, b, 0, NULL, NULL, rounded, size);
+  if (a && cl_pool_is_default(d, p))
+    cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_unlock(d);
-  if (rc != CACHALOT_OK) {
+  if (!a) {
+    rc = CACHALOT_ERROR_OUT_OF_MEMORY;
     cl_error_prefix("cachalot_malloc: device %d: ", device);
     return rc;
   }
-  *out = ptr;
+  *out = (void *)a->ptr;
   return CACHALOT_OK;
 }
 

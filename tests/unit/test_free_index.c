@@ -17,19 +17,19 @@ static unsigned large_class(size_t bytes) { return cl_fit_class(false, bytes); }
 
 static void test_small_pool_classes(void **state) {
   (void)state;
-  /* The premises: 300 and 301 units share a class, 302 is in the next (empty here), 304 in the one
-   * after, 310 further up with empty classes between; 1, 2, 8 and 9 units are classes of their own. */
-  assert_int_equal(small_class(300), small_class(301));
-  assert_int_equal(small_class(302), small_class(300) + 1);
-  assert_int_equal(small_class(304), small_class(300) + 2);
-  assert_true(small_class(310) > small_class(304) + 1);
+  /* The premises: 301 and 302 units share a class, 303 is in the next (empty here), 305 in the one
+   * after, 311 further up with empty classes between; 1, 2, 8 and 9 units are classes of their own. */
+  assert_int_equal(small_class(301), small_class(302));
+  assert_int_equal(small_class(303), small_class(301) + 1);
+  assert_int_equal(small_class(305), small_class(301) + 2);
+  assert_true(small_class(311) > small_class(305) + 1);
   assert_true(small_class(1) < small_class(2) && small_class(8) + 1 == small_class(9));
 
   env e = ENV(1, 0, "");
   cachalot_stream s = STREAM(e.b, 0);
-  /* One 2 MiB segment carved into  ga 301 | k 1 | gb 300 | k 1 | gc 301 | k 1 | gd 304 | k 1 | ge 310 |
-   * k 1 | tail 2575  (units of 512 B); the keepers k stay allocated, so the gaps never merge. */
-  static const size_t gap_units[5] = {301, 300, 301, 304, 310};
+  /* One 2 MiB segment carved into  ga 302 | k 1 | gb 301 | k 1 | gc 302 | k 1 | gd 305 | k 1 | ge 311 |
+   * k 1 | tail 2570  (units of 512 B); the keepers k stay allocated, so the gaps never merge. */
+  static const size_t gap_units[5] = {302, 301, 302, 305, 311};
   char *gap[5], *keep[5];
   for (int i = 0; i < 5; i++) {
     gap[i] = ALLOC(e.a, 0, gap_units[i] * U, s);
@@ -39,51 +39,51 @@ static void test_small_pool_classes(void **state) {
       assert_ptr_equal(gap[i], keep[i - 1] + U);
   }
   char *ga = gap[0], *gb = gap[1], *gc = gap[2], *gd = gap[3], *ge = gap[4];
-  const int order[5] = {2, 4, 0, 3, 1}; /* gc first: the higher of the two 301-unit gaps */
+  const int order[5] = {2, 4, 0, 3, 1}; /* gc first: the higher of the two 302-unit gaps */
   for (int i = 0; i < 5; i++)
     FREE(e.a, gap[order[i]]);
-  const int64_t tail = (int64_t)((4096 - 1516 - 5) * U);
+  const int64_t tail = (int64_t)((4096 - 1521 - 5) * U);
   EXPECT_POOLS(e.a, 0,
                PX(.alloc = 5, .alloc_b = 5 * U, .active = 5, .active_b = 5 * U, .req_b = 5 * U, .seg = 1,
-                  .res_b = 2 * MiB, .split = 6, .split_b = 1516 * U + tail),
+                  .res_b = 2 * MiB, .split = 6, .split_b = 1521 * U + tail),
                PX0);
 
-  /* Inside one class: 300 is too small for 301, and of the two 301s the lower address wins. */
-  char *p = ALLOC(e.a, 0, 301 * U - 100, s);
+  /* Inside one class: 301 is too small for 302, and of the two 302s the lower address wins. */
+  char *p = ALLOC(e.a, 0, 302 * U - 100, s);
   assert_ptr_equal(p, ga);
-  char *q = ALLOC(e.a, 0, 301 * U, s);
+  char *q = ALLOC(e.a, 0, 302 * U, s);
   assert_ptr_equal(q, gc);
-  /* 302's class is empty: the next non-empty class holds gd (304); its 2-unit rest changes class. */
-  char *r = ALLOC(e.a, 0, 302 * U, s);
+  /* 303's class is empty: the next non-empty class holds gd (305); its 2-unit rest changes class. */
+  char *r = ALLOC(e.a, 0, 303 * U, s);
   assert_ptr_equal(r, gd);
-  /* Just above every block of its class (gb, 300): from the next non-empty class, past two empty ones
-   * (302's, and 304's now that gd is taken): ge (310), leaving a 9-unit rest. */
-  char *t = ALLOC(e.a, 0, 300 * U + 1, s);
+  /* Just above every block of its class (gb, 301): from the next non-empty class, past two empty ones
+   * (303's, and 305's now that gd is taken): ge (311), leaving a 9-unit rest. */
+  char *t = ALLOC(e.a, 0, 301 * U + 1, s);
   assert_ptr_equal(t, ge);
   /* Exact classes: 2 units -> gd's rest; 8 units -> the 9-unit rest of ge (class 8 is empty), split. */
   char *u2 = ALLOC(e.a, 0, 2 * U, s);
-  assert_ptr_equal(u2, gd + 302 * U);
+  assert_ptr_equal(u2, gd + 303 * U);
   char *u8 = ALLOC(e.a, 0, 8 * U - 1, s);
-  assert_ptr_equal(u8, ge + 301 * U);
+  assert_ptr_equal(u8, ge + 302 * U);
   /* The last block of gb's class. */
-  char *v = ALLOC(e.a, 0, 300 * U, s);
+  char *v = ALLOC(e.a, 0, 301 * U, s);
   assert_ptr_equal(v, gb);
   EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 12, .alloc_b = (5 + 301 + 301 + 302 + 301 + 2 + 8 + 300) * U,
-                  .active = 12, .active_b = (5 + 301 + 301 + 302 + 301 + 2 + 8 + 300) * U,
-                  .req_b = (5 + 301 + 301 + 302 + 300 + 2 + 8 + 300) * U - 100 + 1 - 1, .seg = 1, .res_b = 2 * MiB,
+               PX(.alloc = 12, .alloc_b = (5 + 302 + 302 + 303 + 302 + 2 + 8 + 301) * U,
+                  .active = 12, .active_b = (5 + 302 + 302 + 303 + 302 + 2 + 8 + 301) * U,
+                  .req_b = (5 + 302 + 302 + 303 + 301 + 2 + 8 + 301) * U - 100 + 1 - 1, .seg = 1, .res_b = 2 * MiB,
                   .split = 2, .split_b = U + tail),
                PX0);
 
   /* Merges that move a block up a class: the 8-unit block joins the 1-unit rest (9 units), then ge's
-   * first part joins them (310 units, ge's old class): a 310-unit request finds it, not the tail. */
+   * first part joins them (311 units, ge's old class): a 311-unit request finds it, not the tail. */
   FREE(e.a, u8);
   FREE(e.a, t);
-  char *w = ALLOC(e.a, 0, 310 * U, s);
+  char *w = ALLOC(e.a, 0, 311 * U, s);
   assert_ptr_equal(w, ge);
   /* A keeper freed next to the tail merges into it; the tail is then the only block that fits. */
   FREE(e.a, keep[4]);
-  char *x = ALLOC(e.a, 0, 311 * U, s);
+  char *x = ALLOC(e.a, 0, 312 * U, s);
   assert_ptr_equal(x, keep[4]);
   EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
 
@@ -96,38 +96,38 @@ static void test_small_pool_classes(void **state) {
 
 static void test_large_pool_classes(void **state) {
   (void)state;
-  /* The premises: 3 MiB and 3 MiB + 64 KiB share a class, 3 MiB - 512 is in the one below; 9 MiB and
+  /* The premises: 3 MiB - 64 KiB and 3 MiB share a class, 2 MiB + 896 KiB is in the one below; 9 MiB and
    * 20 MiB are in the first bitmap word, a 40 MiB block and its 31 MiB rest in the second. */
-  assert_int_equal(large_class(3 * MiB), large_class(3 * MiB + 64 * KiB));
-  assert_int_equal(large_class(3 * MiB - 512), large_class(3 * MiB) - 1);
+  assert_int_equal(large_class(3 * MiB - 64 * KiB), large_class(3 * MiB));
+  assert_int_equal(large_class(2 * MiB + 896 * KiB), large_class(3 * MiB) - 1);
   assert_true(large_class(9 * MiB) < 64 && large_class(20 * MiB) >= 64);
   assert_true(large_class(40 * MiB) / 64 == 1 && large_class(31 * MiB) / 64 == 1);
   assert_true(large_class(31 * MiB) > large_class(20 * MiB) + 1);
 
   env e = ENV(1, 0, "");
   cachalot_stream s = STREAM(e.b, 0);
-  /* One 20 MiB segment: g1 3 | k 2 | g2 3 + 1/16 | k 2 | g3 3 | k 2 | tail 4 + 15/16 (MiB). */
-  char *g1 = ALLOC(e.a, 0, 3 * MiB, s);
+  /* One 20 MiB segment: g1 3 - 1/16 | k 2 | g2 3 | k 2 | g3 3 - 1/16 | k 2 | tail 5 + 1/8 (MiB). */
+  char *g1 = ALLOC(e.a, 0, 3 * MiB - 64 * KiB, s);
   char *k1 = ALLOC(e.a, 0, 2 * MiB, s);
-  char *g2 = ALLOC(e.a, 0, 3 * MiB + 64 * KiB, s);
+  char *g2 = ALLOC(e.a, 0, 3 * MiB, s);
   char *k2 = ALLOC(e.a, 0, 2 * MiB, s);
-  char *g3 = ALLOC(e.a, 0, 3 * MiB, s);
+  char *g3 = ALLOC(e.a, 0, 3 * MiB - 64 * KiB, s);
   char *k3 = ALLOC(e.a, 0, 2 * MiB, s);
-  assert_ptr_equal(g3, g1 + 10 * MiB + 64 * KiB);
-  assert_ptr_equal(k3, g3 + 3 * MiB);
+  assert_ptr_equal(g3, g1 + 10 * MiB - 64 * KiB);
+  assert_ptr_equal(k3, g3 + 3 * MiB - 64 * KiB);
   FREE(e.a, g3);
   FREE(e.a, g1);
   FREE(e.a, g2);
 
-  /* Inside one class: 3 MiB + 512 passes over the 3 MiB blocks to g2 (the rest, 63.5 KiB, stays on
-   * it: a large block splits only for a rest above 1 MiB). */
-  char *a = ALLOC(e.a, 0, 3 * MiB + 512, s);
+  /* Inside one class: 3 MiB - 63.5 KiB passes over the 3 MiB - 64 KiB blocks to g2 (the rest, 63.5 KiB,
+   * stays on it: a large block splits only for a rest above 1 MiB). */
+  char *a = ALLOC(e.a, 0, 3 * MiB - 64 * KiB + 512, s);
   assert_ptr_equal(a, g2);
   /* Equal sizes: the lower address. */
-  char *b = ALLOC(e.a, 0, 3 * MiB, s);
+  char *b = ALLOC(e.a, 0, 3 * MiB - 64 * KiB, s);
   assert_ptr_equal(b, g1);
-  /* 3 MiB - 512: its own class is empty, the next holds g3 (rest 512 B: not split). */
-  char *c = ALLOC(e.a, 0, 3 * MiB - 512, s);
+  /* 2 MiB + 896 KiB: its own class is empty, the next holds g3 (rest 64 KiB: not split). */
+  char *c = ALLOC(e.a, 0, 2 * MiB + 896 * KiB, s);
   assert_ptr_equal(c, g3);
   EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
 
@@ -142,9 +142,9 @@ static void test_large_pool_classes(void **state) {
   assert_ptr_equal(f, big + 9 * MiB);
   EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 0);
   EXPECT_POOLS(e.a, 0, PX0,
-               PX(.alloc = 8, .alloc_b = 44 * MiB + 64 * KiB, .active = 8, .active_b = 44 * MiB + 64 * KiB,
-                  .req_b = 44 * MiB, .seg = 2, .res_b = 60 * MiB, .split = 2,
-                  .split_b = 5 * MiB - 64 * KiB + 11 * MiB));
+               PX(.alloc = 8, .alloc_b = 44 * MiB - 128 * KiB, .active = 8, .active_b = 44 * MiB - 128 * KiB,
+                  .req_b = 44 * MiB - 128 * KiB - 64 * KiB - 64 * KiB + 512, .seg = 2, .res_b = 60 * MiB,
+                  .split = 2, .split_b = 5 * MiB + 128 * KiB + 11 * MiB));
   char *all[] = {a, b, c, d, f, k1, k2, k3};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     FREE(e.a, all[i]);
@@ -154,37 +154,37 @@ static void test_large_pool_classes(void **state) {
 
 static void test_oversize_release_across_classes(void **state) {
   (void)state;
-  /* The premises: 64 and 66 MiB share a class, 90 MiB is in the same bitmap word higher up, 260 MiB in
+  /* The premises: 66 and 68 MiB share a class, 90 MiB is in the same bitmap word higher up, 260 MiB in
    * the next word. */
-  assert_int_equal(large_class(64 * MiB), large_class(66 * MiB));
-  assert_true(large_class(90 * MiB) > large_class(66 * MiB) + 1 && large_class(90 * MiB) / 64 == 1);
+  assert_int_equal(large_class(66 * MiB), large_class(68 * MiB));
+  assert_true(large_class(90 * MiB) > large_class(68 * MiB) + 1 && large_class(90 * MiB) / 64 == 1);
   assert_true(large_class(260 * MiB) / 64 == 2);
 
-  /* Whole cached oversize segments of 64, 66, 90 and 260 MiB on a 500 MiB device: 400 MiB does not fit
-   * the device (480 MiB used) and no cached block is >= 400 MiB, so they go back from the largest down,
-   * across bitmap words, classes and inside a class, until 400 MiB are released: 260, 90 and 66 (in
-   * key order 66 comes before 64); 64 stays. */
+  /* Whole cached oversize segments of 66, 68, 90 and 260 MiB on a 500 MiB device: 400 MiB does not fit
+   * the device (484 MiB used) and no cached block is >= 400 MiB, so they go back from the largest down,
+   * across bitmap words, classes and inside a class, until 400 MiB are released: 260, 90 and 68
+   * (walking down, 68 comes before 66); 66 stays. */
   env e = ENV(1, 500 * MiB, "max_split_size_mb:40");
   cachalot_stream s = STREAM(e.b, 0);
-  char *p64 = ALLOC(e.a, 0, 64 * MiB, s);
-  char *p90 = ALLOC(e.a, 0, 90 * MiB, s);
   char *p66 = ALLOC(e.a, 0, 66 * MiB, s);
+  char *p90 = ALLOC(e.a, 0, 90 * MiB, s);
+  char *p68 = ALLOC(e.a, 0, 68 * MiB, s);
   char *p260 = ALLOC(e.a, 0, 260 * MiB, s);
   FREE(e.a, p90);
-  FREE(e.a, p66);
+  FREE(e.a, p68);
   FREE(e.a, p260);
-  FREE(e.a, p64);
+  FREE(e.a, p66);
   EXPECT_OVERSIZE(e.a, 0, 0, 4);
   char *big = ALLOC(e.a, 0, 400 * MiB, s);
   EXPECT_COUNTERS(e.a, 0, 5, 3, 0, 0, 0);
   EXPECT_OVERSIZE(e.a, 0, 1, 2);
   EXPECT_POOLS(e.a, 0, PX0,
                PX(.alloc = 1, .alloc_b = 400 * MiB, .active = 1, .active_b = 400 * MiB, .req_b = 400 * MiB,
-                  .seg = 2, .res_b = 464 * MiB));
+                  .seg = 2, .res_b = 466 * MiB));
   EXPECT_RESERVED_IS_USED(&e, 0);
   /* The one that stayed is still cached. */
-  char *again = ALLOC(e.a, 0, 64 * MiB, s);
-  assert_ptr_equal(again, p64);
+  char *again = ALLOC(e.a, 0, 66 * MiB, s);
+  assert_ptr_equal(again, p66);
   EXPECT_COUNTERS(e.a, 0, 5, 3, 0, 0, 0);
   FREE(e.a, big);
   FREE(e.a, again);
