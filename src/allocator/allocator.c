@@ -93,12 +93,20 @@ cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, con
   return CACHALOT_OK;
 }
 
-/* The block at `key` among device d's lanes (exclusive mode), or NULL. */
+/* The handed-out block at `key` in segment s, or NULL. */
+static cl_block *find_in_segment(const cl_segment *s, uintptr_t key) {
+  if (key - s->ptr >= s->size)
+    return NULL;
+  cl_block *b = *cl_seg_slot(s, key);
+  return b && b->ptr == key ? b : NULL;
+}
+
+/* The ALLOCATED or PENDING block at `key` among device d's segments (exclusive mode), or NULL. */
 static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
   cl_segment *seg = cl_page_get(&a->pages, key);
   if (seg == CL_PAGE_SHARED) {
-    for (size_t i = 0; i < d->n_lanes; i++) {
-      cl_block *b = cl_map_find(&d->lanes[i]->map, key);
+    for (const cl_segment *s = d->segments; s; s = s->next) {
+      cl_block *b = find_in_segment(s, key);
       if (b)
         return b;
     }
@@ -107,7 +115,7 @@ static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uint
   /* the page map is only written in the exclusive mode of the segment's device: stable here */
   if (!seg || seg->lane->dev != d)
     return NULL;
-  return cl_map_find(&seg->lane->map, key);
+  return find_in_segment(seg, key);
 }
 
 cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
@@ -184,6 +192,7 @@ static void free_device(cl_device *d) {
     (void)be->ops->free(be, d->index, (void *)s->ptr);
     for (cl_block *b = s->head; b; b = b->next)
       free(b->uses);
+    free(s->at);
     free(s);
     s = next;
   }
@@ -191,6 +200,7 @@ static void free_device(cl_device *d) {
   while (d->spare_segments) {
     s = d->spare_segments;
     d->spare_segments = s->release_next;
+    free(s->at);
     free(s);
   }
   cl_lanes_destroy_locked(d);

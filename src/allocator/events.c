@@ -23,7 +23,7 @@ CL_INLINE cl_block *tree_min(cl_block *t) {
   return t;
 }
 
-/* Returns b (ALLOCATED or PENDING, out of the map) to its free index, merged with its free neighbours.
+/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index, merged with its free neighbours.
  * As in PyTorch, a free neighbour absorbs b (the lower one when both are free) and keeps its node: its
  * key only grows, so when it stays in its class and still sorts before its successor there the class
  * tree is not touched at all. b's metadata, or the upper neighbour's, becomes a spare. */
@@ -114,7 +114,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
 }
 
 void cl_free_block_locked(cl_device *d, cl_block *b) {
-  cl_map_remove(&b->seg->lane->map, b->ptr);
+  *cl_seg_slot(b->seg, b->ptr) = NULL;
   free_block(d, NULL, b);
 }
 
@@ -135,16 +135,23 @@ bool cl_free_fast(cachalot_allocator *a, void *ptr) {
   cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
   if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED))
     return false;
+  /* seg may be stale (a racing release gives segments back and reuses their metadata), but lanes live
+   * until destroy, and under any lane lock segments do not change: check seg again once locked. */
   cl_lane *ln = seg->lane;
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
-  const size_t slot = cl_map_slot_of(&ln->map, (uintptr_t)ptr);
-  cl_block *b = slot != SIZE_MAX ? ln->map.slots[slot].blk : NULL;
-  if (CL_UNLIKELY(!b || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free || !split_room_for_free(ln, b))) {
+  const uintptr_t key = (uintptr_t)ptr;
+  cl_block **slot = NULL, *b = NULL;
+  if (CL_LIKELY(seg->lane == ln && key - seg->ptr < seg->size)) {
+    slot = cl_seg_slot(seg, key);
+    b = *slot;
+  }
+  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free ||
+                  !split_room_for_free(ln, b))) {
     cl_spin_unlock(&ln->lock);
     return false;
   }
-  cl_map_remove_at(&ln->map, slot);
+  *slot = NULL;
   free_block(d, ln, b); /* counts the free() and the block's return at once */
   cl_spin_unlock(&ln->lock);
   return true;

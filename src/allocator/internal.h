@@ -9,13 +9,13 @@
  *             owns free indexes per (stream, kind); requests on stream S only see S's index.
  *   bins      the free index of one (pool, stream): per kind, size classes of treaps (struct cl_bins).
  *
- *   lane      the per-stream part of a device (lane.c): its lock, the pointer map of its segments'
- *             blocks, spare block metadata and a share of the stats, so that threads on different
- *             streams never touch the same cache line on the warm path.
+ *   lane      the per-stream part of a device (lane.c): its lock, spare block metadata and a share of
+ *             the stats, so that threads on different streams never touch the same cache line on the
+ *             warm path.
  *
  * Locking, two levels:
- *   - a lane's `lock` guards its blocks (the blocks of segments on its stream, in any pool), its map,
- *     spares and stats share. The warm paths of malloc and free take only that.
+ *   - a lane's `lock` guards its blocks (the blocks and handed-out tables of segments on its
+ *     stream, in any pool), its spares and stats share. The warm paths of malloc and free take only that.
  *   - exclusive mode, cl_lock(d): the device's `lock` and then every lane's lock in order. Names ending
  *     in _locked expect it. So anything written only in exclusive mode may be read under any one lane
  *     lock: the config, the device flags, the pools and routes.
@@ -61,8 +61,8 @@ typedef struct cl_device cl_device;
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
  * side by side; a FREE block is in exactly one tree: that of its size class in the index of (seg->pool,
- * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its lane's pointer map and in no
- * tree; a PENDING block has event_count > 0 entries in the device's event queues.
+ * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its segment's handed-out table (`at`) and
+ * in no tree; a PENDING block has event_count > 0 entries in the device's event queues.
  *
  *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
  *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
@@ -100,6 +100,13 @@ struct cl_segment {
   bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
                         after it is retaken, by the releasing thread only) */
   cl_block *head;
+  /* The handed-out blocks by address: at[(b->ptr - ptr) >> at_shift] == b for every ALLOCATED or
+   * PENDING block b, NULL everywhere else. One entry per 512 B in a small segment (blocks start 512 B
+   * apart) and per 1 MiB in a large one (handed-out large blocks are larger than 1 MiB, so no two start
+   * in one MiB). free() finds its block with one load; a spare segment keeps its table for reuse. */
+  cl_block **at;
+  size_t n_at;
+  unsigned at_shift;
   cl_segment *prev, *next;  /* the device's segment list */
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
@@ -236,7 +243,7 @@ typedef struct {
 } cl_trace;
 
 
-/* --- lanes (lane.c, block_map.c) --- */
+/* --- lanes (lane.c) --- */
 
 /* A test-and-test-and-set lock: the lanes' locks are held for tens of nanoseconds, where a futex-based
  * mutex costs more than the work; contended waiters spin briefly, then yield. */
@@ -251,75 +258,9 @@ static inline void cl_spin_lock(cl_spin *l) {
 }
 static inline void cl_spin_unlock(cl_spin *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
 
-/* A lane's pointer map: open addressing with linear probing over a power-of-two table, key = the block's
- * address (0 marks an empty slot: no device address is 0). Invariants: count * 2 <= mask + 1, and every
- * key sits between its home slot and the first empty slot after it (deletion shifts entries back). */
-typedef struct {
-  uintptr_t key;
-  cl_block *blk;
-} cl_map_slot;
-typedef struct {
-  cl_map_slot *slots;
-  size_t mask, count;
-  unsigned shift; /* 64 - log2(mask + 1): the home slot is the top bits of the hashed key */
-} cl_block_map;
-static inline size_t cl_map_home(const cl_block_map *m, uintptr_t key) {
-  return (size_t)(((uint64_t)(key >> 9) * 0x9E3779B97F4A7C15ull) >> m->shift);
-}
-static inline cl_block *cl_map_find(const cl_block_map *m, uintptr_t key) {
-  for (size_t i = cl_map_home(m, key);; i = (i + 1) & m->mask) {
-    const cl_map_slot *sl = &m->slots[i];
-    if (sl->key == key)
-      return sl->blk;
-    if (!sl->key)
-      return NULL;
-  }
-}
-bool cl_map_init(cl_block_map *m);
-void cl_map_destroy(cl_block_map *m);
-bool cl_map_grow(cl_block_map *m);
-/* Makes room for one more entry (growing the table is a heap allocation, rare). False on host OOM. */
-CL_INLINE bool cl_map_reserve(cl_block_map *m) {
-  return CL_LIKELY((m->count + 1) * 2 <= m->mask + 1) || cl_map_grow(m);
-}
-/* Adds the entry (key not in the map); room must have been reserved. */
-CL_INLINE void cl_map_put(cl_block_map *m, uintptr_t key, cl_block *b) {
-  size_t i = cl_map_home(m, key);
-  while (m->slots[i].key)
-    i = (i + 1) & m->mask;
-  m->slots[i].key = key;
-  m->slots[i].blk = b;
-  m->count++;
-}
-CL_INLINE void cl_map_insert(cl_block_map *m, cl_block *b) { cl_map_put(m, b->ptr, b); }
-/* The slot of `key`, or SIZE_MAX. */
-CL_INLINE size_t cl_map_slot_of(const cl_block_map *m, uintptr_t key) {
-  for (size_t i = cl_map_home(m, key);; i = (i + 1) & m->mask) {
-    if (m->slots[i].key == key)
-      return i;
-    if (!m->slots[i].key)
-      return SIZE_MAX;
-  }
-}
-/* Empties slot i. Backward-shift deletion: a later entry of the run moves into the hole unless its home
- * slot lies in the cyclic range (hole, its slot], where moving would put it before its home. */
-CL_INLINE void cl_map_remove_at(cl_block_map *m, size_t i) {
-  for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
-    size_t home = cl_map_home(m, m->slots[j].key);
-    if (((j - home) & m->mask) >= ((j - i) & m->mask)) {
-      m->slots[i] = m->slots[j];
-      i = j;
-    }
-  }
-  m->slots[i].key = 0;
-  m->slots[i].blk = NULL;
-  m->count--;
-}
-CL_INLINE void cl_map_remove(cl_block_map *m, uintptr_t key) {
-  size_t i = cl_map_slot_of(m, key);
-  if (i != SIZE_MAX)
-    cl_map_remove_at(m, i);
-}
+/* The entry of `ptr` in the handed-out table of `s` (ptr inside s). */
+CL_INLINE cl_block **cl_seg_slot(const cl_segment *s, uintptr_t ptr) { return &s->at[(ptr - s->ptr) >> s->at_shift]; }
+static inline unsigned cl_seg_shift(bool small) { return small ? 9 : 20; }
 
 /* The stats a lane keeps a share of: those the warm path changes, each for all / small / large. On the
  * warm path a block goes from FREE to ALLOCATED and back, never PENDING, so allocation and active move
@@ -354,14 +295,12 @@ typedef struct {
 
 /* The per-stream part of a device. Invariants: `stream` never changes; the lane is in its device's
  * `lanes` array and lane index from creation until destroy; `bins` is the default pool's free index of
- * `stream` once it exists; every ALLOCATED or PENDING block of a segment with seg->lane == this lane is
- * in `map`; `spare` holds block metadata (linked through next) owned by nobody else. */
+ * `stream` once it exists; `spare` holds block metadata (linked through next) owned by nobody else. */
 struct cl_lane {
   _Alignas(64) cl_spin lock;
   cachalot_stream stream;
   cl_device *dev;
   cl_bins *bins;
-  cl_block_map map;
   cl_block *spare;
   size_t n_spare;
   cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */

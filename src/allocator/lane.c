@@ -298,16 +298,11 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   memset(ln, 0, sizeof *ln);
   ln->stream = s;
   ln->dev = d;
-  if (!cl_map_init(&ln->map)) {
-    free(ln);
-    return NULL;
-  }
   /* Exclusive mode holds every lane: the new one is born locked, and cl_unlock releases it and hands it
    * its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
   d->lanes[d->n_lanes] = ln;
   if (!index_add_locked(d, ln)) {
-    cl_map_destroy(&ln->map);
     free(ln);
     return NULL;
   }
@@ -334,7 +329,6 @@ void cl_lanes_destroy_locked(cl_device *d) {
     cl_lane *ln = d->lanes[i];
     for (cl_block *b = ln->spare; b; b = b->next)
       free(b->uses);
-    cl_map_destroy(&ln->map);
     free(ln);
   }
   free(d->lanes);

@@ -60,8 +60,15 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (seg)
     d->spare_segments = seg->release_next;
   else
-    seg = malloc(sizeof *seg);
+    seg = calloc(1, sizeof *seg); /* no table yet */
   cl_block *blk = cl_block_new_locked(d);
+  const unsigned at_shift = cl_seg_shift(small);
+  const size_t n_at = alloc_size >> at_shift;
+  if (seg && seg->n_at != n_at) { /* a spare's table fits only a segment of its size: made below */
+    free(seg->at);
+    seg->at = NULL;
+    seg->n_at = 0;
+  }
   if (!lane || !bins || !seg || !blk) {
     if (seg) {
       seg->release_next = d->spare_segments;
@@ -74,7 +81,11 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   }
   if (cl_pool_is_default(d, p))
     lane->bins = bins;
+  cl_block **at = seg->at; /* all NULL: a spare segment had no handed-out block */
   memset(seg, 0, sizeof *seg);
+  seg->at = at;
+  seg->n_at = at ? n_at : 0;
+  seg->at_shift = at_shift;
   /* set before the page map publishes the segment: a free() on another thread may read them */
   seg->pool = p;
   seg->stream = s;
@@ -104,8 +115,12 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   d->inflight -= alloc_size;
   seg->ptr = (uintptr_t)ptr;
   seg->size = alloc_size;
-  if (rc == CACHALOT_OK && !cl_page_map_add(&d->owner->pages, seg)) {
-    (void)b->ops->free(b, d->index, ptr); /* rare: the page map had no memory for a node */
+  /* The table after the device allocation: its size follows the segment's, and a request the device
+   * refuses must be reported as the device's out of memory, not the host's. */
+  if (rc == CACHALOT_OK && !seg->at && (seg->at = calloc(n_at, sizeof *seg->at)))
+    seg->n_at = n_at;
+  if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
+    (void)b->ops->free(b, d->index, ptr); /* rare: no host memory for the table or a page map node */
     *host_oom = true;
     rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
@@ -148,8 +163,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
  *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index, nothing
  *     changes and NULL is returned.
  *   warm path (lane `fast` locked): b is still in the tree of class `cls` at `link`, `pred` its
- *     predecessor in that tree; the caller has made sure of the map's room and, for a split, of a
- *     spare: it cannot fail. */
+ *     predecessor in that tree; the caller has made sure of a spare for a split: it cannot fail. */
 CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned cls, cl_block **link,
                              cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
@@ -166,13 +180,6 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned 
     }
   } else {
     if (split && !(a = cl_block_new_locked(d))) {
-      cl_free_index_insert_locked(d, b);
-      cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-      return NULL;
-    }
-    if (!cl_map_reserve(&lane->map)) {
-      if (a != b)
-        cl_block_delete_locked(d, a);
       cl_free_index_insert_locked(d, b);
       cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
       return NULL;
@@ -212,7 +219,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned 
     if (already_split)
       cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
   }
-  cl_map_insert(&lane->map, a);
+  *cl_seg_slot(seg, a->ptr) = a;
 
   a->state = CL_ALLOCATED;
   a->requested = requested;
@@ -240,14 +247,13 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
   cl_block *b = cl_fit_lower_bound_at(&ln->bins->kind[small], small, rounded, &cls, &link, &pred);
   if (!b || !fits(c, b, rounded))
     goto slow;
-  /* Everything hand_out will need, checked before anything changes: a spare for the split, room in the
-   * map, and room in the stats shares (else the peak could be passed unseen: exclusive mode does it). */
+  /* Everything hand_out will need, checked before anything changes: a spare for the split and room in
+   * the stats shares (else the peak could be passed unseen: exclusive mode does it). */
   const bool split = cl_should_split(c, small, b->size, rounded);
   const bool already_split = b->prev || b->next;
   const int64_t split_blocks = split && !already_split ? 1 : 0;
   const int64_t split_bytes = split && !already_split ? (int64_t)(b->size - rounded) : 0;
-  if ((split && !ln->spare) || !cl_map_reserve(&ln->map) ||
-      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
+  if ((split && !ln->spare) || !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     goto slow;
   *out = (void *)hand_out(d, ln, b, cls, link, pred, rounded, size)->ptr;
   cl_spin_unlock(&ln->lock);

@@ -323,11 +323,12 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
   size_t k = 0;
   for (cl_block *b = head; b; b = b->next, k++) {
     const cachalot_block_state *bs = &ss->blocks[k];
-    const bool map_oom = bs->allocated && !cl_map_reserve(&s->lane->map);
-    if (bs->allocated && !map_oom)
-      cl_map_insert(&s->lane->map, b);
-    if (!bs->allocated || map_oom) {
-      /* a block the pointer map cannot take stays free rather than be lost (host OOM only) */
+    cl_block **slot = cl_seg_slot(s, b->ptr);
+    const bool taken = bs->allocated && *slot; /* two handed-out large blocks in one MiB: not a real state */
+    if (bs->allocated && !taken)
+      *slot = b;
+    if (!bs->allocated || taken) {
+      /* a block the handed-out table cannot take stays free rather than be lost */
       cl_free_index_insert_locked(d, b);
       if (split) {
         cl_stat_array_add(st->inactive_split, small, 1);

@@ -102,7 +102,7 @@ static cachalot_status check_device_locked(cl_device *d) {
   tally allocation = {{0}}, allocated_bytes = {{0}}, active = {{0}}, active_bytes = {{0}},
         requested = {{0}}, segment = {{0}}, reserved = {{0}}, inactive = {{0}}, inactive_bytes = {{0}};
   int64_t oversize_allocs = 0, oversize_segs = 0;
-  size_t n_free = 0, n_mapped = 0, n_segments = 0, n_event_refs = 0;
+  size_t n_free = 0, n_segments = 0, n_event_refs = 0;
 
   for (cl_segment *s = d->segments; s; s = s->next) {
     n_segments++;
@@ -121,6 +121,12 @@ static cachalot_status check_device_locked(cl_device *d) {
         return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",
                        dev, (unsigned long long)s->ptr);
     }
+    if (s->at_shift != cl_seg_shift(s->small) || s->n_at != s->size >> s->at_shift || !s->at)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad handed-out table",
+                     dev, (unsigned long long)s->ptr);
+    size_t n_in_table = 0, n_handed_out = 0;
+    for (size_t i = 0; i < s->n_at; i++)
+      n_in_table += s->at[i] != NULL;
     bool split = s->head->next != NULL;
     uintptr_t expect = s->ptr;
     const cl_block *prev = NULL;
@@ -153,15 +159,15 @@ static cachalot_status check_device_locked(cl_device *d) {
         }
         continue;
       }
-      if (cl_map_find(&s->lane->map, b->ptr) != b)
+      if (*cl_seg_slot(s, b->ptr) != b)
         return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                       "cachalot_check: device %d: active block 0x%llx is missing from the pointer map", dev,
+                       "cachalot_check: device %d: active block 0x%llx is missing from its segment's table", dev,
                        (unsigned long long)b->ptr);
       if (b->requested == 0 || b->requested > b->size)
         return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                        "cachalot_check: device %d: block 0x%llx has requested size %zu for size %zu", dev,
                        (unsigned long long)b->ptr, b->requested, b->size);
-      n_mapped++;
+      n_handed_out++;
       tally_add(&active, s->small, 1);
       tally_add(&active_bytes, s->small, (int64_t)b->size);
       tally_add(&requested, s->small, (int64_t)b->requested);
@@ -185,6 +191,10 @@ static cachalot_status check_device_locked(cl_device *d) {
                        b->state);
       }
     }
+    if (n_in_table != n_handed_out)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: segment 0x%llx's table holds %zu blocks, it has %zu handed out", dev,
+                     (unsigned long long)s->ptr, n_in_table, n_handed_out);
     if (expect != s->ptr + s->size)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: blocks of segment 0x%llx do not cover it",
                      dev, (unsigned long long)s->ptr);
@@ -195,10 +205,8 @@ static cachalot_status check_device_locked(cl_device *d) {
   if (n_segments != d->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
                    d->n_segments, n_segments);
-  size_t n_in_maps = 0;
   for (size_t i = 0; i < d->n_lanes; i++) {
     const cl_lane *ln = d->lanes[i];
-    n_in_maps += ln->map.count;
     if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
     if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))
@@ -210,10 +218,6 @@ static cachalot_status check_device_locked(cl_device *d) {
     if (n_spare != ln->n_spare)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane's spare count is off", dev);
   }
-  if (n_mapped != n_in_maps)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                   "cachalot_check: device %d: pointer maps hold %zu blocks, segments hold %zu active ones", dev,
-                   n_in_maps, n_mapped);
 
   size_t n_indexed = 0, pool_segments = 0;
   const cl_pool *pool = &d->default_pool;
