@@ -104,7 +104,8 @@ static cl_block *find_in_segment(const cl_segment *s, uintptr_t key) {
 /* The ALLOCATED or PENDING block at `key` among device d's segments (exclusive mode), or NULL. */
 static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
   cl_segment *seg = cl_page_get(&a->pages, key);
-  if (seg == CL_PAGE_SHARED) {
+  /* a shared page, or an address above what the page map holds: scan */
+  if (seg == CL_PAGE_SHARED || (!seg && !cl_page_mappable(key))) {
     for (const cl_segment *s = d->segments; s; s = s->next) {
       cl_block *b = find_in_segment(s, key);
       if (b)

@@ -364,25 +364,33 @@ typedef struct cl_observer {
   void *ctx;
 } cl_observer;
 
-/* The page map (page_map.c): device address >> 21 -> the segment covering that 2 MiB page, a radix
- * tree of 4 levels of 2048 slots, read without locks. Nodes are added, never removed, until destroy.
+/* The page map (page_map.c): device address >> 21 -> the segment covering that 2 MiB page, read
+ * without locks: two levels (a root of 2^13 slots, leaves of 2^14 made on demand) over the low 48 bits
+ * of the address space, where CUDA places device memory on every platform it supports, so that free()
+ * finds a pointer's segment with two loads. Leaves are added, never removed, until destroy. A segment at
+ * or above 2^48 is not mapped: lookups there return NULL and the slow paths scan the segment list.
  * A page two segments share (never seen: segments are 2 MiB multiples and CUDA aligns them) holds
- * CL_PAGE_SHARED, and lookups there search the lanes instead. */
-enum { CL_PAGE_SHIFT = 21, CL_PM_BITS = 11, CL_PM_LEVELS = 4 };
+ * CL_PAGE_SHARED, and lookups there scan the segment list too. */
+enum { CL_PAGE_SHIFT = 21, CL_PM_LEAF_BITS = 14, CL_PM_ROOT_BITS = 13, CL_PM_VA_BITS = 48 };
+_Static_assert(CL_PAGE_SHIFT + CL_PM_LEAF_BITS + CL_PM_ROOT_BITS == CL_PM_VA_BITS, "the two levels cover 48 bits");
 #define CL_PAGE_SHARED ((cl_segment *)(uintptr_t)1)
+typedef struct cl_page_leaf {
+  _Atomic(cl_segment *) slot[1 << CL_PM_LEAF_BITS];
+} cl_page_leaf;
 typedef struct cl_page_node {
-  _Atomic(void *) slot[1 << CL_PM_BITS];
+  _Atomic(cl_page_leaf *) slot[1 << CL_PM_ROOT_BITS];
 } cl_page_node;
 
+/* Whether `ptr` lies where the page map can hold it. */
+static inline bool cl_page_mappable(uintptr_t ptr) { return ((uint64_t)ptr >> CL_PM_VA_BITS) == 0; }
 static inline cl_segment *cl_page_get(cl_page_node *root, uintptr_t ptr) {
   const uint64_t k = (uint64_t)ptr >> CL_PAGE_SHIFT;
-  cl_page_node *n = root;
-  for (int lvl = CL_PM_LEVELS - 1; lvl > 0; lvl--) {
-    n = atomic_load_explicit(&n->slot[(k >> (lvl * CL_PM_BITS)) & ((1u << CL_PM_BITS) - 1)], memory_order_acquire);
-    if (!n)
-      return NULL;
-  }
-  return atomic_load_explicit(&n->slot[k & ((1u << CL_PM_BITS) - 1)], memory_order_acquire);
+  if (CL_UNLIKELY(!cl_page_mappable(ptr)))
+    return NULL;
+  cl_page_leaf *leaf = atomic_load_explicit(&root->slot[k >> CL_PM_LEAF_BITS], memory_order_acquire);
+  if (!leaf)
+    return NULL;
+  return atomic_load_explicit(&leaf->slot[k & ((1u << CL_PM_LEAF_BITS) - 1)], memory_order_acquire);
 }
 /* Points the pages of `s` at it. False on host OOM (nothing changed). */
 bool cl_page_map_add(cl_page_node *root, cl_segment *s);

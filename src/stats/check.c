@@ -115,7 +115,8 @@ static cachalot_status check_device_locked(cl_device *d) {
         s->bins != cl_bins_get_locked(s->pool, s->stream, false))
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
                      dev, (unsigned long long)s->ptr);
-    for (uintptr_t pg = s->ptr; pg < s->ptr + s->size; pg += (uintptr_t)1 << CL_PAGE_SHIFT) {
+    for (uintptr_t pg = s->ptr; pg < s->ptr + s->size && cl_page_mappable(s->ptr + s->size - 1);
+         pg += (uintptr_t)1 << CL_PAGE_SHIFT) {
       const cl_segment *m = cl_page_get(&d->owner->pages, pg);
       if (m != s && m != CL_PAGE_SHARED)
         return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",

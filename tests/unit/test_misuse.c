@@ -115,6 +115,45 @@ static void test_bad_pointers(void **state) {
   env_free(&e);
 }
 
+/* The page map holds the low 48 bits of the address space (where CUDA puts device memory); the
+ * simulator places device 4's memory above that, where free() and record_stream find their blocks by
+ * scanning the segment list instead. Everything must work the same there, errors included. */
+static void test_addresses_above_the_page_map(void **state) {
+  (void)state;
+  env e = ENV(5, 0, "");
+  cachalot_stream s = STREAM(e.b, 4), s2 = STREAM(e.b, 4);
+  char *small = ALLOC(e.a, 4, 1000, s);
+  char *large = ALLOC(e.a, 4, 4 * MiB, s);
+  assert_true((uintptr_t)small >> 48 != 0 && (uintptr_t)large >> 48 != 0);
+  char *near = ALLOC(e.a, 4, 1000, s);
+  assert_ptr_equal(near, small + 1024);
+  EXPECT_POOLS(e.a, 4, PX(.alloc = 2, .alloc_b = 2048, .active = 2, .active_b = 2048, .req_b = 2000, .seg = 1,
+                          .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 2048),
+               PX(.alloc = 1, .alloc_b = 4 * MiB, .active = 1, .active_b = 4 * MiB, .req_b = 4 * MiB, .seg = 1,
+                  .res_b = 20 * MiB, .split = 1, .split_b = 16 * MiB));
+  INVALID_PTR(cachalot_free(e.a, small + 512));
+  INVALID_PTR(cachalot_record_stream(e.a, large + 512, s2));
+  CHECK(e.a);
+  RECORD(e.a, large, s2);
+  FREE(e.a, small);
+  INVALID_PTR(cachalot_free(e.a, small));
+  FREE(e.a, large);
+  INVALID_PTR(cachalot_free(e.a, large));
+  CONTAINS(cachalot_last_error(), "already freed");
+  COMPLETE(&e, s2);
+  /* both come back from the cache */
+  assert_ptr_equal(ALLOC(e.a, 4, 1000, s), small);
+  assert_ptr_equal(ALLOC(e.a, 4, 4 * MiB, s), large);
+  FREE(e.a, small);
+  FREE(e.a, large);
+  FREE(e.a, near);
+  EXPECT_POOLS(e.a, 4, PX(.seg = 1, .res_b = 2 * MiB), PX(.seg = 1, .res_b = 20 * MiB));
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 4, PX0, PX0);
+  EQ(USED(e.b, 4), 0);
+  env_free(&e);
+}
+
 static void test_null_allocator_and_out_pointers(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
@@ -390,6 +429,7 @@ static void test_status_names(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_pointers),
+      cmocka_unit_test(test_addresses_above_the_page_map),
       cmocka_unit_test(test_null_allocator_and_out_pointers),
       cmocka_unit_test(test_device_out_of_range),
       cmocka_unit_test(test_bad_fractions),
