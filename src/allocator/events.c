@@ -3,158 +3,73 @@
  * order they were recorded, so polling a stream stops at its first event not yet done. */
 #include "internal.h"
 
-/* Block metadata a merge made unused: back to the warm path's lane, or to the device's spares. */
-CL_INLINE void drop_block(cl_device *d, cl_lane *fast, cl_block *b) {
-  if (fast) {
-    b->state = CL_FREE;
-    b->seg = NULL;
-    b->next = fast->spare;
-    fast->spare = b;
-    fast->n_spare++;
-  } else {
-    cl_block_delete_locked(d, b);
+#include <stdlib.h>
+
+/* The event queue of stream `s`, made on first use. NULL on host OOM. */
+static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
+  cl_stream_events *se = NULL;
+  HASH_FIND_PTR(d->events, &s, se);
+  if (se)
+    return se;
+  se = calloc(1, sizeof *se);
+  if (!se)
+    return NULL;
+  se->stream = s;
+  bool hash_oom = false;
+  HASH_ADD_PTR(d->events, stream, se);
+  if (hash_oom) {
+    free(se);
+    return NULL;
   }
+  return se;
 }
 
-/* The leftmost node of a subtree. */
-CL_INLINE cl_block *tree_min(cl_block *t) {
-  while (t->left)
-    t = t->left;
-  return t;
-}
-
-/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index, merged with its free neighbours.
- * As in PyTorch, a free neighbour absorbs b (the lower one when both are free) and keeps its node: its
- * key only grows, so when it stays in its class and still sorts before its successor there the class
- * tree is not touched at all. b's metadata, or the upper neighbour's, becomes a spare. */
-CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
-  cl_segment *seg = b->seg;
-  const size_t orig_size = b->size;
-  const size_t requested = b->requested;
-  int64_t net_blocks = 0, net_bytes = 0;
-
-  cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
-  b->n_uses = 0;
-  b->requested = 0;
-
-  const bool small = seg->small;
-  cl_fit *f = &seg->bins->kind[small];
-  cl_block *p = b->prev, *n = b->next;
-  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  cl_block *keep = merge_prev ? p : merge_next ? n : b; /* the node that stays */
-  if (merge_prev && merge_next)
-    cl_fit_remove(f, n);
-  /* keep's place in its class tree and its successor there, found while its key is still the old one */
-  cl_block **link = NULL, *succ = NULL;
-  if (keep != b) {
-    link = cl_tree_link(&f->root[keep->cls], keep, &succ);
-    if (keep->right)
-      succ = tree_min(keep->right);
-  }
-  if (merge_prev && merge_next) {
-    net_blocks -= 2;
-    net_bytes -= (int64_t)(p->size + n->size);
-    p->size += b->size + n->size;
-    p->next = n->next;
-    if (p->next)
-      p->next->prev = p;
-  } else if (merge_prev) {
-    net_blocks -= 1;
-    net_bytes -= (int64_t)p->size;
-    p->size += b->size;
-    p->next = n;
-    if (n)
-      n->prev = p;
-  } else if (merge_next) {
-    net_blocks -= 1;
-    net_bytes -= (int64_t)n->size;
-    n->ptr = b->ptr;
-    n->size += b->size;
-    n->prev = p;
-    if (p)
-      p->next = n;
-    else
-      seg->head = n;
-  }
-  const unsigned cls = cl_fit_class(small, keep->size);
-  if (keep == b) {
-    cl_block_becomes_free(b);
-    cl_fit_insert(f, cls, b);
-  } else {
-    /* keep's key grew: it keeps its place if it keeps its class and still sorts before succ */
-    const unsigned old = keep->cls;
-    cl_block_becomes_free(keep);
-    if (cls != old || (succ && !cl_key_less(keep, succ))) {
-      cl_fit_remove_at(f, old, link, keep);
-      cl_fit_insert(f, cls, keep);
+/* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
+ * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
+cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
+  enum { INLINE = 8 };
+  cl_pending_event *inline_buf[INLINE];
+  cl_pending_event **pend = inline_buf;
+  if (b->n_uses > INLINE && !(pend = malloc(b->n_uses * sizeof *pend)))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
+  cachalot_backend *be = d->owner->backend;
+  cachalot_status rc = CACHALOT_OK;
+  uint32_t n = 0;
+  for (; n < b->n_uses; n++) {
+    if (!stream_events_locked(d, b->uses[n]) || !(pend[n] = cl_pending_new_locked(d))) {
+      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
+      break;
     }
-    drop_block(d, fast, b);
-    if (merge_prev && merge_next)
-      drop_block(d, fast, n);
+    rc = be->ops->event_record(be, d->index, b->uses[n], &pend[n]->ev);
+    if (rc != CACHALOT_OK) {
+      cl_pending_delete_locked(d, pend[n]);
+      cl_error_prefix("cachalot_free: recording an event on stream %p: ", (void *)b->uses[n]);
+      break;
+    }
   }
-  if (keep->prev || keep->next) {
-    net_blocks += 1;
-    net_bytes += (int64_t)keep->size;
+  if (rc != CACHALOT_OK) {
+    while (n-- > 0) {
+      be->ops->event_release(be, pend[n]->ev);
+      cl_pending_delete_locked(d, pend[n]);
+    }
+  } else {
+    for (uint32_t i = 0; i < b->n_uses; i++) {
+      cl_stream_events *se = stream_events_locked(d, b->uses[i]);
+      pend[i]->blk = b;
+      pend[i]->next = NULL;
+      if (se->tail)
+        se->tail->next = pend[i];
+      else
+        se->head = pend[i];
+      se->tail = pend[i];
+    }
+    d->n_pending_events += b->n_uses;
+    b->event_count = b->n_uses;
+    b->state = CL_PENDING;
   }
-
-  cl_lane *ln = seg->lane;
-  cl_count_split(d, ln, fast != NULL, small, net_blocks, net_bytes);
-  /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
-  cl_lane_add(ln, CL_LS_COUNT, small, fast != NULL, -1);
-  cl_lane_add(ln, CL_LS_BYTES, small, fast != NULL, -(int64_t)orig_size);
-  cl_lane_add(ln, CL_LS_REQUESTED, small, fast != NULL, -(int64_t)requested);
-  if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
-    cl_lane_stat_add(ln, &ln->oversize, fast != NULL, -1);
-  if (fast)
-    return;
-  cachalot_device_stats *st = &d->stats;
-  cl_stat_array_add(st->active, small, -1);
-  cl_stat_array_add(st->active_bytes, small, -(int64_t)orig_size);
-  cl_stat_array_add(st->requested_bytes, small, -(int64_t)requested);
-}
-
-void cl_free_block_locked(cl_device *d, cl_block *b) {
-  *cl_seg_slot(b->seg, b->ptr) = NULL;
-  free_block(d, NULL, b);
-}
-
-/* Whether freeing b leaves the split stats within the lane's room: they grow when b comes back as a new
- * inactive split block (free neighbours are merged away first). Nothing else grows on a free. */
-CL_INLINE bool split_room_for_free(cl_lane *ln, const cl_block *b) {
-  const cl_block *p = b->prev, *n = b->next;
-  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  const bool split_after = (merge_prev ? p->prev : p) || (merge_next ? n->next : n);
-  const int64_t merged = (int64_t)(b->size + (merge_prev ? p->size : 0) + (merge_next ? n->size : 0));
-  const int64_t blocks = (int64_t)split_after - merge_prev - merge_next;
-  const int64_t bytes = (split_after ? merged : 0) - (merge_prev ? (int64_t)p->size : 0) -
-                        (merge_next ? (int64_t)n->size : 0);
-  return cl_split_room(ln, b->seg->small, blocks, bytes);
-}
-
-bool cl_free_fast(cachalot_allocator *a, void *ptr) {
-  cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
-  if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED))
-    return false;
-  /* seg may be stale (a racing release gives segments back and reuses their metadata), but lanes live
-   * until destroy, and under any lane lock segments do not change: check seg again once locked. */
-  cl_lane *ln = seg->lane;
-  cl_device *d = ln->dev;
-  cl_spin_lock(&ln->lock);
-  const uintptr_t key = (uintptr_t)ptr;
-  cl_block **slot = NULL, *b = NULL;
-  if (CL_LIKELY(seg->lane == ln && key - seg->ptr < seg->size)) {
-    slot = cl_seg_slot(seg, key);
-    b = *slot;
-  }
-  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free ||
-                  !split_room_for_free(ln, b))) {
-    cl_spin_unlock(&ln->lock);
-    return false;
-  }
-  *slot = NULL;
-  free_block(d, ln, b); /* counts the free() and the block's return at once */
-  cl_spin_unlock(&ln->lock);
-  return true;
+  if (pend != inline_buf)
+    free(pend);
+  return rc;
 }
 
 /* Pops the oldest event of `se` and frees its block when it was the block's last. */

@@ -670,7 +670,7 @@ CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
 }
 
 /* --- events.c --- */
-/* Records an event per stream use of `b` and makes it PENDING; all or nothing (free.c). */
+/* Records an event per stream use of `b` and makes it PENDING; all or nothing. */
 cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b);
 /* Records the events of blocks freed during a capture, once no capture is underway. */
 void cl_insert_deferred_events_locked(cl_device *d);
@@ -678,12 +678,10 @@ void cl_insert_deferred_events_locked(cl_device *d);
 void cl_process_events_locked(cl_device *d);
 /* Waits for every outstanding event (num_sync_all_streams + 1) and frees their blocks. */
 cachalot_status cl_sync_all_events_locked(cl_device *d);
+
+/* --- free.c --- */
 /* Returns a block to its free index, merging with free neighbours (SPEC.md §2 free). */
 void cl_free_block_locked(cl_device *d, cl_block *b);
-/* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
- * as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share. False
- * when the free needs exclusive mode (nothing changed then). */
-bool cl_free_fast(cachalot_allocator *a, void *ptr);
 
 /* --- release.c --- */
 /* Whole free segments marked `releasing`, waiting to be given back to the device. */
