@@ -136,16 +136,19 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
     net_bytes += (int64_t)keep->size;
   }
 
-  cl_lane *ln = seg->lane;
-  cl_count_split(d, ln, fast != NULL, small, net_blocks, net_bytes);
-  /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
-  cl_lane_add(ln, CL_LS_COUNT, small, fast != NULL, -1);
-  cl_lane_add(ln, CL_LS_BYTES, small, fast != NULL, -(int64_t)orig_size);
-  cl_lane_add(ln, CL_LS_REQUESTED, small, fast != NULL, -(int64_t)requested);
-  if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
-    cl_lane_stat_add(ln, &ln->oversize, fast != NULL, -1);
-  if (fast)
+  cl_count_split(d, seg->lane, fast != NULL, small, net_blocks, net_bytes);
+  if (fast) {
+    /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
+    cl_lane_stat *e = fast->st[small];
+    cl_share_down(&e[CL_LS_COUNT], 1);
+    cl_share_down(&e[CL_LS_BYTES], (int64_t)orig_size);
+    cl_share_down(&e[CL_LS_REQUESTED], (int64_t)requested);
+    if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
+      cl_share_down(&fast->oversize, 1);
+    if (CL_UNLIKELY(e[CL_LS_BYTES].rem > e[CL_LS_BYTES].cap))
+      cl_lane_trim(fast, small);
     return;
+  }
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->active, small, -1);
   cl_stat_array_add(st->active_bytes, small, -(int64_t)orig_size);

@@ -749,42 +749,42 @@ static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
 /* Takes room from the device's pools so that each ln->st[small][id].rem >= need[id] and oversize.rem >=
  * need_ov (entries already there are left alone). False when a pool has too little: exclusive mode then. */
 bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov);
-/* Gives part of an entry's rem back to the pools (its rem passed its cap). */
-void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e);
 
-/* A share change on the warm path (lane locked, room checked); nothing in exclusive mode, where the
- * callers change d->stats themselves. */
-CL_INLINE void cl_lane_stat_add(cl_lane *ln, cl_lane_stat *e, bool fast, int64_t n) {
-  if (!fast)
-    return;
+/* Share changes on the warm path (lane locked, room checked): a rise spends room and counts as an
+ * increase; a drop gives room back to the share. Whether a share holds more than its cap is checked
+ * once per free, on its bytes (cl_lane_trim): the counts move with them. */
+CL_INLINE void cl_share_up(cl_lane_stat *e, int64_t n) {
   e->rem -= n;
+  e->inc += n;
+}
+CL_INLINE void cl_share_down(cl_lane_stat *e, int64_t n) { e->rem += n; }
+CL_INLINE void cl_share_add(cl_lane_stat *e, int64_t n) {
   if (n > 0)
-    e->inc += n;
-  else if (CL_UNLIKELY(e->rem > e->cap))
-    cl_lane_give_back(ln, e);
+    cl_share_up(e, n);
+  else
+    cl_share_down(e, -n);
 }
-CL_INLINE void cl_lane_add(cl_lane *ln, int id, bool small, bool fast, int64_t n) {
-  cl_lane_stat_add(ln, &ln->st[small][id], fast, n);
-}
+/* Gives the part of every share of kind `small` above its cap back to the pools (cold). */
+void cl_lane_trim(cl_lane *ln, bool small);
 
-/* Every stat change of a block of lane `ln`'s goes through these: on the warm path (`fast`, ln locked,
- * room checked) into ln's share, in exclusive mode into the device's stats. */
+/* Split stat changes of a block of lane `ln`'s: on the warm path (`fast`, ln locked, room checked) into
+ * ln's share, in exclusive mode into the device's stats. */
 CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, int64_t blocks, int64_t bytes) {
-  if (blocks)
-    cl_lane_add(ln, CL_LS_SPLIT, small, fast, blocks);
-  if (bytes)
-    cl_lane_add(ln, CL_LS_SPLIT_BYTES, small, fast, bytes);
-  if (!fast) {
-    if (blocks)
-      cl_stat_array_add(d->stats.inactive_split, small, blocks);
-    if (bytes)
-      cl_stat_array_add(d->stats.inactive_split_bytes, small, bytes);
+  if (fast) {
+    cl_lane_stat *e = ln->st[small];
+    cl_share_add(&e[CL_LS_SPLIT], blocks);
+    cl_share_add(&e[CL_LS_SPLIT_BYTES], bytes);
+    return;
   }
+  if (blocks)
+    cl_stat_array_add(d->stats.inactive_split, small, blocks);
+  if (bytes)
+    cl_stat_array_add(d->stats.inactive_split_bytes, small, bytes);
 }
 /* Whether the warm path may make these split stat changes (taking room from the pools if need be). */
 CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
   const cl_lane_stat *e = ln->st[small];
-  if (CL_LIKELY(e[CL_LS_SPLIT].rem >= blocks && e[CL_LS_SPLIT_BYTES].rem >= bytes))
+  if (CL_LIKELY((e[CL_LS_SPLIT].rem >= blocks) & (e[CL_LS_SPLIT_BYTES].rem >= bytes)))
     return true;
   const int64_t need[CL_LS_N] = {[CL_LS_SPLIT] = blocks, [CL_LS_SPLIT_BYTES] = bytes};
   return cl_lane_refill(ln, small, need, 0);
@@ -792,20 +792,23 @@ CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t by
 
 /* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
 CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool small, size_t size, size_t requested) {
-  cl_lane_add(ln, CL_LS_COUNT, small, fast, 1);
-  cl_lane_add(ln, CL_LS_BYTES, small, fast, (int64_t)size);
-  cl_lane_add(ln, CL_LS_REQUESTED, small, fast, (int64_t)requested);
-  if (CL_UNLIKELY(size >= d->cfg.max_split_size))
-    cl_lane_stat_add(ln, &ln->oversize, fast, 1);
-  if (fast)
+  const bool oversize = CL_UNLIKELY(size >= d->cfg.max_split_size);
+  if (fast) {
+    cl_lane_stat *e = ln->st[small];
+    cl_share_up(&e[CL_LS_COUNT], 1);
+    cl_share_up(&e[CL_LS_BYTES], (int64_t)size);
+    cl_share_up(&e[CL_LS_REQUESTED], (int64_t)requested);
+    if (oversize)
+      cl_share_up(&ln->oversize, 1);
     return;
+  }
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->allocation, small, 1);
   cl_stat_array_add(st->allocated_bytes, small, (int64_t)size);
   cl_stat_array_add(st->active, small, 1);
   cl_stat_array_add(st->active_bytes, small, (int64_t)size);
   cl_stat_array_add(st->requested_bytes, small, (int64_t)requested);
-  if (size >= d->cfg.max_split_size)
+  if (oversize)
     cl_stat_inc(&st->oversize_allocations, 1);
 }
 /* Whether the warm path may hand out a block of `size` for `requested` bytes, making `split_blocks` and
@@ -814,9 +817,9 @@ CL_INLINE bool cl_hand_out_room(const cl_device *d, cl_lane *ln, bool small, siz
                                 int64_t split_blocks, int64_t split_bytes) {
   const cl_lane_stat *e = ln->st[small];
   const bool oversize = CL_UNLIKELY(size >= d->cfg.max_split_size);
-  if (CL_LIKELY(e[CL_LS_COUNT].rem >= 1 && e[CL_LS_BYTES].rem >= (int64_t)size &&
-                e[CL_LS_REQUESTED].rem >= (int64_t)requested && e[CL_LS_SPLIT].rem >= split_blocks &&
-                e[CL_LS_SPLIT_BYTES].rem >= split_bytes && (!oversize || ln->oversize.rem >= 1)))
+  if (CL_LIKELY((e[CL_LS_COUNT].rem >= 1) & (e[CL_LS_BYTES].rem >= (int64_t)size) &
+                (e[CL_LS_REQUESTED].rem >= (int64_t)requested) & (e[CL_LS_SPLIT].rem >= split_blocks) &
+                (e[CL_LS_SPLIT_BYTES].rem >= split_bytes) & (!oversize || ln->oversize.rem >= 1)))
     return true;
   const int64_t need[CL_LS_N] = {1, (int64_t)size, (int64_t)requested, split_blocks, split_bytes};
   return cl_lane_refill(ln, small, need, oversize);

@@ -240,18 +240,19 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
   return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_lanes);
 }
 
-void cl_lane_give_back(cl_lane *ln, cl_lane_stat *e) {
-  cl_device *d = ln->dev;
+/* Gives the part of e's rem above half its cap back to pool `a` (and `b`). */
+static void give_back(cl_lane_stat *e, _Atomic int64_t *a, _Atomic int64_t *b) {
   const int64_t g = e->rem - e->cap / 2;
-  if (g <= 0)
-    return;
-  if (e == &ln->oversize) {
-    return_room(e, &d->room_oversize, NULL, g);
-    return;
-  }
-  const size_t i = (size_t)(e - &ln->st[0][0]);
-  const int kind = i / CL_LS_N ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
-  return_room(e, &d->room[i % CL_LS_N][kind], &d->room[i % CL_LS_N][CACHALOT_STAT_ALL], g);
+  if (e->rem > e->cap && g > 0)
+    return_room(e, a, b, g);
+}
+
+void cl_lane_trim(cl_lane *ln, bool small) {
+  cl_device *d = ln->dev;
+  const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+  for (int id = 0; id < CL_LS_N; id++)
+    give_back(&ln->st[small][id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL]);
+  give_back(&ln->oversize, &d->room_oversize, NULL);
 }
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
