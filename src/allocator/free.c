@@ -62,15 +62,37 @@ CL_INLINE cl_block *tree_min(cl_block *t) {
   return t;
 }
 
-/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index, merged with its free neighbours.
- * As in PyTorch, a free neighbour absorbs b (the lower one when both are free) and keeps its node: its
- * key only grows, so when it stays in its class and still sorts before its successor there the class
- * tree is not touched at all. b's metadata, or the upper neighbour's, becomes a spare. */
-CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
+/* What freeing b does: which neighbours merge, and the change of the split stats (free neighbours are
+ * inactive split blocks that disappear into the merged one, which is one itself unless it is then a
+ * whole segment). Computed once: the warm path checks its room before anything changes. */
+typedef struct {
+  cl_block *p, *n;
+  bool merge_prev, merge_next;
+  int64_t split_blocks, split_bytes;
+} merge_plan;
+
+CL_INLINE merge_plan plan_merge(const cl_block *b) {
+  merge_plan m;
+  m.p = b->prev;
+  m.n = b->next;
+  m.merge_prev = m.p && m.p->state == CL_FREE;
+  m.merge_next = m.n && m.n->state == CL_FREE;
+  const size_t p_size = m.merge_prev ? m.p->size : 0, n_size = m.merge_next ? m.n->size : 0;
+  const bool split_after = (m.merge_prev ? m.p->prev : m.p) || (m.merge_next ? m.n->next : m.n);
+  m.split_blocks = (int64_t)split_after - m.merge_prev - m.merge_next;
+  m.split_bytes = (split_after ? (int64_t)(b->size + p_size + n_size) : 0) - (int64_t)(p_size + n_size);
+  return m;
+}
+
+/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index, merged with its free
+ * neighbours as planned. As in PyTorch, a free neighbour absorbs b (the lower one when both are free)
+ * and keeps its node: its key only grows, so when it stays in its class and still sorts before its
+ * successor there the class tree is not touched at all. b's metadata, or the upper neighbour's,
+ * becomes a spare. */
+CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, const merge_plan *m) {
   cl_segment *seg = b->seg;
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
-  int64_t net_blocks = 0, net_bytes = 0;
 
   cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   b->n_uses = 0;
@@ -78,10 +100,9 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
 
   const bool small = seg->small;
   cl_fit *f = &seg->bins->kind[small];
-  cl_block *p = b->prev, *n = b->next;
-  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  cl_block *keep = merge_prev ? p : merge_next ? n : b; /* the node that stays */
-  if (merge_prev && merge_next)
+  cl_block *p = m->p, *n = m->n;
+  cl_block *keep = m->merge_prev ? p : m->merge_next ? n : b; /* the node that stays */
+  if (m->merge_prev && m->merge_next)
     cl_fit_remove(f, n);
   /* keep's place in its class tree and its successor there, found while its key is still the old one */
   cl_block **link = NULL, *succ = NULL;
@@ -90,23 +111,13 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
     if (keep->right)
       succ = tree_min(keep->right);
   }
-  if (merge_prev && merge_next) {
-    net_blocks -= 2;
-    net_bytes -= (int64_t)(p->size + n->size);
-    p->size += b->size + n->size;
-    p->next = n->next;
-    if (p->next)
-      p->next->prev = p;
-  } else if (merge_prev) {
-    net_blocks -= 1;
-    net_bytes -= (int64_t)p->size;
-    p->size += b->size;
-    p->next = n;
-    if (n)
-      n->prev = p;
-  } else if (merge_next) {
-    net_blocks -= 1;
-    net_bytes -= (int64_t)n->size;
+  if (m->merge_prev) {
+    cl_block *after = m->merge_next ? n->next : n;
+    p->size += b->size + (m->merge_next ? n->size : 0);
+    p->next = after;
+    if (after)
+      after->prev = p;
+  } else if (m->merge_next) {
     n->ptr = b->ptr;
     n->size += b->size;
     n->prev = p;
@@ -128,15 +139,11 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
       cl_fit_insert(f, cls, keep);
     }
     drop_block(d, fast, b);
-    if (merge_prev && merge_next)
+    if (m->merge_prev && m->merge_next)
       drop_block(d, fast, n);
   }
-  if (keep->prev || keep->next) {
-    net_blocks += 1;
-    net_bytes += (int64_t)keep->size;
-  }
 
-  cl_count_split(d, seg->lane, fast != NULL, small, net_blocks, net_bytes);
+  cl_count_split(d, seg->lane, fast != NULL, small, m->split_blocks, m->split_bytes);
   if (fast) {
     /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
     cl_lane_stat *e = fast->st[small];
@@ -157,20 +164,8 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b) {
 
 void cl_free_block_locked(cl_device *d, cl_block *b) {
   *cl_seg_slot(b->seg, b->ptr) = NULL;
-  free_block(d, NULL, b);
-}
-
-/* Whether freeing b leaves the split stats within the lane's room: they grow when b comes back as a new
- * inactive split block (free neighbours are merged away first). Nothing else grows on a free. */
-CL_INLINE bool split_room_for_free(cl_lane *ln, const cl_block *b) {
-  const cl_block *p = b->prev, *n = b->next;
-  const bool merge_prev = p && p->state == CL_FREE, merge_next = n && n->state == CL_FREE;
-  const bool split_after = (merge_prev ? p->prev : p) || (merge_next ? n->next : n);
-  const int64_t merged = (int64_t)(b->size + (merge_prev ? p->size : 0) + (merge_next ? n->size : 0));
-  const int64_t blocks = (int64_t)split_after - merge_prev - merge_next;
-  const int64_t bytes = (split_after ? merged : 0) - (merge_prev ? (int64_t)p->size : 0) -
-                        (merge_next ? (int64_t)n->size : 0);
-  return cl_split_room(ln, b->seg->small, blocks, bytes);
+  const merge_plan m = plan_merge(b);
+  free_block(d, NULL, b, &m);
 }
 
 /* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
@@ -191,15 +186,18 @@ CL_INLINE bool free_fast(cachalot_allocator *a, void *ptr) {
     slot = cl_seg_slot(seg, key);
     b = *slot;
   }
-  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free ||
-                  !split_room_for_free(ln, b))) {
-    cl_spin_unlock(&ln->lock);
-    return false;
-  }
+  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free))
+    goto slow;
+  const merge_plan m = plan_merge(b);
+  if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
+    goto slow;
   *slot = NULL;
-  free_block(d, ln, b); /* counts the free() and the block's return at once */
+  free_block(d, ln, b, &m); /* counts the free() and the block's return at once */
   cl_spin_unlock(&ln->lock);
   return true;
+slow:
+  cl_spin_unlock(&ln->lock);
+  return false;
 }
 
 cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
