@@ -27,9 +27,11 @@ static bool keep_chunk_locked(cl_device *d, void *chunk) {
 
 cl_block *cl_block_new_locked(cl_device *d) {
   if (!d->spare_blocks) {
-    cl_block *chunk = calloc(CHUNK_BLOCKS, sizeof *chunk);
+    /* aligned, so that each block's first half is one cache line */
+    cl_block *chunk = aligned_alloc(_Alignof(cl_block), CHUNK_BLOCKS * sizeof *chunk);
     if (!chunk || !keep_chunk_locked(d, chunk))
       return NULL;
+    memset(chunk, 0, CHUNK_BLOCKS * sizeof *chunk);
     for (int i = 0; i < CHUNK_BLOCKS; i++) {
       chunk[i].next = d->spare_blocks;
       d->spare_blocks = &chunk[i];

@@ -68,20 +68,24 @@ typedef struct cl_device cl_device;
  *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
  */
 typedef struct cl_block {
+  /* The first cache line holds what is read of blocks other than the one being freed or handed out:
+   * tree walks of best fit and of the free index, and the neighbours a merge looks at. */
   uintptr_t ptr;
   size_t size;
-  size_t requested;          /* the size the program asked for (while ALLOCATED or PENDING) */
   cl_segment *seg;
   struct cl_block *prev, *next;
   struct cl_block *left, *right; /* free-index treap links (FREE only) */
   uint32_t prio;             /* treap priority, a hash of ptr: the tree shape is deterministic */
   uint8_t state;             /* cl_block_state */
   uint16_t cls;              /* the class of its free index tree (FREE only): removal needs no size */
+  /* The second line: what only the block's own malloc and free touch. */
+  _Alignas(64) size_t requested; /* the size the program asked for (while ALLOCATED or PENDING) */
   uint32_t event_count;      /* outstanding events (PENDING) */
   uint64_t gc_base;          /* the pool's lookup counter when the block became free (its age base) */
   cachalot_stream *uses;     /* record_stream streams other than seg->stream (heap array) */
   uint32_t n_uses, cap_uses;
 } cl_block;
+_Static_assert(offsetof(cl_block, requested) == 64, "the fields walks read fill the first cache line");
 
 /* A segment: one device allocation of `size` bytes at `ptr`, served to requests on `stream` from
  * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, starting at `head`.
@@ -89,27 +93,29 @@ typedef struct cl_block {
  * in the stats, its single FREE block is in no index, and it leaves the books only once the device
  * free succeeded (or goes back to its index if the free failed). */
 struct cl_segment {
-  uintptr_t ptr;
+  /* The first cache line: what the warm paths read. */
+  _Alignas(64) uintptr_t ptr;
   size_t size;
-  cl_pool *pool;
-  cachalot_stream stream;
   cl_lane *lane;  /* the lane of `stream`: its lock guards the blocks */
   cl_bins *bins;  /* the free index of (pool, stream); it outlives the segment */
-  bool small;
-  bool releasing;
-  bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
-                        after it is retaken, by the releasing thread only) */
   cl_block *head;
   /* The handed-out blocks by address: at[(b->ptr - ptr) >> at_shift] == b for every ALLOCATED or
    * PENDING block b, NULL everywhere else. One entry per 512 B in a small segment (blocks start 512 B
    * apart) and per 1 MiB in a large one (handed-out large blocks are larger than 1 MiB, so no two start
    * in one MiB). free() finds its block with one load; a spare segment keeps its table for reuse. */
   cl_block **at;
-  size_t n_at;
   unsigned at_shift;
+  bool small;
+  bool releasing;
+  bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
+                        after it is retaken, by the releasing thread only) */
+  size_t n_at;
+  cl_pool *pool;
+  cachalot_stream stream;
   cl_segment *prev, *next;  /* the device's segment list */
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
 };
+_Static_assert(offsetof(cl_segment, device_freed) < 64, "the warm paths' fields fill the first cache line");
 
 /* Size classes of the free index (cl_fit). On units u = (size >> 9) - 1 (>= 0), with M mantissa
  * bits, the class is

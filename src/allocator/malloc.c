@@ -60,7 +60,8 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (seg)
     d->spare_segments = seg->release_next;
   else
-    seg = calloc(1, sizeof *seg); /* no table yet */
+    if ((seg = aligned_alloc(_Alignof(cl_segment), sizeof *seg))) /* its first line is one cache line */
+      memset(seg, 0, sizeof *seg); /* no table yet */
   cl_block *blk = cl_block_new_locked(d);
   const unsigned at_shift = cl_seg_shift(small);
   const size_t n_at = alloc_size >> at_shift;
