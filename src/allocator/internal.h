@@ -163,12 +163,10 @@ _Static_assert(CL_FIT_CLASSES <= UINT16_MAX, "a block records its class in 16 bi
  *     the tree is a treap: keys strictly increase in order, priorities form a max-heap;
  *   - bit c % 64 of map[c / 64] is set iff root[c] != NULL (so no bit at or past the kind's class
  *     count);
- *   - bit w of summary is set iff map[w] != 0;
- *   - count is the number of blocks in the trees.
+ *   - bit w of summary is set iff map[w] != 0.
  * Fixed arrays: no allocation on insert, remove or lookup. */
 typedef struct {
   uint64_t summary;
-  size_t count;
   uint64_t map[CL_FIT_WORDS];
   cl_block *root[CL_FIT_CLASSES];
 } cl_fit;
@@ -482,6 +480,11 @@ static inline bool cl_key_less(const cl_block *a, const cl_block *b) {
  * would. */
 CL_INLINE void cl_tree_insert(cl_block **root, cl_block *b) {
   b->prio = (uint32_t)(((uint64_t)(b->ptr >> 9) * 0x9E3779B97F4A7C15ull) >> 32);
+  if (!*root) { /* the common case of a class holding one block at a time */
+    b->left = b->right = NULL;
+    *root = b;
+    return;
+  }
   cl_block **link = root;
   while (*link && (*link)->prio >= b->prio)
     link = cl_key_less(b, *link) ? &(*link)->left : &(*link)->right;
@@ -603,12 +606,10 @@ CL_INLINE void cl_fit_insert(cl_fit *f, unsigned c, cl_block *b) {
   cl_tree_insert(&f->root[c], b);
   f->map[c >> 6] |= (uint64_t)1 << (c & 63);
   f->summary |= (uint64_t)1 << (c >> 6);
-  f->count++;
 }
 /* Removes b, a node of class c's tree, at its link (b's size may already have changed). */
 CL_INLINE void cl_fit_remove_at(cl_fit *f, unsigned c, cl_block **link, cl_block *b) {
   cl_tree_remove_at(link, b);
-  f->count--;
   if (!f->root[c]) {
     uint64_t *w = &f->map[c >> 6];
     *w &= ~((uint64_t)1 << (c & 63));
