@@ -96,12 +96,11 @@ static void test_small_pool_classes(void **state) {
 
 static void test_large_pool_classes(void **state) {
   (void)state;
-  /* The premises: 3 MiB - 64 KiB and 3 MiB share a class, 2 MiB + 896 KiB is in the one below; 9 MiB and
-   * 20 MiB are in the first bitmap word, a 40 MiB block and its 31 MiB rest in the second. */
+  /* The premises: 3 MiB - 64 KiB and 3 MiB share a class, 2.5 MiB is in the one below; a 40 MiB
+   * block's class lies several above 9 MiB's, and its 31 MiB rest's more than one above 20 MiB's. */
   assert_int_equal(large_class(3 * MiB - 64 * KiB), large_class(3 * MiB));
-  assert_int_equal(large_class(2 * MiB + 896 * KiB), large_class(3 * MiB) - 1);
-  assert_true(large_class(9 * MiB) < 64 && large_class(20 * MiB) >= 64);
-  assert_true(large_class(40 * MiB) / 64 == 1 && large_class(31 * MiB) / 64 == 1);
+  assert_int_equal(large_class(5 * MiB / 2), large_class(3 * MiB) - 1);
+  assert_true(large_class(40 * MiB) > large_class(9 * MiB) + 4);
   assert_true(large_class(31 * MiB) > large_class(20 * MiB) + 1);
 
   env e = ENV(1, 0, "");
@@ -126,13 +125,13 @@ static void test_large_pool_classes(void **state) {
   /* Equal sizes: the lower address. */
   char *b = ALLOC(e.a, 0, 3 * MiB - 64 * KiB, s);
   assert_ptr_equal(b, g1);
-  /* 2 MiB + 896 KiB: its own class is empty, the next holds g3 (rest 64 KiB: not split). */
-  char *c = ALLOC(e.a, 0, 2 * MiB + 896 * KiB, s);
+  /* 2.5 MiB: its own class is empty, the next holds g3 (rest 448 KiB: not split). */
+  char *c = ALLOC(e.a, 0, 5 * MiB / 2, s);
   assert_ptr_equal(c, g3);
   EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
 
-  /* A 40 MiB segment, freed: 9 MiB skips the empty classes of the first word and of the second one up
-   * to the 40 MiB block's (through the summary word), rather than asking the device. */
+  /* A 40 MiB segment, freed: 9 MiB skips the empty classes up to the 40 MiB block's, rather than asking
+   * the device. */
   char *big = ALLOC(e.a, 0, 40 * MiB, s);
   FREE(e.a, big);
   char *d = ALLOC(e.a, 0, 9 * MiB, s);
@@ -143,7 +142,7 @@ static void test_large_pool_classes(void **state) {
   EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 0);
   EXPECT_POOLS(e.a, 0, PX0,
                PX(.alloc = 8, .alloc_b = 44 * MiB - 128 * KiB, .active = 8, .active_b = 44 * MiB - 128 * KiB,
-                  .req_b = 44 * MiB - 128 * KiB - 64 * KiB - 64 * KiB + 512, .seg = 2, .res_b = 60 * MiB,
+                  .req_b = 44 * MiB - 640 * KiB + 512, .seg = 2, .res_b = 60 * MiB,
                   .split = 2, .split_b = 5 * MiB + 128 * KiB + 11 * MiB));
   char *all[] = {a, b, c, d, f, k1, k2, k3};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -154,15 +153,15 @@ static void test_large_pool_classes(void **state) {
 
 static void test_oversize_release_across_classes(void **state) {
   (void)state;
-  /* The premises: 66 and 68 MiB share a class, 90 MiB is in the same bitmap word higher up, 260 MiB in
-   * the next word. */
+  /* The premises: 66 and 68 MiB share a class, 90 MiB is in the next one up, 260 MiB further up with
+   * empty classes between. */
   assert_int_equal(large_class(66 * MiB), large_class(68 * MiB));
-  assert_true(large_class(90 * MiB) > large_class(68 * MiB) + 1 && large_class(90 * MiB) / 64 == 1);
-  assert_true(large_class(260 * MiB) / 64 == 2);
+  assert_int_equal(large_class(90 * MiB), large_class(68 * MiB) + 1);
+  assert_true(large_class(260 * MiB) > large_class(90 * MiB) + 1);
 
   /* Whole cached oversize segments of 66, 68, 90 and 260 MiB on a 500 MiB device: 400 MiB does not fit
    * the device (484 MiB used) and no cached block is >= 400 MiB, so they go back from the largest down,
-   * across bitmap words, classes and inside a class, until 400 MiB are released: 260, 90 and 68
+   * across classes and inside a class, until 400 MiB are released: 260, 90 and 68
    * (walking down, 68 comes before 66); 66 stays. */
   env e = ENV(1, 500 * MiB, "max_split_size_mb:40");
   cachalot_stream s = STREAM(e.b, 0);
