@@ -89,7 +89,7 @@ CL_INLINE merge_plan plan_merge(const cl_block *b) {
  * and keeps its node: its key only grows, so when it stays in its class and still sorts before its
  * successor there the class tree is not touched at all. b's metadata, or the upper neighbour's,
  * becomes a spare. */
-CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, const merge_plan *m) {
+CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, const merge_plan *m) {
   cl_segment *seg = b->seg;
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
@@ -98,7 +98,6 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, const merge_
   b->n_uses = 0;
   b->requested = 0;
 
-  const bool small = seg->small;
   cl_fit *f = &seg->bins->kind[small];
   cl_block *p = m->p, *n = m->n;
   cl_block *keep = m->merge_prev ? p : m->merge_next ? n : b; /* the node that stays */
@@ -165,7 +164,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, const merge_
 void cl_free_block_locked(cl_device *d, cl_block *b) {
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
-  free_block(d, NULL, b, &m);
+  free_block(d, NULL, b, b->seg->small, &m);
 }
 
 /* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
@@ -192,7 +191,11 @@ CL_INLINE bool free_fast(cachalot_allocator *a, void *ptr) {
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
     goto slow;
   *slot = NULL;
-  free_block(d, ln, b, &m); /* counts the free() and the block's return at once */
+  /* counts the free() and the block's return at once; `small` a constant in each call (see malloc's) */
+  if (seg->small)
+    free_block(d, ln, b, true, &m);
+  else
+    free_block(d, ln, b, false, &m);
   cl_spin_unlock(&ln->lock);
   return true;
 slow:

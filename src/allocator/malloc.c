@@ -165,11 +165,10 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
  *     changes and NULL is returned.
  *   warm path (lane `fast` locked): b is still in the tree of class `cls` at `link`, `pred` its
  *     predecessor in that tree; the caller has made sure of a spare for a split: it cannot fail. */
-CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned cls, cl_block **link,
-                             cl_block *pred, size_t size, size_t requested) {
+CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool small, unsigned cls,
+                             cl_block **link, cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
-  const bool small = seg->small;
   const bool split = cl_should_split(&d->cfg, small, b->size, size);
   const bool already_split = b->prev || b->next;
   cl_block *a = b; /* the block handed out */
@@ -231,37 +230,43 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, unsigned 
   return a;
 }
 
-/* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. False when the
- * request needs exclusive mode (nothing changed then). */
-CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
-  cl_lane *ln = cl_lane_find(d, s);
-  if (CL_UNLIKELY(!ln))
-    return false;
-  cl_spin_lock(&ln->lock);
-  if (CL_UNLIKELY(!d->fast_malloc || !ln->bins))
-    goto slow;
+/* The warm path of one kind (`small` a constant at each call, so that the class arithmetic and the
+ * index's offsets fold), under the lane's lock. False when the request needs exclusive mode (nothing
+ * changed then). */
+CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, void **out) {
   const cl_config *c = &d->cfg;
-  const size_t rounded = cl_round_size(c, size);
-  const bool small = cl_is_small(rounded);
   unsigned cls;
   cl_block **link, *pred;
   cl_block *b = cl_fit_lower_bound_at(&ln->bins->kind[small], small, rounded, &cls, &link, &pred);
   if (!b || !fits(c, b, rounded))
-    goto slow;
+    return false;
   /* Everything hand_out will need, checked before anything changes: a spare for the split and room in
    * the stats shares (else the peak could be passed unseen: exclusive mode does it). */
   const bool split = cl_should_split(c, small, b->size, rounded);
   const bool already_split = b->prev || b->next;
   const int64_t split_blocks = split && !already_split ? 1 : 0;
   const int64_t split_bytes = split && !already_split ? (int64_t)(b->size - rounded) : 0;
-  if ((split && !ln->spare) || !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
-    goto slow;
-  *out = (void *)hand_out(d, ln, b, cls, link, pred, rounded, size)->ptr;
-  cl_spin_unlock(&ln->lock);
+  if ((split && !ln->spare) ||
+      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
+    return false;
+  *out = (void *)hand_out(d, ln, b, small, cls, link, pred, rounded, size)->ptr;
   return true;
-slow:
+}
+
+/* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. */
+CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
+  cl_lane *ln = cl_lane_find(d, s);
+  if (CL_UNLIKELY(!ln))
+    return false;
+  cl_spin_lock(&ln->lock);
+  bool done = false;
+  if (CL_LIKELY(d->fast_malloc && ln->bins)) {
+    const size_t rounded = cl_round_size(&d->cfg, size);
+    done = cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
+                                : malloc_fast_kind(d, ln, rounded, size, false, out);
+  }
   cl_spin_unlock(&ln->lock);
-  return false;
+  return done;
 }
 
 /* Everything but the warm path, in exclusive mode. */
@@ -305,7 +310,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       return rc;
     }
   }
-  cl_block *a = hand_out(d, NULL, b, 0, NULL, NULL, rounded, size);
+  cl_block *a = hand_out(d, NULL, b, small, 0, NULL, NULL, rounded, size);
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_unlock(d);
