@@ -2,8 +2,8 @@
  * (size, ptr), with a two-level bitmap of the non-empty classes (cl_fit in internal.h).
  *
  * Best fit is a lower bound on (size, 0): the smallest block that fits, the lowest address among equal
- * sizes (SPEC.md §2). Treap priorities are a hash of the block's address, so the shape, and every
- * decision made from it, is deterministic. No allocation. The operations the warm paths use are inline,
+ * sizes (SPEC.md §2). Treap priorities are a hash of a block's address when it entered its tree, so
+ * the shape is a function of the operations alone. No allocation. The operations the warm paths use are inline,
  * in internal.h; the cold walks are here. */
 #include "internal.h"
 

@@ -75,7 +75,7 @@ typedef struct cl_block {
   cl_segment *seg;
   struct cl_block *prev, *next;
   struct cl_block *left, *right; /* free-index treap links (FREE only) */
-  uint32_t prio;             /* treap priority, a hash of ptr: the tree shape is deterministic */
+  uint32_t prio;             /* treap priority, a hash of ptr when it entered its tree: deterministic shapes */
   uint8_t state;             /* cl_block_state */
   uint16_t cls;              /* the class of its free index tree (FREE only): removal needs no size */
   /* The second line: what only the block's own malloc and free touch. */
@@ -471,8 +471,9 @@ void cl_fraction_resolve_locked(cl_device *d);
 /* --- free_index.c --- */
 cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
 
-/* The treap of one size class. Priorities are a hash of the block's address, so the shape, and every
- * decision made from it, is deterministic. Expected O(log n) in the class's blocks; no allocation. */
+/* The treap of one size class. Priorities are a hash of a block's address when it entered the tree (a
+ * node updated in place keeps its priority), so the shape is a function of the operations alone.
+ * Expected O(log n) in the class's blocks; no allocation. */
 cl_block *cl_tree_prev(cl_block *root, const cl_block *b); /* largest key < b's key */
 cl_block *cl_tree_max(cl_block *root);
 bool cl_tree_contains(cl_block *root, const cl_block *b);
@@ -540,17 +541,6 @@ CL_INLINE void cl_tree_remove_at(cl_block **link, cl_block *b) {
   }
   *link = l ? l : r;
   b->left = b->right = NULL;
-}
-/* `to` takes the place of `from` at `link`, priority included, so the heap order holds; the caller has
- * made sure that to's key keeps the key order there (between from's neighbours in its class tree) and
- * that to belongs to from's class. */
-CL_INLINE void cl_tree_replace(cl_block **link, cl_block *from, cl_block *to) {
-  to->left = from->left;
-  to->right = from->right;
-  to->prio = from->prio;
-  to->cls = from->cls;
-  *link = to;
-  from->left = from->right = NULL;
 }
 /* The smallest (size, ptr) >= (size, 0) in one tree, with its link (see cl_tree_link) and its
  * predecessor in that tree (the last node the walk passed on the right). */

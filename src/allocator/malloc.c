@@ -57,11 +57,11 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   cl_lane *lane = cl_lane_get_locked(d, s);
   cl_bins *bins = cl_bins_get_locked(p, s, true);
   cl_segment *seg = d->spare_segments;
-  if (seg)
+  if (seg) {
     d->spare_segments = seg->release_next;
-  else
-    if ((seg = aligned_alloc(_Alignof(cl_segment), sizeof *seg))) /* its first line is one cache line */
-      memset(seg, 0, sizeof *seg); /* no table yet */
+  } else if ((seg = aligned_alloc(_Alignof(cl_segment), sizeof *seg))) { /* its first line: one cache line */
+    memset(seg, 0, sizeof *seg); /* no table yet */
+  }
   cl_block *blk = cl_block_new_locked(d);
   const unsigned at_shift = cl_seg_shift(small);
   const size_t n_at = alloc_size >> at_shift;
