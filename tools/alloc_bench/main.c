@@ -6,6 +6,7 @@
 #include <glob.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
     "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--trace FILE]...\n"
-    "                   [--seed S] [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
+    "                   [--pin CPU] [--seed S] [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
     "\n"
     "Benchmarks device-memory allocators on the same pre-generated operation sequences, side by side.\n"
@@ -68,6 +69,8 @@ static const char help[] =
     "      --replays K         graph launches per timed pass (default 100)\n"
     "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces)\n"
     "      --seed S            the seed of the random sequences (default 1)\n"
+    "      --pin CPU           run on CPU number CPU, and mt's thread i on the i-th CPU after it that the\n"
+    "                          process may use: on a shared host, timings move far less between runs\n"
     "      --csv FILE          also write the results as CSV\n"
     "      --json FILE         also write the results as JSON\n"
     "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
@@ -96,8 +99,39 @@ typedef struct {
   char **traces;
   size_t n_traces;
   bool traces_given, verbose;
+  int pin; /* the first CPU to run on, -1 when not pinned */
   const char *csv, *json, *svg;
 } config;
+
+/* Pins the calling thread to CPU c->pin, or for k > 0 to the k-th CPU after it among those the process
+ * may use (wrapping around). False when c->pin is not one of those, or the system refuses. */
+static bool pin_thread(const config *c, int k) {
+  static int cpus[CPU_SETSIZE], n_cpus = -1, first = -1;
+  if (c->pin < 0)
+    return true;
+  if (n_cpus < 0) { /* read once, by the main thread, before any worker starts */
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+      return false;
+    n_cpus = 0;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+      if (CPU_ISSET(i, &allowed)) {
+        if (i == c->pin)
+          first = n_cpus;
+        cpus[n_cpus++] = i;
+      }
+  }
+  if (first < 0) {
+    errno = EINVAL;
+    return false;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[(first + k) % n_cpus], &one);
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  errno = rc;
+  return rc == 0;
+}
 
 static bool failed; /* a row failed or a check found a problem: exit status 1 */
 
@@ -326,6 +360,8 @@ static void run_single(ab_results *res, const config *c, int idx, const char *na
 
 typedef struct {
   const ab_allocator *vt;
+  const config *c;
+  int index;
   ab_alloc *a;
   const ab_seq *seq;
   void **slots;
@@ -339,6 +375,7 @@ typedef struct {
 
 static void *worker_main(void *arg) {
   worker *w = arg;
+  (void)pin_thread(w->c, w->index); /* the main thread reported a refusal already */
   for (int pass = 0; pass < w->passes; pass++) {
     pthread_barrier_wait(w->start);
     if (w->failed)
@@ -383,7 +420,7 @@ static void run_mt(ab_results *res, const config *c, int idx, int threads, const
   pthread_barrier_t start;
   bool ok = w != NULL && tid != NULL && ts != NULL && t != NULL;
   for (int i = 0; ok && i < threads; i++) {
-    w[i] = (worker){.vt = vt, .a = a, .seq = &seqs[i], .streams = a->streams + (size_t)i * (size_t)c->streams,
+    w[i] = (worker){.vt = vt, .c = c, .index = i, .a = a, .seq = &seqs[i], .streams = a->streams + (size_t)i * (size_t)c->streams,
                     .n_streams = c->streams, .passes = passes, .start = &start,
                     .t_start = ts + (size_t)(2 * i * passes), .t_end = ts + (size_t)((2 * i + 1) * passes)};
     ok = (w[i].slots = calloc(seqs[i].n_slots ? seqs[i].n_slots : 1, sizeof(void *))) != NULL;
@@ -760,10 +797,11 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "svg") == 0)
     return cmd_svg(argc - 1, argv + 1);
 
-  config c = {.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000, .seed = 1};
+  config c = {.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000, .seed = 1,
+              .pin = -1};
   parse_workloads("all", &c);
   parse_allocators("all", &c);
-  enum { OPT_GRAPH_OPS = 256, OPT_REPLAYS, OPT_TRACE, OPT_SEED, OPT_CSV, OPT_JSON, OPT_SVG };
+  enum { OPT_GRAPH_OPS = 256, OPT_REPLAYS, OPT_TRACE, OPT_SEED, OPT_CSV, OPT_JSON, OPT_SVG, OPT_PIN };
   static const struct option longopts[] = {{"workload", required_argument, NULL, 'w'},
                                            {"workloads", required_argument, NULL, 'w'},
                                            {"allocators", required_argument, NULL, 'a'},
@@ -776,6 +814,7 @@ int main(int argc, char **argv) {
                                            {"replays", required_argument, NULL, OPT_REPLAYS},
                                            {"trace", required_argument, NULL, OPT_TRACE},
                                            {"seed", required_argument, NULL, OPT_SEED},
+                                           {"pin", required_argument, NULL, OPT_PIN},
                                            {"csv", required_argument, NULL, OPT_CSV},
                                            {"json", required_argument, NULL, OPT_JSON},
                                            {"svg", required_argument, NULL, OPT_SVG},
@@ -836,6 +875,11 @@ int main(int argc, char **argv) {
         rc = usage_error("--seed wants a non-negative integer, not '%s'", optarg);
       c.seed = v;
       break;
+    case OPT_PIN:
+      if (!parse_count(optarg, 0, CPU_SETSIZE - 1, &v))
+        rc = usage_error("--pin wants a CPU number from 0 to %d, not '%s'", CPU_SETSIZE - 1, optarg);
+      c.pin = (int)v;
+      break;
     case OPT_CSV:
       c.csv = optarg;
       break;
@@ -865,6 +909,10 @@ int main(int argc, char **argv) {
     return rc;
   if (!c.traces_given && c.workload[WL_REPLAY])
     default_traces(&c);
+  if (c.pin >= 0 && !pin_thread(&c, 0)) {
+    fprintf(stderr, "alloc_bench: warning: cannot pin to CPU %d (%s); running unpinned\n", c.pin, strerror(errno));
+    c.pin = -1;
+  }
 
   /* Which allocators can run here. */
   for (int i = 0; i < c.n_alloc; i++)
@@ -895,6 +943,9 @@ int main(int argc, char **argv) {
          "ns/pair = per alloc+free PAIR; ns/op = per single alloc or free call (mt: wall time / all threads'\n"
          "calls); ns/replay = per graph launch. Device: %s.\n",
          c.repeat, device[0] ? device : "none used (simulated only)");
+  if (c.pin >= 0)
+    printf("Pinned: single-thread rows on CPU %d, mt's thread i on the i-th CPU after it that the process may use.\n",
+           c.pin);
   for (int i = 0; i < c.n_alloc; i++)
     if (c.skip[i][0] != '\0')
       printf("skipped (left out of the table): %s: %s\n", c.alloc[i]->name, c.skip[i]);

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 grep -q '^usage: alloc_bench' "$dir/help.txt" || fail "--help prints no usage line"
 
 # usage errors: exit 2 with a message naming the problem
-for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators nope" "--threads x" "stray"; do
+for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators nope" "--threads x" "--pin x" "stray"; do
   # shellcheck disable=SC2086
   "$bench" $args >"$dir/bad.out" 2>"$dir/bad.err"
   rc=$?
@@ -24,6 +24,14 @@ for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators n
 done
 "$bench" svg only-one-arg >/dev/null 2>&1
 [ $? = 2 ] || fail "svg with one argument: expected exit 2"
+
+# --pin: the first CPU this process may use; pair and mt (2 threads) run pinned and say so
+cpu=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*\([0-9]*\).*/\1/p' /proc/self/status)
+"$bench" --allocators cachalot-sim --workload pair,mt --ops 200 --repeat 1 --threads 2 --pin "$cpu" \
+  >"$dir/pin.txt" 2>"$dir/pin.err" || fail "--pin $cpu exited $?"
+grep -q "^Pinned: single-thread rows on CPU $cpu," "$dir/pin.txt" || fail "--pin $cpu: no 'Pinned' line"
+grep -q '^mt-2 ' "$dir/pin.txt" || fail "--pin $cpu: no mt-2 row"
+[ -s "$dir/pin.err" ] && fail "--pin $cpu warned: $(cat "$dir/pin.err")"
 
 # A tiny trace in PyTorch's snapshot schema: two allocations, a free of an addr from before the trace,
 # one allocation left live at the end.
