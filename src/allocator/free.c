@@ -94,7 +94,8 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
 
-  cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
+  if (!fast) /* the warm paths run only while history is off (cl_unlock) */
+    cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   b->n_uses = 0;
   b->requested = 0;
 

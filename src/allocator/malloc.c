@@ -226,7 +226,8 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
   a->n_uses = 0;
   a->event_count = 0;
   cl_stats_hand_out(d, lane, fast != NULL, small, a->size, requested);
-  cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
+  if (!fast) /* the warm paths run only while history is off (cl_unlock) */
+    cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
   return a;
 }
 
@@ -272,6 +273,7 @@ CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **
 /* Everything but the warm path, in exclusive mode. */
 static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_t size, cachalot_stream s,
                                                              void **out) {
+  *out = NULL;
   const int device = d->index;
   cachalot_status rc;
   cl_lock(d);
@@ -326,13 +328,17 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
 cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
   if (CL_UNLIKELY(!out))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_malloc: out is NULL");
-  *out = NULL;
-  if (CL_UNLIKELY(!a || device < 0 || device >= a->device_count))
+  /* *out is written once: the pointer, or NULL on every other return (malloc_slow sees to its own) */
+  if (CL_UNLIKELY(!a || (unsigned)device >= (unsigned)a->device_count)) {
+    *out = NULL;
     return cl_check_device_arg(a, device, "cachalot_malloc");
-  if (CL_UNLIKELY(size == 0))
-    return CACHALOT_OK;
-  if (CL_UNLIKELY(size >= CL_MAX_REQUEST))
+  }
+  if (CL_UNLIKELY(size - 1 >= CL_MAX_REQUEST - 1)) { /* 0, or at least CL_MAX_REQUEST */
+    *out = NULL;
+    if (size == 0)
+      return CACHALOT_OK;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "CUDA out of memory. Tried to allocate more than 1EB memory.");
+  }
   cl_device *d = &a->devices[device];
   if (CL_LIKELY(malloc_fast(d, size, s, out)))
     return CACHALOT_OK;
