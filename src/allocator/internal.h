@@ -109,7 +109,6 @@ struct cl_segment {
   bool releasing;
   bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
                         after it is retaken, by the releasing thread only) */
-  size_t n_at;
   cl_pool *pool;
   cachalot_stream stream;
   cl_segment *prev, *next;  /* the device's segment list */
@@ -270,6 +269,8 @@ static inline void cl_spin_unlock(cl_spin *l) { atomic_store_explicit(&l->held, 
 /* The entry of `ptr` in the handed-out table of `s` (ptr inside s). */
 CL_INLINE cl_block **cl_seg_slot(const cl_segment *s, uintptr_t ptr) { return &s->at[(ptr - s->ptr) >> s->at_shift]; }
 static inline unsigned cl_seg_shift(bool small) { return small ? 9 : 20; }
+/* The entries of s's table (a spare segment keeps its last size, shift and table). */
+static inline size_t cl_seg_entries(const cl_segment *s) { return s->size >> s->at_shift; }
 
 /* The stats a lane keeps a share of: those the warm path changes, each for all / small / large. On the
  * warm path a block goes from FREE to ALLOCATED and back, never PENDING, so allocation and active move

@@ -65,10 +65,10 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   cl_block *blk = cl_block_new_locked(d);
   const unsigned at_shift = cl_seg_shift(small);
   const size_t n_at = alloc_size >> at_shift;
-  if (seg && seg->n_at != n_at) { /* a spare's table fits only a segment of its size: made below */
+  /* A spare keeps its table for a segment of as many entries; another gets a new one below. */
+  if (seg && seg->at && cl_seg_entries(seg) != n_at) {
     free(seg->at);
     seg->at = NULL;
-    seg->n_at = 0;
   }
   if (!lane || !bins || !seg || !blk) {
     if (seg) {
@@ -85,7 +85,6 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   cl_block **at = seg->at; /* all NULL: a spare segment had no handed-out block */
   memset(seg, 0, sizeof *seg);
   seg->at = at;
-  seg->n_at = at ? n_at : 0;
   seg->at_shift = at_shift;
   /* set before the page map publishes the segment: a free() on another thread may read them */
   seg->pool = p;
@@ -118,8 +117,8 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   seg->size = alloc_size;
   /* The table after the device allocation: its size follows the segment's, and a request the device
    * refuses must be reported as the device's out of memory, not the host's. */
-  if (rc == CACHALOT_OK && !seg->at && (seg->at = calloc(n_at, sizeof *seg->at)))
-    seg->n_at = n_at;
+  if (rc == CACHALOT_OK && !seg->at)
+    seg->at = calloc(n_at, sizeof *seg->at);
   if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
     (void)b->ops->free(b, d->index, ptr); /* rare: no host memory for the table or a page map node */
     *host_oom = true;

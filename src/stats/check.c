@@ -118,11 +118,11 @@ static cachalot_status check_device_locked(cl_device *d) {
         return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",
                        dev, (unsigned long long)s->ptr);
     }
-    if (s->at_shift != cl_seg_shift(s->small) || s->n_at != s->size >> s->at_shift || !s->at)
+    if (s->at_shift != cl_seg_shift(s->small) || !s->at)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad handed-out table",
                      dev, (unsigned long long)s->ptr);
     size_t n_in_table = 0, n_handed_out = 0;
-    for (size_t i = 0; i < s->n_at; i++)
+    for (size_t i = 0; i < cl_seg_entries(s); i++)
       n_in_table += s->at[i] != NULL;
     bool split = s->head->next != NULL;
     uintptr_t expect = s->ptr;
