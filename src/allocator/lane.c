@@ -242,9 +242,8 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
 
 /* Gives the part of e's rem above half its cap back to pool `a` (and `b`). */
 static void give_back(cl_lane_stat *e, _Atomic int64_t *a, _Atomic int64_t *b) {
-  const int64_t g = e->rem - e->cap / 2;
-  if (e->rem > e->cap && g > 0)
-    return_room(e, a, b, g);
+  if (e->rem > e->cap) /* cap >= 0: what goes back is positive */
+    return_room(e, a, b, e->rem - e->cap / 2);
 }
 
 void cl_lane_trim(cl_lane *ln, bool small) {
