@@ -261,7 +261,7 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     d->owner = a;
     d->fraction = -1.0;
     apply_config_locked(d, &cfg);
-    d->fast_free = d->fast_malloc = true;
+    atomic_store_explicit(&d->warm, CL_WARM_MALLOC | CL_WARM_FREE, memory_order_relaxed);
   }
   cl_export_register(a);
   *out = a;

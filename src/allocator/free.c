@@ -169,24 +169,26 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
 }
 
 /* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
- * as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share. False
- * when the free needs exclusive mode (nothing changed then). */
-CL_INLINE bool free_fast(cachalot_allocator *a, void *ptr) {
+ * as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share. A
+ * STOPPED result comes after the exclusive mode that stopped it is over. */
+CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
   if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED))
-    return false;
+    return CL_WARM_SLOW;
   /* seg may be stale (a racing release gives segments back and reuses their metadata), but lanes live
    * until destroy, and under any lane lock segments do not change: check seg again once locked. */
   cl_lane *ln = seg->lane;
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
+  const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
   const uintptr_t key = (uintptr_t)ptr;
   cl_block **slot = NULL, *b = NULL;
   if (CL_LIKELY(seg->lane == ln && key - seg->ptr < seg->size)) {
     slot = cl_seg_slot(seg, key);
     b = *slot;
   }
-  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses || !d->fast_free))
+  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses ||
+                   (warm & (CL_WARM_FREE | CL_WARM_STOP)) != CL_WARM_FREE))
     goto slow;
   const merge_plan m = plan_merge(b);
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
@@ -198,20 +200,20 @@ CL_INLINE bool free_fast(cachalot_allocator *a, void *ptr) {
   else
     free_block(d, ln, b, false, &m);
   cl_spin_unlock(&ln->lock);
-  return true;
+  return CL_WARM_DONE;
 slow:
   cl_spin_unlock(&ln->lock);
-  return false;
+  if (CL_LIKELY(!(warm & CL_WARM_STOP)))
+    return CL_WARM_SLOW;
+  cl_lane_wait_stop(d);
+  return CL_WARM_STOPPED;
 }
 
-cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
-  if (!ptr || !a) {
-    if (!a)
-      return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
-    return CACHALOT_OK;
-  }
-  if (CL_LIKELY(free_fast(a, ptr)))
-    return CACHALOT_OK;
+/* Everything but the warm path, in exclusive mode. */
+static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a, void *ptr, cl_warm_result warm) {
+  while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
+    if ((warm = free_fast(a, ptr)) == CL_WARM_DONE)
+      return CACHALOT_OK;
   cl_device *d;
   cl_block *b;
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
@@ -245,6 +247,18 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
     cl_free_block_locked(d, b);
   cl_unlock(d);
   return CACHALOT_OK;
+}
+
+cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
+  if (!ptr || !a) {
+    if (!a)
+      return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
+    return CACHALOT_OK;
+  }
+  cl_warm_result warm = free_fast(a, ptr);
+  if (CL_LIKELY(warm == CL_WARM_DONE))
+    return CACHALOT_OK;
+  return free_slow(a, ptr, warm);
 }
 
 cachalot_status cachalot_empty_cache(cachalot_allocator *a) {

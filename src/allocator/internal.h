@@ -265,6 +265,8 @@ static inline void cl_spin_lock(cl_spin *l) {
   cl_spin_lock_slow(l);
 }
 static inline void cl_spin_unlock(cl_spin *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
+/* One round of waiting on something another thread holds: pause, then yield, then sleep, by `round`. */
+void cl_backoff(unsigned round);
 
 /* The entry of `ptr` in the handed-out table of `s` (ptr inside s). */
 CL_INLINE cl_block **cl_seg_slot(const cl_segment *s, uintptr_t ptr) { return &s->at[(ptr - s->ptr) >> s->at_shift]; }
@@ -330,13 +332,20 @@ static inline size_t cl_lane_hash(cachalot_stream s) {
   return (size_t)(((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 32);
 }
 
-/* Everything cachalot keeps for one device, guarded by `lock`. */
+enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4 };
+/* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
+ * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */
 struct cl_device {
-  pthread_mutex_t lock;
-  bool fast_malloc, fast_free; /* the warm paths may run (set on leaving exclusive mode) */
+  /* CL_WARM_* bits, read by the warm paths under their lane lock alone: whether they may run (set on
+   * leaving exclusive mode) and CL_WARM_STOP, set while a thread enters or holds exclusive mode. A warm
+   * path that sees STOP lets go of its lane and waits (cl_lane_wait_stop), so that cl_lock does not have
+   * to win each lane lock against its owner's next call; a hint for speed only: the lane locks are what
+   * make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
+  _Atomic unsigned char warm;
   int index;
   struct cachalot_allocator *owner;
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
+  _Alignas(64) pthread_mutex_t lock;
   cl_pool default_pool;
   cl_lane **lanes;             /* every lane, in lock order */
   size_t n_lanes, cap_lanes;
@@ -748,6 +757,12 @@ static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
       return ln;
   }
 }
+
+/* Waits while a thread enters or holds exclusive mode on `d` (cl_device.warm). */
+void cl_lane_wait_stop(cl_device *d);
+/* What a warm path did: the call is done; it needs exclusive mode; or a thread was entering exclusive
+ * mode (CL_WARM_STOP) and the call is to be tried again once that is over. Nothing changed unless DONE. */
+typedef enum { CL_WARM_DONE, CL_WARM_SLOW, CL_WARM_STOPPED } cl_warm_result;
 
 /* Takes room from the device's pools so that each ln->st[small][id].rem >= need[id] and oversize.rem >=
  * need_ov (entries already there are left alone). False when a pool has too little: exclusive mode then. */

@@ -26,21 +26,30 @@
 #define cpu_relax() ((void)0)
 #endif
 
+void cl_backoff(unsigned round) {
+  if (round < 128) {
+    cpu_relax();
+  } else if (round < 1024) {
+    sched_yield();
+  } else {
+    /* The holder may be in exclusive mode across a device call (release_lock_on_cudamalloc:False). */
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 void cl_spin_lock_slow(cl_spin *l) {
-  for (unsigned spins = 0;; spins++) {
+  for (unsigned round = 0;; round++) {
     if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
         !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
       return;
-    if (spins < 128) {
-      cpu_relax();
-    } else if (spins < 1024) {
-      sched_yield();
-    } else {
-      /* The holder may be in exclusive mode across a device call (release_lock_on_cudamalloc:False). */
-      struct timespec ts = {0, 50 * 1000};
-      nanosleep(&ts, NULL);
-    }
+    cl_backoff(round);
   }
+}
+
+void cl_lane_wait_stop(cl_device *d) {
+  for (unsigned round = 0; atomic_load_explicit(&d->warm, memory_order_relaxed) & CL_WARM_STOP; round++)
+    cl_backoff(round);
 }
 
 enum { LANE_INDEX_INITIAL = 16 };
@@ -94,6 +103,11 @@ static void raise_peak(cachalot_stat *s) {
 
 void cl_lock(cl_device *d) {
   pthread_mutex_lock(&d->lock);
+  atomic_fetch_or_explicit(&d->warm, CL_WARM_STOP, memory_order_relaxed);
+  /* The lanes' lines are on their owners' cores: ask for them all at once, not one miss after another. */
+  for (size_t i = 0; i < d->n_lanes; i++)
+    for (size_t off = 0; off < sizeof(cl_lane); off += 64)
+      __builtin_prefetch((const char *)d->lanes[i] + off, 1);
   for (size_t i = 0; i < d->n_lanes; i++)
     cl_spin_lock(&d->lanes[i]->lock);
   if (!d->n_lanes)
@@ -166,8 +180,10 @@ void cl_unlock(cl_device *d) {
     atomic_store_explicit(&d->room_oversize, room - each * (int64_t)L, memory_order_relaxed);
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
-  d->fast_free = d->trace.cap == 0 && !gc;
-  d->fast_malloc = d->fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
+  const bool fast_free = d->trace.cap == 0 && !gc;
+  const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
+  atomic_store_explicit(&d->warm, (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0),
+                        memory_order_relaxed);
   for (size_t i = d->n_lanes; i-- > 0;)
     cl_spin_unlock(&d->lanes[i]->lock);
   pthread_mutex_unlock(&d->lock);

@@ -253,25 +253,35 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   return true;
 }
 
-/* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. */
-CL_INLINE bool malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
+/* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. A STOPPED
+ * result comes after the exclusive mode that stopped it is over. */
+CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
   cl_lane *ln = cl_lane_find(d, s);
   if (CL_UNLIKELY(!ln))
-    return false;
+    return CL_WARM_SLOW;
   cl_spin_lock(&ln->lock);
+  const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
   bool done = false;
-  if (CL_LIKELY(d->fast_malloc && ln->bins)) {
+  if (CL_LIKELY((warm & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC && ln->bins)) {
     const size_t rounded = cl_round_size(&d->cfg, size);
     done = cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
                                 : malloc_fast_kind(d, ln, rounded, size, false, out);
   }
   cl_spin_unlock(&ln->lock);
-  return done;
+  if (CL_LIKELY(done))
+    return CL_WARM_DONE;
+  if (CL_LIKELY(!(warm & CL_WARM_STOP)))
+    return CL_WARM_SLOW;
+  cl_lane_wait_stop(d);
+  return CL_WARM_STOPPED;
 }
 
 /* Everything but the warm path, in exclusive mode. */
 static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_t size, cachalot_stream s,
-                                                             void **out) {
+                                                             void **out, cl_warm_result warm) {
+  while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
+    if ((warm = malloc_fast(d, size, s, out)) == CL_WARM_DONE)
+      return CACHALOT_OK;
   *out = NULL;
   const int device = d->index;
   cachalot_status rc;
@@ -339,7 +349,8 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "CUDA out of memory. Tried to allocate more than 1EB memory.");
   }
   cl_device *d = &a->devices[device];
-  if (CL_LIKELY(malloc_fast(d, size, s, out)))
+  const cl_warm_result warm = malloc_fast(d, size, s, out);
+  if (CL_LIKELY(warm == CL_WARM_DONE))
     return CACHALOT_OK;
-  return malloc_slow(d, size, s, out);
+  return malloc_slow(d, size, s, out, warm);
 }
