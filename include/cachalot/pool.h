@@ -45,6 +45,12 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_end_allocate_to_pool(ca
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_allocator *a, int device,
                                                                       cachalot_mempool_id id);
 
+/* With the config key detect_captures:True, a malloc on a stream that is being captured is served from a
+ * private pool made for that capture, and that pool keeps its memory after the capture ends: the graph
+ * may replay at any time. This gives up (release_pool) every such pool whose capture is over: call it
+ * once the graphs made from those captures are destroyed. Captures still underway keep theirs. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_capture_pools(cachalot_allocator *a, int device);
+
 /* --- checkpoint / restore (for trees of graphs sharing a pool) --- */
 
 typedef struct {

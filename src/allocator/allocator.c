@@ -160,6 +160,7 @@ static void apply_config_locked(cl_device *d, const cl_config *c) {
     d->allowed_max = 0; /* until the device total is known: refuse rather than use an old limit */
     d->total_known = false;
   }
+  atomic_store_explicit(&d->detect, c->detect_captures, memory_order_relaxed);
   d->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
   if (old_split != c->max_split_size)
     cl_stats_recount_oversize_locked(d);
@@ -257,6 +258,7 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &devs[i];
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->auto_lock, NULL);
     d->index = i;
     d->owner = a;
     d->fraction = -1.0;
@@ -308,6 +310,7 @@ void cachalot_destroy(cachalot_allocator *a) {
     free_device(&a->devices[i]);
     pthread_mutex_unlock(&a->devices[i].lock); /* the lanes are gone with free_device */
     pthread_mutex_destroy(&a->devices[i].lock);
+    cl_autocapture_destroy(&a->devices[i]);
   }
   cl_page_map_destroy(&a->pages);
   free(a->devices);

@@ -225,6 +225,11 @@ static cachalot_status parse_release_lock(lexer *lx, const tok *v, cl_config *c)
   return parse_bool("release_lock_on_cudamalloc", v, &c->release_lock_on_cudamalloc);
 }
 
+static cachalot_status parse_detect_captures(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("detect_captures", v, &c->detect_captures);
+}
+
 static cachalot_status roundup_unbalanced(void) {
   return cl_fail(CACHALOT_ERROR_CONFIG,
                  CONF "roundup_power2_divisions: unbalanced '[' (reached the end of the string before ']')");
@@ -342,12 +347,13 @@ static const struct {
     {"expandable_segments", CL_KEY_EXPANDABLE, parse_expandable},
     {"release_lock_on_cudamalloc", CL_KEY_RELEASE_LOCK, parse_release_lock},
     {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
+    {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
 };
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction"
+  "per_process_memory_fraction, detect_captures"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);

@@ -21,6 +21,7 @@ enum {
   CL_KEY_EXPANDABLE = 1u << 4,
   CL_KEY_RELEASE_LOCK = 1u << 5,
   CL_KEY_FRACTION = 1u << 6,
+  CL_KEY_DETECT_CAPTURES = 1u << 7,
 };
 
 typedef struct cl_config {
@@ -33,6 +34,9 @@ typedef struct cl_config {
   double memory_fraction;        /* per_process_memory_fraction; < 0 = not set (default) */
   unsigned roundup_divisions[CL_ROUNDUP_INTERVALS]; /* 0 or 1 = plain 512 B rounding (default 0) */
   bool plain_rounding;           /* no roundup_divisions entry above 1: every size rounds to 512 B */
+  bool detect_captures;          /* cachalot's own key, default false: malloc asks whether its stream is
+                                    being captured and routes it to a private pool of that capture
+                                    (autocapture.c) */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

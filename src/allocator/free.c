@@ -255,6 +255,8 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
       return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
     return CACHALOT_OK;
   }
+  if (CL_UNLIKELY(atomic_load_explicit(&a->n_auto, memory_order_relaxed)))
+    cl_autocapture_poll(a); /* a detected capture may be over: end its routing, warm paths back on */
   cl_warm_result warm = free_fast(a, ptr);
   if (CL_LIKELY(warm == CL_WARM_DONE))
     return CACHALOT_OK;
@@ -265,6 +267,8 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
   if (!a)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_empty_cache: allocator is NULL");
   cachalot_status result = CACHALOT_OK;
+  if (atomic_load_explicit(&a->n_auto, memory_order_relaxed))
+    cl_autocapture_poll(a); /* a detected capture that is over no longer counts as one underway */
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     cl_lock(d);

@@ -57,6 +57,7 @@ typedef struct cl_pool cl_pool;
 typedef struct cl_lane cl_lane;
 typedef struct cl_bins cl_bins;
 typedef struct cl_device cl_device;
+typedef struct cl_autocap cl_autocap;
 
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
@@ -342,6 +343,8 @@ struct cl_device {
    * to win each lane lock against its owner's next call; a hint for speed only: the lane locks are what
    * make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
   _Atomic unsigned char warm;
+  _Atomic bool detect;         /* cfg.detect_captures, for malloc to read before any lock */
+  _Atomic int n_auto;          /* captures detected and being routed (autocapture.c) */
   int index;
   struct cachalot_allocator *owner;
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
@@ -371,6 +374,8 @@ struct cl_device {
   bool total_known;
   cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
+  pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
+  cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
    * give back to them under their own lock alone, exclusive mode sets them anew. */
   char pad_[64];
@@ -420,6 +425,7 @@ struct cachalot_allocator {
   cachalot_backend *backend;
   cl_page_node pages; /* the page map of every device's segments */
   _Atomic uint64_t next_capture_pool, next_pool_handle; /* the two MempoolId counters, from 1 */
+  _Atomic int n_auto; /* captures detected and being routed, all devices (free polls while > 0) */
   int device_count;
   cl_device *devices;
   pthread_mutex_t meta_lock; /* observers and the raw config string */
@@ -853,6 +859,15 @@ static inline void cl_stats_free_called(cl_device *d, bool small, size_t size) {
 }
 /* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
 void cl_stats_recount_oversize_locked(cl_device *d);
+
+/* --- autocapture.c (config key detect_captures) --- */
+/* Before a malloc on `s`: if `s` is being captured, makes sure the capture routes to a private pool of
+ * its own; ends the routing of captures that are over. A status only when the backend cannot say. */
+cachalot_status cl_autocapture_malloc(cachalot_allocator *a, cl_device *d, cachalot_stream s);
+/* Ends the routing of detected captures that are over (free calls it while any is routed). */
+void cl_autocapture_poll(cachalot_allocator *a);
+/* Frees the device's records (cachalot_destroy). */
+void cl_autocapture_destroy(cl_device *d);
 
 /* --- oom.c --- */
 /* Formats `n` bytes as SPEC.md §3 does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */

@@ -349,6 +349,13 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "CUDA out of memory. Tried to allocate more than 1EB memory.");
   }
   cl_device *d = &a->devices[device];
+  if (CL_UNLIKELY(atomic_load_explicit(&d->detect, memory_order_relaxed))) {
+    cachalot_status rc = cl_autocapture_malloc(a, d, s);
+    if (rc != CACHALOT_OK) {
+      *out = NULL;
+      return rc;
+    }
+  }
   const cl_warm_result warm = malloc_fast(d, size, s, out);
   if (CL_LIKELY(warm == CL_WARM_DONE))
     return CACHALOT_OK;

@@ -1,0 +1,179 @@
+/* Capture detection (detect_captures:True): mallocs on a stream being captured go to a private pool of
+ * that capture, which keeps its memory after the capture until cachalot_release_capture_pools. Exact
+ * byte counts from SPEC.md: 1 MiB requests are small blocks, each 2 MiB small segment holds two. */
+#include "helpers.h"
+
+#include "allocator/backend/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How many segments the snapshot puts in pool {first, 0}. */
+static int segments_in_pool(cachalot_allocator *a, unsigned first) {
+  char *json = NULL, key[64];
+  OK(cachalot_snapshot_json(a, &json));
+  snprintf(key, sizeof key, "\"segment_pool_id\":[%u,0]", first);
+  int n = 0;
+  for (const char *p = json; (p = strstr(p, key)); p++)
+    n++;
+  free(json);
+  return n;
+}
+
+static void capture_begin(env *e, cachalot_stream s) { OK(cachalot_sim_capture_begin(e->b, s, CACHALOT_CAPTURE_GLOBAL)); }
+static void capture_end(env *e, cachalot_stream s) { OK(cachalot_sim_capture_end(e->b, s)); }
+
+/* A capture's mallocs never take the default pool's cached blocks, reuse what they free among
+ * themselves, and their memory is not handed to anyone else after the capture. */
+static void capture_gets_its_own_pool(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "detect_captures:True");
+  cachalot_stream s = STREAM(e.b, 0);
+  void *a = ALLOC(e.a, 0, 1 * MiB, s);
+  FREE(e.a, a); /* cached: a 2 MiB segment of the default pool, all free */
+  CHECK(e.a);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 2 * MiB);
+
+  capture_begin(&e, s);
+  void *b = ALLOC(e.a, 0, 1 * MiB, s);
+  CHECK(e.a);
+  assert_ptr_not_equal(b, a); /* without detection it would be `a` (the capture would then own it) */
+  cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[0].current, 4 * MiB); /* a segment of the capture's own */
+  EQ(st.segment[0].current, 2);
+  EQ(st.allocated_bytes[0].current, 1 * MiB);
+  FREE(e.a, b); /* freed during the capture: back to the capture's pool */
+  void *c = ALLOC(e.a, 0, 1 * MiB, s);
+  assert_ptr_equal(c, b); /* reused within the capture */
+  void *c2 = ALLOC(e.a, 0, 1 * MiB, s); /* the second half of the capture's segment */
+  EQ((char *)c2 - (char *)c, 1 * MiB);
+  CHECK(e.a);
+  capture_end(&e, s);
+
+  /* after the capture: the default pool again */
+  void *d = ALLOC(e.a, 0, 1 * MiB, s);
+  assert_ptr_equal(d, a);
+  FREE(e.a, c);
+  FREE(e.a, c2);
+  CHECK(e.a);
+  /* the capture's memory is free but kept for the graph: another request does not get it */
+  void *f = ALLOC(e.a, 0, 1 * MiB, s);
+  EQ((char *)f - (char *)d, 1 * MiB); /* the default segment's other half */
+  void *g = ALLOC(e.a, 0, 1 * MiB, s);
+  assert_true(g != b && g != c2);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 6 * MiB); /* a new default segment, not the capture's */
+  FREE(e.a, d);
+  FREE(e.a, f);
+  FREE(e.a, g);
+  EMPTY(e.a); /* the default pool's segments go; the capture's stays */
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 2 * MiB);
+  CHECK(e.a);
+  OK(cachalot_release_capture_pools(e.a, 0));
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 0);
+  EQ(USED(e.b, 0), 0);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* Without the key a malloc during a capture takes the default pool's cached block: the case the key is
+ * for (a graph would own memory the allocator hands out again). */
+static void without_detection_the_cache_is_used(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  void *a = ALLOC(e.a, 0, 1 * MiB, s);
+  FREE(e.a, a);
+  capture_begin(&e, s);
+  void *b = ALLOC(e.a, 0, 1 * MiB, s);
+  assert_ptr_equal(b, a);
+  FREE(e.a, b);
+  capture_end(&e, s);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* A side stream joined into the capture shares its pool; each capture gets a pool of its own; releasing
+ * leaves the pool of a capture still underway alone. */
+static void side_streams_and_second_capture(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "detect_captures:True");
+  cachalot_backend *be = e.b;
+  cachalot_stream s = STREAM(e.b, 0), t = STREAM(e.b, 0);
+  capture_begin(&e, s);
+  void *x = ALLOC(e.a, 0, 1 * MiB, s);
+  OK(be->ops->stream_wait(be, 0, t, s)); /* t joins s's capture */
+  void *y = ALLOC(e.a, 0, 1 * MiB, t);
+  /* the same pool (its free blocks are per stream, as everywhere: a segment of t's own) */
+  EQ(STATS(e.a, 0).segment[0].current, 2);
+  EQ(segments_in_pool(e.a, 1), 2);
+  OK(be->ops->stream_wait(be, 0, s, t)); /* joined back */
+  capture_end(&e, s);
+  FREE(e.a, x);
+  FREE(e.a, y);
+  CHECK(e.a);
+
+  capture_begin(&e, s); /* a second capture: a pool of its own, the first one's memory stays put */
+  void *z = ALLOC(e.a, 0, 1 * MiB, s);
+  assert_true(z != x && z != y);
+  EQ(STATS(e.a, 0).segment[0].current, 3);
+  EQ(segments_in_pool(e.a, 2), 1);
+  OK(cachalot_release_capture_pools(e.a, 0)); /* only the first (over) is given up */
+  EMPTY(e.a);                                   /* empty_cache frees nothing during a capture */
+  EQ(STATS(e.a, 0).segment[0].current, 3);
+  FREE(e.a, z);
+  capture_end(&e, s);
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).segment[0].current, 1); /* the first capture's went; the second's stays */
+  EQ(segments_in_pool(e.a, 2), 1);
+  OK(cachalot_release_capture_pools(e.a, 0));
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).segment[0].current, 0);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* The routing ends by itself after the capture (the warm paths come back), found by a free as well as
+ * a malloc; the key can be turned on and off at run time; misuse is refused. */
+static void routing_ends_and_key(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  OK(cachalot_set_settings(e.a, "detect_captures:True"));
+  capture_begin(&e, s);
+  void *x = ALLOC(e.a, 0, 4 * KiB, s);
+  capture_end(&e, s);
+  FREE(e.a, x); /* the free finds the capture over and ends its routing */
+  void *y = ALLOC(e.a, 0, 4 * KiB, s);
+  void *w = ALLOC(e.a, 0, 4 * KiB, s);
+  EQ(STATS(e.a, 0).segment[0].current, 2); /* y came from a default segment, not the capture's */
+  assert_true(y != x);
+  FREE(e.a, y);
+  FREE(e.a, w);
+  OK(cachalot_set_settings(e.a, "detect_captures:False"));
+  capture_begin(&e, s);
+  void *v = ALLOC(e.a, 0, 4 * KiB, s);
+  assert_ptr_equal(v, y); /* off again: the cached block */
+  FREE(e.a, v);
+  capture_end(&e, s);
+  STATUS(cachalot_set_settings(e.a, "detect_captures:maybe"), CACHALOT_ERROR_CONFIG);
+  CONTAINS(cachalot_last_error(), "detect_captures");
+  STATUS(cachalot_release_capture_pools(e.a, 1), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_release_capture_pools(NULL, 0), CACHALOT_ERROR_INVALID_ARGUMENT);
+  OK(cachalot_release_capture_pools(e.a, 0));
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 0);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(capture_gets_its_own_pool),
+      cmocka_unit_test(without_detection_the_cache_is_used),
+      cmocka_unit_test(side_streams_and_second_capture),
+      cmocka_unit_test(routing_ends_and_key),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
