@@ -25,5 +25,11 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   # PyTorch's own viewer must render cachalot's snapshots.
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so "$out/viz" 2>&1 |
     tee "$out/torch-viz.log" || rc=1
+  # The plug-in: a model trains bit-identically to the native allocator; torch.cuda.graph works with it.
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_plugin_test.py build-gpu "${TORCH_PLUGIN_STEPS:-50}" 2>&1 |
+    tee "$out/torch-plugin.log" || rc=1
 fi
+# The example program, and the LD_PRELOAD interposer under an unmodified program.
+./build-gpu/streams_and_graph 2>&1 | tee "$out/example.log" || rc=1
+bash tests/gpu/preload_test.sh build-gpu "$out/preload" 2>&1 | tee "$out/preload.log" || rc=1
 exit $rc

@@ -63,6 +63,10 @@ static void cl_close(ab_alloc *base) {
   free(c);
 }
 
+static const char *conf = "";
+
+void ab_cachalot_set_conf(const char *c) { conf = c; }
+
 static int cl_open(ab_alloc **out, int n_streams, bool sim, const ab_allocator *vt, char err[AB_ERR_LEN]) {
   *out = NULL;
   cl_inst *c = calloc(1, sizeof *c);
@@ -87,7 +91,7 @@ static int cl_open(ab_alloc **out, int n_streams, bool sim, const ab_allocator *
     cl_close(&c->base);
     return -1;
   }
-  if ((st = cachalot_create(c->b, "", &c->a)) != CACHALOT_OK) {
+  if ((st = cachalot_create(c->b, conf, &c->a)) != CACHALOT_OK) {
     fail(err, "cachalot_create", st);
     cl_close(&c->base);
     return -1;

@@ -118,6 +118,8 @@ struct ab_allocator {
 };
 
 extern const ab_allocator ab_cachalot, ab_cachalot_sim, ab_cuda_async, ab_cuda_malloc;
+/* The CACHALOT_ALLOC_CONF string the cachalot rows' allocators are made with (default ""). */
+void ab_cachalot_set_conf(const char *conf);
 
 #ifdef ALLOC_BENCH_HAVE_CUDA
 /* CUDA helpers shared by the allocators (alloc_cuda.c). */

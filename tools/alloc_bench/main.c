@@ -18,7 +18,7 @@
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
     "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--trace FILE]...\n"
-    "                   [--pin CPU] [--seed S] [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
+    "                   [--pin CPU] [--seed S] [--conf STRING] [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
     "\n"
     "Benchmarks device-memory allocators on the same pre-generated operation sequences, side by side.\n"
@@ -71,6 +71,7 @@ static const char help[] =
     "      --seed S            the seed of the random sequences (default 1)\n"
     "      --pin CPU           run on CPU number CPU, and mt's thread i on the i-th CPU after it that the\n"
     "                          process may use: on a shared host, timings move far less between runs\n"
+    "      --conf STRING       CACHALOT_ALLOC_CONF for the cachalot rows (default: none, the defaults)\n"
     "      --csv FILE          also write the results as CSV\n"
     "      --json FILE         also write the results as JSON\n"
     "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
@@ -801,7 +802,7 @@ int main(int argc, char **argv) {
               .pin = -1};
   parse_workloads("all", &c);
   parse_allocators("all", &c);
-  enum { OPT_GRAPH_OPS = 256, OPT_REPLAYS, OPT_TRACE, OPT_SEED, OPT_CSV, OPT_JSON, OPT_SVG, OPT_PIN };
+  enum { OPT_GRAPH_OPS = 256, OPT_REPLAYS, OPT_TRACE, OPT_SEED, OPT_CSV, OPT_JSON, OPT_SVG, OPT_PIN, OPT_CONF };
   static const struct option longopts[] = {{"workload", required_argument, NULL, 'w'},
                                            {"workloads", required_argument, NULL, 'w'},
                                            {"allocators", required_argument, NULL, 'a'},
@@ -815,6 +816,7 @@ int main(int argc, char **argv) {
                                            {"trace", required_argument, NULL, OPT_TRACE},
                                            {"seed", required_argument, NULL, OPT_SEED},
                                            {"pin", required_argument, NULL, OPT_PIN},
+                                           {"conf", required_argument, NULL, OPT_CONF},
                                            {"csv", required_argument, NULL, OPT_CSV},
                                            {"json", required_argument, NULL, OPT_JSON},
                                            {"svg", required_argument, NULL, OPT_SVG},
@@ -879,6 +881,9 @@ int main(int argc, char **argv) {
       if (!parse_count(optarg, 0, CPU_SETSIZE - 1, &v))
         rc = usage_error("--pin wants a CPU number from 0 to %d, not '%s'", CPU_SETSIZE - 1, optarg);
       c.pin = (int)v;
+      break;
+    case OPT_CONF:
+      ab_cachalot_set_conf(optarg);
       break;
     case OPT_CSV:
       c.csv = optarg;

@@ -20,6 +20,18 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* In libcachalot_preload.so cudaMalloc, cudaFree and cudaMemGetInfo are the interposer's own
+ * (src/plugin/preload.c): the backend reaches the runtime's through the pointers the interposer resolves
+ * with dlsym(RTLD_NEXT). Everywhere else these are the runtime's functions. */
+#ifdef CACHALOT_PRELOAD
+extern cudaError_t (*cl_real_cudaMalloc)(void **, size_t);
+extern cudaError_t (*cl_real_cudaFree)(void *);
+extern cudaError_t (*cl_real_cudaMemGetInfo)(size_t *, size_t *);
+#define CL_CUDA(fn) cl_real_##fn
+#else
+#define CL_CUDA(fn) fn
+#endif
+
 struct cl_event {
   cudaEvent_t ev;
   int device;
@@ -95,7 +107,7 @@ static cachalot_status cuda_alloc(cachalot_backend *b, int device, size_t size, 
   if (st != CACHALOT_OK)
     return st;
   void *p = NULL;
-  cudaError_t err = cudaMalloc(&p, size);
+  cudaError_t err = CL_CUDA(cudaMalloc)(&p, size);
   device_leave(&sc);
   if (err == cudaErrorMemoryAllocation)
     return cuda_fail(CACHALOT_ERROR_OUT_OF_MEMORY, err, "alloc", "cudaMalloc");
@@ -114,7 +126,7 @@ static cachalot_status cuda_free(cachalot_backend *b, int device, void *ptr) {
   cachalot_status st = device_enter(device, &sc, "free");
   if (st != CACHALOT_OK)
     return st;
-  cudaError_t err = cudaFree(ptr);
+  cudaError_t err = CL_CUDA(cudaFree)(ptr);
   device_leave(&sc);
   if (err != cudaSuccess)
     return cuda_fail(CACHALOT_ERROR_DEVICE, err, "free", "cudaFree");
@@ -135,7 +147,7 @@ static cachalot_status cuda_mem_info(cachalot_backend *b, int device, size_t *fr
   if (st != CACHALOT_OK)
     return st;
   size_t f = 0, t = 0;
-  cudaError_t err = cudaMemGetInfo(&f, &t);
+  cudaError_t err = CL_CUDA(cudaMemGetInfo)(&f, &t);
   device_leave(&sc);
   if (err != cudaSuccess)
     return cuda_fail(CACHALOT_ERROR_DEVICE, err, "mem_info", "cudaMemGetInfo");

@@ -1,0 +1,64 @@
+// An unmodified CUDA program for the interposer test (tests/gpu/preload_test.sh): it allocates with
+// cudaMalloc / cudaFree and cudaMallocAsync / cudaFreeAsync (freeing on the other stream too), runs
+// kernels on what it got, and prints a checksum of the results and how many allocation calls it made.
+// Its output must be the same with and without LD_PRELOAD=libcachalot_preload.so.
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(x)                                                                                            \
+  do {                                                                                                      \
+    cudaError_t e_ = (x);                                                                                   \
+    if (e_ != cudaSuccess) {                                                                                \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                   \
+      exit(1);                                                                                              \
+    }                                                                                                       \
+  } while (0)
+
+__global__ void fill(float *p, size_t n, float v) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = v + (float)(i % 7);
+}
+
+__global__ void axpy(float *y, const float *x, size_t n, float a) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] += a * x[i];
+}
+
+int main(void) {
+  cudaStream_t s[2];
+  CHECK(cudaStreamCreate(&s[0]));
+  CHECK(cudaStreamCreate(&s[1]));
+  float *host = (float *)malloc(sizeof(float) * 1024 * 400);
+  double sum = 0;
+  long calls = 0;
+  for (int it = 0; it < 300; it++) {
+    size_t n = 1024 * (size_t)(1 + (it * 37) % 400);
+    float *a, *b, *c;
+    CHECK(cudaMalloc(&a, n * sizeof(float)));
+    CHECK(cudaMalloc(&b, n * sizeof(float)));
+    calls += 2;
+    fill<<<64, 256>>>(a, n, (float)it);
+    fill<<<64, 256>>>(b, n, 1.0f);
+    axpy<<<64, 256>>>(b, a, n, 0.5f);
+    cudaStream_t st = s[it % 2];
+    CHECK(cudaStreamSynchronize(0));
+    CHECK(cudaMallocAsync(&c, n * sizeof(float), st));
+    calls++;
+    CHECK(cudaMemcpyAsync(c, b, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    axpy<<<64, 256, 0, st>>>(c, a, n, 2.0f);
+    CHECK(cudaMemcpyAsync(host, c, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CHECK(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < n; i += 97)
+      sum += host[i];
+    CHECK(cudaFreeAsync(c, s[(it + 1) % 2])); /* freed on the other stream: stream order still holds */
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+  }
+  size_t free_b = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_b, &total));
+  CHECK(cudaDeviceSynchronize());
+  printf("checksum %.3f after %ld allocation calls\n", sum, calls);
+  free(host);
+  return free_b > 0 && free_b <= total ? 0 : 1;
+}
