@@ -15,6 +15,7 @@
 
 #include "../../common/error.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
@@ -298,6 +299,26 @@ static void cuda_event_release(cachalot_backend *b, cl_event *e) {
     pool_push(&as_cuda(b)->pools[e->device], e);
 }
 
+/* The driver's cuStreamGetCaptureInfo, found through the runtime (no link-time libcuda): for a stream
+ * other than NULL it answers without a device switch, in ~25 ns on an H100 host where the runtime's
+ * cudaGetDevice + cudaStreamGetCaptureInfo take ~120 ns. Capture detection asks it on every malloc. */
+typedef CUresult (*capture_info_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                    const CUgraphNode **, size_t *);
+static capture_info_fn driver_capture_info;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+
+static void find_driver_capture_info(void) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  /* version 12000: the signature above (later versions of the symbol take edge data too) */
+  if (cudaGetDriverEntryPointByVersion("cuStreamGetCaptureInfo", &fn, 12000, cudaEnableDefault, &q) ==
+          cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    driver_capture_info = (capture_info_fn)fn;
+  else
+    (void)cudaGetLastError();
+}
+
 static cachalot_status cuda_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s,
                                                 bool *capturing, uint64_t *capture_id) {
   (void)b;
@@ -308,6 +329,18 @@ static cachalot_status cuda_stream_capture_info(cachalot_backend *b, int device,
   if (!capturing || !capture_id)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cuda backend: stream_capture_info: an out-pointer is NULL");
+  if (s) {
+    pthread_once(&driver_once, find_driver_capture_info);
+    CUstreamCaptureStatus ds = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t did = 0;
+    if (driver_capture_info && driver_capture_info((CUstream)s, &ds, &did, NULL, NULL, NULL) == CUDA_SUCCESS &&
+        ds != CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+      *capturing = ds == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+      *capture_id = *capturing ? did : 0;
+      return CACHALOT_OK;
+    }
+    /* an error or an invalidated capture: the runtime's path below words and classifies it */
+  }
   /* The NULL stream means the current device's legacy stream, so the device must be current. */
   cl_cuda_device_scope sc;
   cachalot_status st = device_enter(device, &sc, "stream_capture_info");
