@@ -28,6 +28,10 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   # The plug-in: a model trains bit-identically to the native allocator; torch.cuda.graph works with it.
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_plugin_test.py build-gpu "${TORCH_PLUGIN_STEPS:-50}" 2>&1 |
     tee "$out/torch-plugin.log" || rc=1
+  # Two processes, one per GPU, NCCL data parallel (skipped, 77, with fewer than 2 GPUs).
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_ddp_test.py build-gpu "${TORCH_DDP_STEPS:-30}" 2>&1 | tee "$out/torch-ddp.log"
+  ddp=${PIPESTATUS[0]}
+  [ "$ddp" -eq 0 ] || [ "$ddp" -eq 77 ] || rc=1
 fi
 # The example program, and the LD_PRELOAD interposer under an unmodified program.
 ./build-gpu/streams_and_graph 2>&1 | tee "$out/example.log" || rc=1

@@ -1,0 +1,112 @@
+"""Two-process data-parallel training (torch.distributed, NCCL, one process per GPU) with the cachalot
+plug-in, against the same run on PyTorch's native allocator: the losses must be bit-identical.
+
+    python3 tests/gpu/torch_ddp_test.py BUILD_DIR [STEPS]     (needs 2 GPUs; exits 77 with fewer)
+
+Prints each run's per-step losses digest, rank 0's memory figures side by side, and 'N passed, N failed'.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+KEYS = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated", "num_device_alloc"]
+
+
+def worker(rank, world, mode, lib, steps, port, outdir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if mode == "cachalot":
+        import cachalot_torch
+
+        cachalot_torch.install(lib)
+    from torch_plugin_test import deterministic, model
+
+    torch = deterministic()
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    torch.manual_seed(0)  # the same initial weights on both ranks
+    net = DDP(model(torch), device_ids=[rank])
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator(device="cuda").manual_seed(100 + rank)  # each rank its own data
+    losses = []
+    for step in range(steps):
+        batch = 32 + 16 * (step % 4)
+        x = torch.randn(batch, 3, 32, 32, device="cuda", generator=g)
+        y = torch.randint(0, 10, (batch,), device="cuda", generator=g)
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item().hex())
+    params = [p.detach().double().sum().item().hex() for p in net.parameters()]
+    torch.cuda.synchronize()
+    if mode == "cachalot":
+        import cachalot_torch
+
+        st = cachalot_torch.memory_stats(rank)
+    else:
+        st = torch.cuda.memory_stats(rank)
+    with open(os.path.join(outdir, "rank%d.json" % rank), "w") as f:
+        json.dump({"losses": losses, "params": params, "stats": {k: st.get(k) for k in KEYS}}, f)
+    dist.destroy_process_group()
+
+
+def run(mode, lib, steps):
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(worker, args=(2, mode, lib, steps, port, d), nprocs=2, join=True)
+        ranks = [json.load(open(os.path.join(d, "rank%d.json" % r))) for r in range(2)]
+    print(json.dumps(ranks))
+
+
+def child(mode, lib, steps):
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "run", mode, lib, str(steps)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s run failed:\n%s%s" % (mode, out.stdout, out.stderr[-4000:]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        print("SKIP: %d GPU(s); the test needs 2" % torch.cuda.device_count())
+        return 77
+    lib = os.path.abspath(os.path.join(sys.argv[1], "libcachalot_torch.so"))
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    native = child("native", lib, steps)
+    mine = child("cachalot", lib, steps)
+    passed = failed = 0
+    for r in range(2):
+        same = native[r]["losses"] == mine[r]["losses"] and native[r]["params"] == mine[r]["params"]
+        print("%s rank %d: %d steps, losses and final weights %s (last loss %s)" % (
+            "PASS" if same else "FAIL", r, steps, "bit-identical" if same else "DIFFER",
+            float.fromhex(mine[r]["losses"][-1])))
+        passed += same
+        failed += not same
+        print("  %-28s %16s %16s" % ("stat (rank %d)" % r, "native", "cachalot"))
+        for k in KEYS:
+            print("  %-28s %16s %16s" % (k, native[r]["stats"][k], mine[r]["stats"][k]))
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(main())
