@@ -27,6 +27,24 @@ else
   echo "FAIL device allocations: '$devallocs' for '$calls' calls"
   fail=1
 fi
+# CACHALOT_ALLOC_CONF and the snapshot variables work under the interposer; a bad config is reported
+# and the program keeps the runtime's allocator.
+conf_out=$(CACHALOT_ALLOC_CONF=max_split_size_mb:40 CACHALOT_SNAPSHOT_AT_EXIT=$out/snap.json LD_PRELOAD=$lib \
+  "$out/app_shared" 2>"$out/conf.err")
+if [ "$conf_out" = "$native" ] && grep -q '"max_split_size":41943040' "$out/snap.json" 2>/dev/null &&
+  grep -q '"segments"' "$out/snap.json"; then
+  echo "PASS CACHALOT_ALLOC_CONF (max_split_size 40 MiB) and CACHALOT_SNAPSHOT_AT_EXIT under the interposer"
+else
+  echo "FAIL config / snapshot variables under the interposer: $(head -c 300 "$out/snap.json" 2>&1) $(cat "$out/conf.err")"
+  fail=1
+fi
+bad_out=$(CACHALOT_ALLOC_CONF=bogus_key:1 LD_PRELOAD=$lib "$out/app_shared" 2>"$out/bad.err")
+if [ "$bad_out" = "$native" ] && grep -q "bogus_key" "$out/bad.err"; then
+  echo "PASS a bad CACHALOT_ALLOC_CONF is reported ($(head -c 160 "$out/bad.err")...) and the program runs on"
+else
+  echo "FAIL bad config under the interposer: $(cat "$out/bad.err")"
+  fail=1
+fi
 static_out=$(CACHALOT_PRELOAD_STATS=1 LD_PRELOAD=$lib "$out/app_static" 2>"$out/static.err")
 echo "static runtime:    $static_out; cachalot says: $(cat "$out/static.err")"
 if [ "$static_out" = "$native" ] && ! grep -q "[1-9][0-9]* device allocations" "$out/static.err"; then
