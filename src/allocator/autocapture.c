@@ -95,6 +95,10 @@ cachalot_status cl_autocapture_malloc(cachalot_allocator *a, cl_device *d, cacha
   }
   if (!capturing && !atomic_load_explicit(&d->n_auto, memory_order_relaxed))
     return CACHALOT_OK;
+  if (capturing && id == 0) /* an invalidated capture: no id says which pool, and the graph is lost anyway */
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_malloc: device %d: the stream's capture was invalidated; end it before allocating",
+                   d->index);
   pthread_mutex_lock(&d->auto_lock);
   end_finished(a, d);
   if (capturing && (rc = start_routing(a, d, s, id)) != CACHALOT_OK)

@@ -19,7 +19,7 @@
  *   allocation's is freed once that stream's work so far is done (record_stream);
  * - cudaFree(NULL) still goes to the runtime (programs call it to create the context);
  * - cudaMemGetInfo counts the memory cachalot holds but does not use as free. */
-#include <cachalot/cachalot.h>
+#include "plugin.h"
 
 #include <cuda_runtime_api.h>
 
@@ -62,15 +62,9 @@ static void init(void) {
                     "program linked with the shared runtime (nvcc -cudart shared)?\n");
     abort(); /* nothing sensible can be answered to the program's allocations */
   }
-  cachalot_allocator *a = cachalot_default();
-  if (!a) {
-    fprintf(stderr, "cachalot_preload: %s; the runtime's allocator is used\n", cachalot_last_error());
+  allocator = cl_plugin_allocator("cachalot_preload (the runtime's allocator is used)");
+  if (!allocator)
     return;
-  }
-  const char *conf = getenv("CACHALOT_ALLOC_CONF");
-  if ((!conf || !strstr(conf, "detect_captures")) && cachalot_set_settings(a, "detect_captures:True") != CACHALOT_OK)
-    fprintf(stderr, "cachalot_preload: turning on capture detection: %s\n", cachalot_last_error());
-  allocator = a;
   const char *stats = getenv("CACHALOT_PRELOAD_STATS");
   if (stats && strcmp(stats, "0") != 0)
     atexit(report);
@@ -113,8 +107,21 @@ EXPORT cudaError_t cudaFree(void *p) {
   cachalot_allocator *a = get();
   if (!a || !p)
     return cl_real_cudaFree(p);
-  /* The runtime's cudaFree waits for the device: programs rely on it before reusing memory. */
-  cudaError_t e = cudaDeviceSynchronize();
+  /* The runtime's cudaFree waits for the device: programs rely on it before reusing memory. That is the
+   * pointer's device, which need not be the current one. */
+  struct cudaPointerAttributes attr;
+  int cur = 0;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e == cudaSuccess && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeDevice &&
+      attr.device != cur) {
+    if ((e = cudaSetDevice(attr.device)) == cudaSuccess) {
+      e = cudaDeviceSynchronize();
+      (void)cudaSetDevice(cur);
+    }
+  } else {
+    (void)cudaGetLastError(); /* a pointer the runtime does not know: the free below answers for it */
+    e = cudaDeviceSynchronize();
+  }
   if (e != cudaSuccess)
     return e;
   cachalot_status rc = cachalot_free(a, p);

@@ -5,12 +5,10 @@
  * not about record_stream. So capture detection (detect_captures) is turned on unless the config names
  * the key itself, and every malloc of a capture goes to a private pool of that capture. python/
  * cachalot_torch.py installs this library and reads cachalot's stats and snapshots through ctypes. */
-#include <cachalot/cachalot.h>
+#include "plugin.h"
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/types.h>
 
 /* cudaStream_t without the CUDA headers: the ABI is a pointer either way. */
@@ -25,17 +23,7 @@ EXPORT cachalot_allocator *cachalot_torch_allocator(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cachalot_allocator *allocator;
 
-static void init(void) {
-  cachalot_allocator *a = cachalot_default();
-  if (!a) {
-    fprintf(stderr, "cachalot_torch: %s\n", cachalot_last_error());
-    return;
-  }
-  const char *conf = getenv("CACHALOT_ALLOC_CONF");
-  if ((!conf || !strstr(conf, "detect_captures")) && cachalot_set_settings(a, "detect_captures:True") != CACHALOT_OK)
-    fprintf(stderr, "cachalot_torch: turning on capture detection: %s\n", cachalot_last_error());
-  allocator = a;
-}
+static void init(void) { allocator = cl_plugin_allocator("cachalot_torch"); }
 
 /* The allocator the plug-in uses (NULL when the CUDA backend could not start; the reason went to stderr). */
 cachalot_allocator *cachalot_torch_allocator(void) {

@@ -168,12 +168,41 @@ static void routing_ends_and_key(void **state) {
   env_free(&e);
 }
 
+/* A capture the device has invalidated shows no id: no pool can be chosen, and the malloc says so. */
+static void invalidated_capture_refused(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "detect_captures:True");
+  cachalot_backend *be = e.b;
+  cachalot_stream s = STREAM(e.b, 0), u = STREAM(e.b, 0);
+  OK(be->ops->capture_begin(be, 0, u, CACHALOT_CAPTURE_GLOBAL));
+  cl_graph *g = NULL;
+  size_t n = 0;
+  OK(be->ops->capture_end(be, 0, u, &g, &n));
+  cl_graph_exec *x = NULL;
+  OK(be->ops->graph_instantiate(be, 0, g, &x));
+  capture_begin(&e, s);
+  STATUS(be->ops->graph_launch(be, 0, x, s), CACHALOT_ERROR_DEVICE); /* a launch into a capture breaks it */
+  void *p = (void *)1;
+  STATUS(cachalot_malloc(e.a, 0, 4 * KiB, s, &p), CACHALOT_ERROR_INVALID_STATE);
+  assert_null(p);
+  CONTAINS(cachalot_last_error(), "invalidated");
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 0);
+  STATUS(cachalot_sim_capture_end(e.b, s), CACHALOT_ERROR_DEVICE); /* ends it, without a graph */
+  void *q = ALLOC(e.a, 0, 4 * KiB, s); /* and the stream allocates as usual again */
+  FREE(e.a, q);
+  CHECK(e.a);
+  be->ops->graph_exec_destroy(be, x);
+  be->ops->graph_destroy(be, g);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_gets_its_own_pool),
       cmocka_unit_test(without_detection_the_cache_is_used),
       cmocka_unit_test(side_streams_and_second_capture),
       cmocka_unit_test(routing_ends_and_key),
+      cmocka_unit_test(invalidated_capture_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
