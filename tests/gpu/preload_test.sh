@@ -19,7 +19,9 @@ echo "native:            $native"
 echo "under cachalot:    $under"
 echo "cachalot says:     $(cat "$out/preload.err")"
 [ "$native" = "$under" ] && echo "PASS identical output" || { echo "FAIL output differs"; fail=1; }
-calls=$(echo "$native" | sed -n 's/.* after \([0-9]*\) allocation calls/\1/p')
+calls=$(echo "$native" | sed -n 's/.* after \([0-9]*\) allocation calls.*/\1/p')
+echo "$under" | grep -q "back to where it started" && echo "PASS cudaMemGetInfo counts cachalot's cached memory as free" ||
+  { echo "FAIL cudaMemGetInfo under the interposer"; fail=1; }
 devallocs=$(sed -n 's/.*: \([0-9]*\) device allocations.*/\1/p' "$out/preload.err")
 if [ -n "$devallocs" ] && [ -n "$calls" ] && [ "$devallocs" -gt 0 ] && [ $((devallocs * 10)) -le "$calls" ]; then
   echo "PASS $devallocs device allocations for $calls allocation calls"
