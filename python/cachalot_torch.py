@@ -76,11 +76,15 @@ def _json(call, *args):
 
 
 def _device(device):
-    if device is None:
-        import torch
+    """A device index from None (the current device), an int, \"cuda:1\" or a torch.device."""
+    import torch
 
+    if device is None:
         return torch.cuda.current_device()
-    return getattr(device, "index", device) or 0
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
 
 
 def memory_stats(device=None):

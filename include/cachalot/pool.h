@@ -50,6 +50,11 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_a
  * may replay at any time. This gives up (release_pool) every such pool whose capture is over: call it
  * once the graphs made from those captures are destroyed. Captures still underway keep theirs. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_capture_pools(cachalot_allocator *a, int device);
+/* With detect_captures, tells cachalot that stream `s` is about to be destroyed: to see whether a capture
+ * is over, cachalot asks the stream of its first malloc, and asking CUDA about a destroyed stream may
+ * crash. Call it before destroying a stream that allocated during a capture (the capture must be over).
+ * Harmless for any other stream. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_forget_stream(cachalot_allocator *a, cachalot_stream s);
 
 /* --- checkpoint / restore (for trees of graphs sharing a pool) --- */
 

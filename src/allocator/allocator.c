@@ -121,6 +121,21 @@ static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uint
   return find_in_segment(seg, key);
 }
 
+bool cl_address_is_ours(cachalot_allocator *a, const void *ptr) {
+  const uintptr_t key = (uintptr_t)ptr;
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    bool ours = false;
+    cl_lock(d);
+    for (const cl_segment *s = d->segments; s && !ours; s = s->next)
+      ours = key - s->ptr < s->size;
+    cl_unlock(d);
+    if (ours)
+      return true;
+  }
+  return false;
+}
+
 cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
                                      cl_block **blk) {
   *dev = NULL;

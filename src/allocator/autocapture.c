@@ -10,6 +10,11 @@
  * captured graph uses is never handed to anyone else; cachalot_release_capture_pools gives those pools
  * up once the program knows its graphs are gone.
  *
+ * To see that a capture is over, cachalot asks the stream of its first malloc; CUDA may crash when asked
+ * about a destroyed stream, so a program must call cachalot_forget_stream before destroying a stream
+ * that allocated during a capture (the interposer does it in cudaStreamDestroy; PyTorch never destroys
+ * its streams).
+ *
  * Locking: d->auto_lock guards d->autos and is taken before (never inside) exclusive mode; the records'
  * capture_id, device and allocator never change while they route, so the filter reads them under the
  * device lock alone. */
@@ -40,7 +45,18 @@ static bool in_capture(cachalot_stream s, void *ctx) {
          id == c->capture_id;
 }
 
-/* Ends the routing of every record of `d` whose capture is over (auto_lock held). */
+/* Ends c's routing (auto_lock held). */
+static void stop_routing(cachalot_allocator *a, cl_device *d, cl_autocap *c) {
+  /* cannot fail: the routing exists and only this file ends it */
+  cachalot_status rc = cachalot_end_allocate_to_pool(a, d->index, c->pool);
+  (void)rc;
+  c->routing = false;
+  atomic_fetch_sub_explicit(&d->n_auto, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->n_auto, 1, memory_order_relaxed);
+}
+
+/* Ends the routing of every record of `d` whose capture is over (auto_lock held). Asks the capture's
+ * first stream, which must therefore not have been destroyed: cachalot_forget_stream. */
 static void end_finished(cachalot_allocator *a, cl_device *d) {
   cachalot_backend *b = a->backend;
   for (cl_autocap *c = d->autos; c; c = c->next) {
@@ -48,24 +64,25 @@ static void end_finished(cachalot_allocator *a, cl_device *d) {
       continue;
     bool capturing = false;
     uint64_t id = 0;
-    /* a stream that cannot be asked any more (destroyed) is not capturing either */
     if (b->ops->stream_capture_info(b, d->index, c->origin, &capturing, &id) == CACHALOT_OK && capturing &&
         id == c->capture_id)
       continue;
-    /* cannot fail: the routing exists and only this file ends it */
-    cachalot_status rc = cachalot_end_allocate_to_pool(a, d->index, c->pool);
-    (void)rc;
-    c->routing = false;
-    atomic_fetch_sub_explicit(&d->n_auto, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&a->n_auto, 1, memory_order_relaxed);
+    stop_routing(a, d, c);
   }
 }
 
-/* Starts routing capture `id` (whose stream `s` is allocating) unless it already is (auto_lock held). */
+/* Starts routing capture `id` (whose stream `s` is allocating) unless it already is, or unless another
+ * routing claims `s` (a cachalot_graph or the caller's begin_allocate_to_pool: the pool they chose wins)
+ * (auto_lock held). */
 static cachalot_status start_routing(cachalot_allocator *a, cl_device *d, cachalot_stream s, uint64_t id) {
   for (cl_autocap *c = d->autos; c; c = c->next)
     if (c->routing && c->capture_id == id)
       return CACHALOT_OK;
+  cl_lock(d);
+  const bool routed = d->n_routes && cl_route_pool_locked(d, s) != &d->default_pool;
+  cl_unlock(d);
+  if (routed)
+    return CACHALOT_OK;
   cl_autocap *c = calloc(1, sizeof *c);
   if (!c)
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
@@ -89,10 +106,15 @@ cachalot_status cl_autocapture_malloc(cachalot_allocator *a, cl_device *d, cacha
   bool capturing = false;
   uint64_t id = 0;
   cachalot_status rc = b->ops->stream_capture_info(b, d->index, s, &capturing, &id);
-  if (rc != CACHALOT_OK) {
+  if (rc != CACHALOT_OK && s) {
     cl_error_prefix("cachalot_malloc: device %d: asking whether the stream is being captured: ", d->index);
     return rc;
   }
+  /* The legacy stream cannot be asked while a blocking stream of its device captures (CUDA answers
+   * cudaErrorStreamCaptureImplicit): it is not part of that capture itself, so its mallocs go on as
+   * outside one, as cudaMalloc does then in relaxed mode. */
+  if (rc != CACHALOT_OK)
+    capturing = false;
   if (!capturing && !atomic_load_explicit(&d->n_auto, memory_order_relaxed))
     return CACHALOT_OK;
   if (capturing && id == 0) /* an invalidated capture: no id says which pool, and the graph is lost anyway */
@@ -117,6 +139,24 @@ void cl_autocapture_poll(cachalot_allocator *a) {
     end_finished(a, d);
     pthread_mutex_unlock(&d->auto_lock);
   }
+}
+
+cachalot_status cachalot_forget_stream(cachalot_allocator *a, cachalot_stream s) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_forget_stream: allocator is NULL");
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    pthread_mutex_lock(&d->auto_lock);
+    for (cl_autocap *c = d->autos; c; c = c->next) {
+      if (c->origin != s)
+        continue;
+      if (c->routing) /* its capture is over: a capturing stream cannot be destroyed */
+        stop_routing(a, d, c);
+      c->origin = NULL;
+    }
+    pthread_mutex_unlock(&d->auto_lock);
+  }
+  return CACHALOT_OK;
 }
 
 cachalot_status cachalot_release_capture_pools(cachalot_allocator *a, int device) {

@@ -477,6 +477,9 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
 /* Metadata free lists. NULL on host OOM. */
 cl_block *cl_block_new_locked(cl_device *d);
 void cl_block_delete_locked(cl_device *d, cl_block *b);
+/* Whether `ptr` lies in one of a's segments, handed out or not (a slow scan: for error paths, e.g. the
+ * interposer telling a second free of cachalot's memory from a pointer of the runtime's). */
+bool cl_address_is_ours(cachalot_allocator *a, const void *ptr);
 /* Tops the spares of lane `ln` up from the device's, so its warm path can split (exclusive mode). */
 void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln);
 cl_pending_event *cl_pending_new_locked(cl_device *d);

@@ -2,8 +2,9 @@
  *
  *   LD_PRELOAD=libcachalot_preload.so ./app        (app linked with the shared CUDA runtime)
  *
- * It defines cudaMalloc, cudaFree, cudaMallocAsync, cudaFreeAsync and cudaMemGetInfo, which the dynamic
- * linker then binds the program's calls to instead of libcudart's. Allocations come from cachalot's
+ * It defines cudaMalloc, cudaFree, cudaMallocAsync, cudaFreeAsync (and their per-thread default stream
+ * names, cudaMallocAsync_ptsz and cudaFreeAsync_ptsz), cudaMemGetInfo and cudaStreamDestroy, which the
+ * dynamic linker then binds the program's calls to instead of libcudart's. Allocations come from cachalot's
  * process-wide allocator (cachalot_default: $CACHALOT_ALLOC_CONF and the snapshot variables apply) with
  * capture detection on; pointers cachalot did not hand out go to the runtime's own functions, reached
  * with dlsym(RTLD_NEXT) (so does the backend inside this library: cuda.c's CL_CUDA). A program linked
@@ -13,13 +14,21 @@
  *
  * Semantics kept from the runtime:
  * - cudaMalloc memory is usable on any stream: it is taken on the legacy default stream, and cudaFree
- *   synchronizes the device first (as the runtime's cudaFree does), so no stream still uses a block that
- *   the next cudaMalloc may hand out again;
+ *   synchronizes the pointer's device first (as the runtime's cudaFree does), so no stream still uses a
+ *   block that the next cudaMalloc may hand out again; not during a capture it can see (one cachalot
+ *   detected, or any blocking stream's), where a device-wide wait would break it (a capture of a
+ *   non-blocking stream it cannot see: a cudaFree of cachalot's memory meanwhile invalidates it);
  * - cudaMallocAsync / cudaFreeAsync are stream-ordered: a block freed on another stream than its
  *   allocation's is freed once that stream's work so far is done (record_stream);
- * - cudaFree(NULL) still goes to the runtime (programs call it to create the context);
+ * - cudaFree(NULL) still goes to the runtime (programs call it to create the context); a second free of
+ *   cachalot's memory is refused (cudaErrorInvalidDevicePointer), never passed to the runtime, which
+ *   would release the whole segment;
+ * - cudaStreamDestroy tells cachalot first (cachalot_forget_stream), so that capture detection never
+ *   asks about a destroyed stream;
  * - cudaMemGetInfo counts the memory cachalot holds but does not use as free. */
 #include "plugin.h"
+
+#include "../allocator/internal.h"
 
 #include <cuda_runtime_api.h>
 
@@ -31,14 +40,36 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
+
 cudaError_t (*cl_real_cudaMalloc)(void **, size_t);
 cudaError_t (*cl_real_cudaFree)(void *);
 cudaError_t (*cl_real_cudaMemGetInfo)(size_t *, size_t *);
-static cudaError_t (*real_cudaMallocAsync)(void **, size_t, cudaStream_t);
-static cudaError_t (*real_cudaFreeAsync)(void *, cudaStream_t);
+static malloc_async_fn real_cudaMallocAsync, real_cudaMallocAsync_ptsz;
+static free_async_fn real_cudaFreeAsync, real_cudaFreeAsync_ptsz;
+static cudaError_t (*real_cudaStreamDestroy)(cudaStream_t);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cachalot_allocator *allocator;
+
+/* The runtime's functions, found when the library is loaded: before anything (the program, or cachalot's
+ * API that this library also exports) can reach the backend, which calls through the first three. */
+__attribute__((constructor)) static void resolve(void) {
+  cl_real_cudaMalloc = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
+  cl_real_cudaFree = (cudaError_t(*)(void *))dlsym(RTLD_NEXT, "cudaFree");
+  cl_real_cudaMemGetInfo = (cudaError_t(*)(size_t *, size_t *))dlsym(RTLD_NEXT, "cudaMemGetInfo");
+  real_cudaMallocAsync = (malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync");
+  real_cudaFreeAsync = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync");
+  real_cudaMallocAsync_ptsz = (malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync_ptsz");
+  real_cudaFreeAsync_ptsz = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync_ptsz");
+  real_cudaStreamDestroy = (cudaError_t(*)(cudaStream_t))dlsym(RTLD_NEXT, "cudaStreamDestroy");
+  if (!cl_real_cudaMalloc || !cl_real_cudaFree || !cl_real_cudaMemGetInfo || !real_cudaMallocAsync ||
+      !real_cudaFreeAsync || !real_cudaStreamDestroy) {
+    fprintf(stderr, "cachalot_preload: the CUDA runtime's functions were not found (libcudart.so)\n");
+    abort(); /* nothing sensible can be answered to the program's allocations */
+  }
+}
 
 static void report(void) {
   cachalot_device_stats st;
@@ -51,17 +82,6 @@ static void report(void) {
 }
 
 static void init(void) {
-  cl_real_cudaMalloc = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
-  cl_real_cudaFree = (cudaError_t(*)(void *))dlsym(RTLD_NEXT, "cudaFree");
-  cl_real_cudaMemGetInfo = (cudaError_t(*)(size_t *, size_t *))dlsym(RTLD_NEXT, "cudaMemGetInfo");
-  real_cudaMallocAsync = (cudaError_t(*)(void **, size_t, cudaStream_t))dlsym(RTLD_NEXT, "cudaMallocAsync");
-  real_cudaFreeAsync = (cudaError_t(*)(void *, cudaStream_t))dlsym(RTLD_NEXT, "cudaFreeAsync");
-  if (!cl_real_cudaMalloc || !cl_real_cudaFree || !cl_real_cudaMemGetInfo || !real_cudaMallocAsync ||
-      !real_cudaFreeAsync) {
-    fprintf(stderr, "cachalot_preload: the CUDA runtime's allocation functions were not found: is the "
-                    "program linked with the shared runtime (nvcc -cudart shared)?\n");
-    abort(); /* nothing sensible can be answered to the program's allocations */
-  }
   allocator = cl_plugin_allocator("cachalot_preload (the runtime's allocator is used)");
   if (!allocator)
     return;
@@ -81,62 +101,97 @@ static cudaError_t error_of(cachalot_status s) {
   case CACHALOT_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
   case CACHALOT_ERROR_INVALID_ARGUMENT: return cudaErrorInvalidValue;
   case CACHALOT_ERROR_INVALID_POINTER: return cudaErrorInvalidDevicePointer;
+  case CACHALOT_ERROR_INVALID_STATE: return cudaErrorStreamCaptureInvalidated; /* the only such malloc */
   default: return cudaErrorUnknown;
   }
 }
 
-static cudaError_t do_malloc(void **p, size_t size, cudaStream_t s, bool async) {
+static cudaError_t do_malloc(void **p, size_t size, cudaStream_t s, malloc_async_fn real_async, bool async) {
   cachalot_allocator *a = get();
   if (!a)
-    return async ? real_cudaMallocAsync(p, size, s) : cl_real_cudaMalloc(p, size);
+    return async ? (real_async ? real_async(p, size, s) : cudaErrorNotSupported) : cl_real_cudaMalloc(p, size);
   if (!p)
     return cudaErrorInvalidValue;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess)
     return e;
-  cachalot_status rc = cachalot_malloc(a, dev, size, (cachalot_stream)s, p);
-  return error_of(rc); /* size 0: success and NULL, as the runtime answers */
+  return error_of(cachalot_malloc(a, dev, size, (cachalot_stream)s, p)); /* size 0: success and NULL */
 }
 
-EXPORT cudaError_t cudaMalloc(void **p, size_t size) { return do_malloc(p, size, NULL, false); }
+/* Frees cachalot's block p stream-ordered on s (record_stream when s is not its allocation stream); the
+ * runtime's `real` takes pointers that are not cachalot's at all. */
+static cudaError_t do_free_async(void *p, cudaStream_t s, free_async_fn real) {
+  cachalot_allocator *a = get();
+  if (!a || !p)
+    return real ? real(p, s) : cudaErrorNotSupported;
+  cachalot_status rc = cachalot_record_stream(a, p, (cachalot_stream)s);
+  if (rc == CACHALOT_OK)
+    rc = cachalot_free(a, p);
+  if (rc == CACHALOT_ERROR_INVALID_POINTER && !cl_address_is_ours(a, p))
+    return real ? real(p, s) : cudaErrorInvalidDevicePointer;
+  return error_of(rc);
+}
 
-EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) { return do_malloc(p, size, s, true); }
+EXPORT cudaError_t cudaMalloc(void **p, size_t size) { return do_malloc(p, size, NULL, NULL, false); }
+
+EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+  return do_malloc(p, size, s, real_cudaMallocAsync, true);
+}
+
+/* The per-thread default stream build's names: its stream 0 is cudaStreamPerThread. */
+EXPORT cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) {
+  return do_malloc(p, size, s ? s : cudaStreamPerThread, real_cudaMallocAsync_ptsz, true);
+}
+
+EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return do_free_async(p, s, real_cudaFreeAsync); }
+
+EXPORT cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
+  return do_free_async(p, s ? s : cudaStreamPerThread, real_cudaFreeAsync_ptsz);
+}
+
+/* Waits for the device of cachalot's block p, as the runtime's cudaFree does; not during a capture it
+ * can see (one cachalot detected, or a blocking stream's, which makes the legacy stream unaskable), where
+ * a device-wide wait would invalidate it. */
+static cudaError_t wait_for_device_of(cachalot_allocator *a, void *p) {
+  if (atomic_load_explicit(&a->n_auto, memory_order_relaxed))
+    return cudaSuccess;
+  int cur = 0;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e != cudaSuccess)
+    return e;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(0, &cs) != cudaSuccess) { /* cudaErrorStreamCaptureImplicit */
+    (void)cudaGetLastError();
+    return cudaSuccess;
+  }
+  if (cs != cudaStreamCaptureStatusNone)
+    return cudaSuccess;
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* only the error this call made: a program's own came back from cudaGetDevice */
+    return cudaSuccess;       /* not the runtime's pointer: the free below answers for it */
+  }
+  if (attr.type != cudaMemoryTypeDevice || attr.device == cur)
+    return cudaDeviceSynchronize();
+  if ((e = cudaSetDevice(attr.device)) != cudaSuccess)
+    return e;
+  e = cudaDeviceSynchronize();
+  (void)cudaSetDevice(cur);
+  return e;
+}
 
 EXPORT cudaError_t cudaFree(void *p) {
   cachalot_allocator *a = get();
   if (!a || !p)
     return cl_real_cudaFree(p);
-  /* The runtime's cudaFree waits for the device: programs rely on it before reusing memory. That is the
-   * pointer's device, which need not be the current one. */
-  struct cudaPointerAttributes attr;
-  int cur = 0;
-  cudaError_t e = cudaGetDevice(&cur);
-  if (e == cudaSuccess && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeDevice &&
-      attr.device != cur) {
-    if ((e = cudaSetDevice(attr.device)) == cudaSuccess) {
-      e = cudaDeviceSynchronize();
-      (void)cudaSetDevice(cur);
-    }
-  } else {
-    (void)cudaGetLastError(); /* a pointer the runtime does not know: the free below answers for it */
-    e = cudaDeviceSynchronize();
-  }
+  cudaError_t e = wait_for_device_of(a, p); /* the runtime's would wait too, for its own pointers */
   if (e != cudaSuccess)
     return e;
   cachalot_status rc = cachalot_free(a, p);
-  return rc == CACHALOT_ERROR_INVALID_POINTER ? cl_real_cudaFree(p) : error_of(rc);
-}
-
-EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  cachalot_allocator *a = get();
-  if (!a || !p)
-    return real_cudaFreeAsync(p, s);
-  /* stream order: when s is not the allocation stream, the block waits for s's work so far */
-  cachalot_status rc = cachalot_record_stream(a, p, (cachalot_stream)s);
-  if (rc == CACHALOT_OK)
-    rc = cachalot_free(a, p);
-  return rc == CACHALOT_ERROR_INVALID_POINTER ? real_cudaFreeAsync(p, s) : error_of(rc);
+  if (rc == CACHALOT_ERROR_INVALID_POINTER && !cl_address_is_ours(a, p))
+    return cl_real_cudaFree(p);
+  return error_of(rc); /* a second free of cachalot's memory: cudaErrorInvalidDevicePointer */
 }
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
@@ -150,4 +205,11 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   /* held by cachalot but not in use: the program may have it */
   *free_bytes += (size_t)(st.reserved_bytes[0].current - st.allocated_bytes[0].current);
   return e;
+}
+
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  cachalot_allocator *a = get();
+  if (a && cachalot_forget_stream(a, (cachalot_stream)s) != CACHALOT_OK) /* cannot fail with an allocator */
+    fprintf(stderr, "cachalot_preload: cudaStreamDestroy: %s\n", cachalot_last_error());
+  return real_cudaStreamDestroy(s);
 }

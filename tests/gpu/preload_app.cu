@@ -86,6 +86,67 @@ int main(void) {
   CHECK(cudaStreamSynchronize(s[0]));
   sum += host[1];
   CHECK(cudaMemPoolDestroy(pool));
+
+  /* A second free is refused (and must not release memory that is in use: the work below runs on it). */
+  float *twice, *live;
+  CHECK(cudaMalloc(&twice, 1 << 20));
+  CHECK(cudaMalloc(&live, 1 << 20));
+  CHECK(cudaFree(twice));
+  cudaError_t again = cudaFree(twice);
+  (void)cudaGetLastError();
+  printf("second free %s\n", again == cudaSuccess ? "ACCEPTED" : "refused");
+  fill<<<64, 256>>>(live, 1 << 18, 4.0f);
+  CHECK(cudaMemcpy(host, live, 64, cudaMemcpyDeviceToHost));
+  sum += host[3];
+  CHECK(cudaFree(live));
+
+  /* Stream-ordered allocations inside a capture, the graph replayed, then its stream destroyed; a
+   * relaxed capture of a blocking stream during which cudaMalloc and cudaFree are called. */
+  cudaStream_t cs;
+  CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  float *out;
+  CHECK(cudaMalloc(&out, 1024 * sizeof(float)));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+  float *tmp;
+  CHECK(cudaMallocAsync(&tmp, 1024 * sizeof(float), cs));
+  fill<<<4, 256, 0, cs>>>(tmp, 1024, 5.0f);
+  axpy<<<4, 256, 0, cs>>>(out, tmp, 1024, 1.0f);
+  CHECK(cudaFreeAsync(tmp, cs));
+  CHECK(cudaStreamEndCapture(cs, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaMemset(out, 0, 1024 * sizeof(float)));
+  for (int r = 0; r < 3; r++)
+    CHECK(cudaGraphLaunch(exec, cs));
+  CHECK(cudaStreamSynchronize(cs));
+  CHECK(cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost));
+  sum += host[2];
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(cs));
+  float *after;
+  CHECK(cudaMalloc(&after, 4096)); /* capture detection must not ask about the destroyed stream */
+  CHECK(cudaFree(after));
+
+  cudaStream_t bs;
+  CHECK(cudaStreamCreate(&bs)); /* blocking */
+  CHECK(cudaStreamBeginCapture(bs, cudaStreamCaptureModeRelaxed));
+  float *during;
+  cudaError_t m = cudaMalloc(&during, 3 << 20);
+  cudaError_t f = m == cudaSuccess ? cudaFree(during) : m;
+  fill<<<4, 256, 0, bs>>>(out, 1024, 6.0f);
+  CHECK(cudaStreamEndCapture(bs, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, bs));
+  CHECK(cudaStreamSynchronize(bs));
+  CHECK(cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost));
+  sum += host[4];
+  printf("relaxed capture: cudaMalloc %s, cudaFree %s, graph ran\n", cudaGetErrorName(m), cudaGetErrorName(f));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(bs));
+  CHECK(cudaFree(out));
   CHECK(cudaDeviceSynchronize());
   printf("checksum %.3f after %ld allocation calls; free memory %s\n", sum, calls,
          back ? "back to where it started" : "LOWER than at the start");

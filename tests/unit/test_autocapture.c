@@ -196,6 +196,42 @@ static void invalidated_capture_refused(void **state) {
   env_free(&e);
 }
 
+/* A cachalot_graph routes its capture itself: its pool wins over a detected one. A stream forgotten
+ * after its capture ends the capture's routing and is not asked again. */
+static void graph_pool_wins_and_forget(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "detect_captures:True");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_graph *g = NULL;
+  OK(cachalot_graph_create(e.a, 0, false, &g));
+  const cachalot_mempool_id shared = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_graph_capture_begin(g, s, shared, CACHALOT_CAPTURE_GLOBAL));
+  void *x = ALLOC(e.a, 0, 1 * MiB, s);
+  EQ(segments_in_pool(e.a, 1), 0); /* no detected pool {1,0} */
+  char *json = NULL, key[64];
+  OK(cachalot_snapshot_json(e.a, &json));
+  snprintf(key, sizeof key, "\"segment_pool_id\":[0,%u]", (unsigned)shared.second);
+  assert_non_null(strstr(json, key)); /* the graph's own pool */
+  free(json);
+  FREE(e.a, x);
+  OK(cachalot_graph_capture_end(g));
+  cachalot_graph_destroy(g);
+  CHECK(e.a);
+
+  capture_begin(&e, s); /* a capture cachalot only detects */
+  void *y = ALLOC(e.a, 0, 4 * KiB, s);
+  capture_end(&e, s);
+  OK(cachalot_forget_stream(e.a, s)); /* ends the routing at once */
+  FREE(e.a, y);
+  OK(cachalot_release_capture_pools(e.a, 0));
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 0);
+  STATUS(cachalot_forget_stream(NULL, s), CACHALOT_ERROR_INVALID_ARGUMENT);
+  OK(cachalot_forget_stream(e.a, NULL)); /* a stream that never captured: nothing to do */
+  CHECK(e.a);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_gets_its_own_pool),
@@ -203,6 +239,7 @@ int main(void) {
       cmocka_unit_test(side_streams_and_second_capture),
       cmocka_unit_test(routing_ends_and_key),
       cmocka_unit_test(invalidated_capture_refused),
+      cmocka_unit_test(graph_pool_wins_and_forget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
