@@ -306,6 +306,51 @@ static void test_threads(cachalot_backend *b) {
     CHECK(pthread_join(t[i], NULL) == 0, "pthread_join");
 }
 
+/* Virtual memory: a reservation backed page by page, written and read across a page boundary, a map too
+ * large for the device refused as out of memory, then everything given back. */
+static void test_vmm(cachalot_backend *b) {
+  const cl_backend_ops *ops = b->ops;
+  size_t g = 0;
+  CHECK_OK(ops->va_granularity(b, 0, &g));
+  CHECK(g > 0 && (g & (g - 1)) == 0 && g <= ((size_t)2 << 20), "granularity %zu", g);
+  size_t f0 = 0, t = 0, f1 = 0;
+  CHECK_OK(ops->mem_info(b, 0, &f0, &t));
+  const size_t page = (size_t)2 << 20, reserved = 32 * page;
+  void *base = NULL;
+  CHECK_OK(ops->va_reserve(b, 0, reserved, &base));
+  CHECK(base != NULL && (uintptr_t)base % page == 0, "reservation at %p", base);
+  CHECK_OK(ops->va_map(b, 0, base, page));
+  CHECK_OK(ops->va_map(b, 0, (char *)base + page, 10 * page));
+  CHECK_OK(ops->mem_info(b, 0, &f1, &t));
+  CHECK(f0 - f1 >= 11 * page, "11 pages mapped, free went from %zu to %zu", f0, f1);
+  /* across the boundary of the two mappings */
+  enum { N = 1 << 20 };
+  unsigned *host = malloc(N * sizeof *host), *back = malloc(N * sizeof *back);
+  CHECK(host && back, "host memory");
+  for (unsigned i = 0; i < N; i++)
+    host[i] = i * 2654435761u;
+  char *at = (char *)base + page - N * sizeof(unsigned) / 2;
+  CHECK_CUDA(cudaMemcpy(at, host, N * sizeof *host, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(back, at, N * sizeof *back, cudaMemcpyDeviceToHost));
+  CHECK(memcmp(host, back, N * sizeof *host) == 0, "data read back through the mappings differs");
+  free(host);
+  free(back);
+  /* more than the device has: out of memory, nothing left mapped */
+  void *huge = NULL;
+  const size_t too_much = (t / page + 8) * page;
+  CHECK_OK(ops->va_reserve(b, 0, too_much, &huge));
+  cachalot_status st = ops->va_map(b, 0, huge, too_much);
+  CHECK(st == CACHALOT_ERROR_OUT_OF_MEMORY, "mapping %zu bytes returned %s (%s)", too_much, cachalot_status_name(st),
+        cachalot_last_error());
+  check_no_pending_error("a map refused as out of memory");
+  CHECK_OK(ops->va_release(b, 0, huge, too_much));
+  CHECK_OK(ops->va_unmap(b, 0, (char *)base + page, 10 * page));
+  CHECK_OK(ops->va_unmap(b, 0, base, page));
+  CHECK_OK(ops->va_release(b, 0, base, reserved));
+  CHECK(current_device() == 0, "the VMM calls left device %d current", current_device());
+  check_no_pending_error("the VMM calls");
+}
+
 int main(void) {
   cachalot_backend *b = (cachalot_backend *)1;
   cachalot_status st = cachalot_backend_cuda(&b);
@@ -322,6 +367,7 @@ int main(void) {
   test_events(b);
   test_capture(b);
   test_threads(b);
+  test_vmm(b);
   check_no_pending_error("the whole run");
 
   cachalot_backend_destroy(b);

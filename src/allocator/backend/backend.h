@@ -38,6 +38,24 @@ typedef struct cl_backend_ops {
   /* The device's free and total bytes (cudaMemGetInfo). */
   cachalot_status (*mem_info)(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
 
+  /* --- virtual memory (for expandable segments) ---
+   * Address space is reserved once and backed by physical memory one mapping at a time; sizes and
+   * addresses are multiples of the granularity. */
+  /* The mapping granularity of `device` in bytes (a power of two; 2 MiB on the GPUs seen so far). */
+  cachalot_status (*va_granularity)(cachalot_backend *b, int device, size_t *out);
+  /* Reserves `size` bytes of address space for `device`, no memory behind them: *base. Costs no device
+   * memory; DEVICE when the address space is exhausted. */
+  cachalot_status (*va_reserve)(cachalot_backend *b, int device, size_t size, void **base);
+  /* Gives a reservation back (base and size as reserved); INVALID_STATE while anything in it is mapped. */
+  cachalot_status (*va_release)(cachalot_backend *b, int device, void *base, size_t size);
+  /* Backs [addr, addr + size), inside a reservation of `device` and not mapped, with new physical memory
+   * of `device`, readable and writable by it (create, map, set access: all or nothing). OUT_OF_MEMORY when
+   * the device has not the memory (or an injected fault: maps count as device allocations). */
+  cachalot_status (*va_map)(cachalot_backend *b, int device, void *addr, size_t size);
+  /* Undoes one va_map (the same addr and size) and frees its physical memory; does not wait for the
+   * device: the caller makes sure no work still uses the range. */
+  cachalot_status (*va_unmap)(cachalot_backend *b, int device, void *addr, size_t size);
+
   /* Records an event on stream `s`, capturing all work enqueued on `s` so far. A non-NULL stream is
    * recorded on its own device (which may differ from `device`: a block can be used by a stream of
    * another device); NULL is `device`'s default stream. The event comes from a recycled pool; *out is

@@ -157,7 +157,17 @@ struct sim_alloc {
   UT_hash_handle hh;
 };
 
-/* Invariant: used == the sum of the sizes of the device's live allocations, and used <= capacity;
+/* A reservation of address space (va_reserve), keyed by base, and a mapping inside one (va_map), keyed
+ * by addr. */
+struct sim_range {
+  uint64_t addr;
+  size_t size;
+  int device;
+  UT_hash_handle hh;
+};
+
+/* Invariant: used == the sum of the sizes of the device's live allocations and mappings, and used <=
+ * capacity;
  * bump is a multiple of SIM_ALIGN, at most SIM_RANGE, and above every live allocation's end offset. */
 struct sim_device {
   size_t used;
@@ -177,6 +187,7 @@ struct sim_backend {
   struct sim_device dev[SIM_MAX_DEVICES];
   struct sim_stream *streams;
   struct sim_alloc *allocs;
+  struct sim_range *reservations, *mappings;
   struct sim_event *free_events;
   struct sim_event_slab *slabs;
   struct sim_capture *captures;
@@ -321,6 +332,18 @@ static void complete_device_locked(struct sim_backend *sim, int device) {
 
 /* ---- the ops table ---- */
 
+/* Whether this device allocation (or map) is to fail by fault injection; counts it (lock held). */
+static bool inject_locked(struct sim_backend *sim) {
+  bool inject = false;
+  if (sim->fail_every > 0 && ++sim->alloc_count % (uint64_t)sim->fail_every == 0)
+    inject = true;
+  if (sim->fail_allocs > 0) {
+    sim->fail_allocs--;
+    inject = true;
+  }
+  return inject;
+}
+
 static cachalot_status sim_alloc(cachalot_backend *b, int device, size_t size, void **ptr) {
   struct sim_backend *sim = sim_of(b);
   if (!ptr)
@@ -344,14 +367,7 @@ static cachalot_status sim_alloc(cachalot_backend *b, int device, size_t size, v
 
   /* Fault injection sits after the capture check, so only allocations the device would have attempted
    * count toward fail_every, including those the fail-next count already failed. */
-  bool inject = false;
-  if (sim->fail_every > 0 && ++sim->alloc_count % (uint64_t)sim->fail_every == 0)
-    inject = true;
-  if (sim->fail_allocs > 0) {
-    sim->fail_allocs--;
-    inject = true;
-  }
-  if (inject) {
+  if (inject_locked(sim)) {
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected device allocation failure");
     goto out;
   }
@@ -1257,6 +1273,15 @@ static void sim_destroy(cachalot_backend *b) {
     HASH_DEL(sim->allocs, a);
     free(a);
   }
+  struct sim_range *r, *rtmp;
+  HASH_ITER(hh, sim->reservations, r, rtmp) {
+    HASH_DEL(sim->reservations, r);
+    free(r);
+  }
+  HASH_ITER(hh, sim->mappings, r, rtmp) {
+    HASH_DEL(sim->mappings, r);
+    free(r);
+  }
   while (sim->slabs) {
     struct sim_event_slab *next = sim->slabs->next;
     free(sim->slabs);
@@ -1266,11 +1291,167 @@ static void sim_destroy(cachalot_backend *b) {
   free(sim);
 }
 
+/* ---- virtual memory: reservations of address space and mappings inside them ---- */
+
+#define SIM_GRANULARITY ((uint64_t)2 << 20)
+
+static cachalot_status sim_va_granularity(cachalot_backend *b, int device, size_t *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_granularity: out is NULL");
+  *out = 0;
+  cachalot_status st = sim_check_device(sim_of(b), device, "simulated va_granularity");
+  if (st == CACHALOT_OK)
+    *out = (size_t)SIM_GRANULARITY;
+  return st;
+}
+
+static bool granular(uint64_t x) { return (x & (SIM_GRANULARITY - 1)) == 0; }
+
+static cachalot_status sim_va_reserve(cachalot_backend *b, int device, size_t size, void **base) {
+  struct sim_backend *sim = sim_of(b);
+  if (!base)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_reserve: base is NULL");
+  *base = NULL;
+  if (size == 0 || !granular(size))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_reserve: %zu bytes is not a positive multiple of "
+                   "the granularity", size);
+  cachalot_status st = sim_check_device(sim, device, "simulated va_reserve");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_device *dev = &sim->dev[device];
+  const uint64_t start = (dev->bump + SIM_GRANULARITY - 1) & ~(SIM_GRANULARITY - 1);
+  struct sim_range *r = NULL;
+  if (start > SIM_RANGE || (uint64_t)size > SIM_RANGE - start) {
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated va_reserve: address space exhausted");
+  } else if (!(r = calloc(1, sizeof *r))) {
+    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+  } else {
+    bool oom = false;
+    r->addr = ((uint64_t)(device + 1) << SIM_RANGE_SHIFT) + start;
+    r->size = size;
+    r->device = device;
+    HASH_ADD(hh, sim->reservations, addr, sizeof r->addr, r);
+    if (oom) {
+      free(r);
+      st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+    } else {
+      dev->bump = start + size; /* addresses are never reused, reserved or allocated */
+      *base = (void *)(uintptr_t)r->addr;
+    }
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+/* The mapping overlapping [addr, addr + size), if any (lock held). */
+static struct sim_range *overlapping_mapping_locked(struct sim_backend *sim, uint64_t addr, size_t size) {
+  struct sim_range *m, *tmp;
+  HASH_ITER(hh, sim->mappings, m, tmp)
+  if (m->addr < addr + size && addr < m->addr + m->size)
+    return m;
+  return NULL;
+}
+
+static cachalot_status sim_va_release(cachalot_backend *b, int device, void *base, size_t size) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated va_release");
+  if (st != CACHALOT_OK)
+    return st;
+  const uint64_t key = (uint64_t)(uintptr_t)base;
+  sim_lock(sim);
+  struct sim_range *r = NULL;
+  HASH_FIND(hh, sim->reservations, &key, sizeof key, r);
+  if (!r || r->size != size || r->device != device)
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_release: 0x%" PRIx64 " (%zu bytes) is not a "
+                 "reservation of device %d", key, size, device);
+  else if (overlapping_mapping_locked(sim, key, size))
+    st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated va_release: the reservation at 0x%" PRIx64
+                 " still has mapped memory", key);
+  else {
+    HASH_DEL(sim->reservations, r);
+    free(r);
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status sim_va_map(cachalot_backend *b, int device, void *addr, size_t size) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated va_map");
+  if (st != CACHALOT_OK)
+    return st;
+  const uint64_t a = (uint64_t)(uintptr_t)addr;
+  if (size == 0 || !granular(size) || !granular(a))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_map: 0x%" PRIx64 " (%zu bytes) is not aligned to "
+                   "the granularity", a, size);
+  sim_lock(sim);
+  struct sim_range *r, *tmp, *in = NULL;
+  HASH_ITER(hh, sim->reservations, r, tmp)
+  if (r->device == device && r->addr <= a && a - r->addr <= r->size && size <= r->size - (a - r->addr))
+    in = r;
+  struct sim_device *dev = &sim->dev[device];
+  struct sim_range *m = NULL;
+  if (!in)
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_map: 0x%" PRIx64 " (%zu bytes) is not inside a "
+                 "reservation of device %d", a, size, device);
+  else if (overlapping_mapping_locked(sim, a, size))
+    st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated va_map: 0x%" PRIx64 " is mapped already", a);
+  else if (inject_locked(sim))
+    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected device allocation failure (map)");
+  else if (size > sim->capacity - dev->used)
+    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "simulated device %d out of memory: %zu bytes to map, %zu free",
+                 device, size, sim->capacity - dev->used);
+  else if (!(m = calloc(1, sizeof *m)))
+    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+  else {
+    bool oom = false;
+    m->addr = a;
+    m->size = size;
+    m->device = device;
+    HASH_ADD(hh, sim->mappings, addr, sizeof m->addr, m);
+    if (oom) {
+      free(m);
+      st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+    } else {
+      dev->used += size;
+    }
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+static cachalot_status sim_va_unmap(cachalot_backend *b, int device, void *addr, size_t size) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated va_unmap");
+  if (st != CACHALOT_OK)
+    return st;
+  const uint64_t key = (uint64_t)(uintptr_t)addr;
+  sim_lock(sim);
+  struct sim_range *m = NULL;
+  HASH_FIND(hh, sim->mappings, &key, sizeof key, m);
+  if (!m || m->size != size || m->device != device) {
+    st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_unmap: 0x%" PRIx64 " (%zu bytes) is not a mapping "
+                 "of device %d", key, size, device);
+  } else {
+    sim->dev[device].used -= size;
+    HASH_DEL(sim->mappings, m);
+    free(m);
+  }
+  sim_unlock(sim);
+  return st;
+}
+
 static const cl_backend_ops sim_ops = {
     .name = "sim",
     .alloc = sim_alloc,
     .free = sim_free,
     .mem_info = sim_mem_info,
+    .va_granularity = sim_va_granularity,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .va_map = sim_va_map,
+    .va_unmap = sim_va_unmap,
     .event_record = sim_event_record,
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
