@@ -203,10 +203,7 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   return CL_WARM_DONE;
 slow:
   cl_spin_unlock(&ln->lock);
-  if (CL_LIKELY(!(warm & CL_WARM_STOP)))
-    return CL_WARM_SLOW;
-  cl_lane_wait_stop(d);
-  return CL_WARM_STOPPED;
+  return cl_warm_missed(d, warm);
 }
 
 /* Everything but the warm path, in exclusive mode. */

@@ -772,6 +772,14 @@ void cl_lane_wait_stop(cl_device *d);
 /* What a warm path did: the call is done; it needs exclusive mode; or a thread was entering exclusive
  * mode (CL_WARM_STOP) and the call is to be tried again once that is over. Nothing changed unless DONE. */
 typedef enum { CL_WARM_DONE, CL_WARM_SLOW, CL_WARM_STOPPED } cl_warm_result;
+/* A warm path that did not finish (lane unlocked), having read flags `warm`: SLOW, or STOPPED once the
+ * exclusive mode that stopped it is over. */
+CL_INLINE cl_warm_result cl_warm_missed(cl_device *d, unsigned warm) {
+  if (CL_LIKELY(!(warm & CL_WARM_STOP)))
+    return CL_WARM_SLOW;
+  cl_lane_wait_stop(d);
+  return CL_WARM_STOPPED;
+}
 
 /* Takes room from the device's pools so that each ln->st[small][id].rem >= need[id] and oversize.rem >=
  * need_ov (entries already there are left alone). False when a pool has too little: exclusive mode then. */

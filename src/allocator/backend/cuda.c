@@ -318,6 +318,8 @@ static struct {
 } vmm;
 static pthread_once_t vmm_once = PTHREAD_ONCE_INIT;
 
+/* A driver function through the runtime's entry-point lookup, in its CUDA 12.0 signature; NULL when the
+ * driver has none. */
 static void *driver_symbol(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -481,15 +483,8 @@ static capture_info_fn driver_capture_info;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 
 static void find_driver_capture_info(void) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  /* version 12000: the signature above (later versions of the symbol take edge data too) */
-  if (cudaGetDriverEntryPointByVersion("cuStreamGetCaptureInfo", &fn, 12000, cudaEnableDefault, &q) ==
-          cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    driver_capture_info = (capture_info_fn)fn;
-  else
-    (void)cudaGetLastError();
+  /* version 12000 (driver_symbol): the signature above; later versions of the symbol take edge data too */
+  driver_capture_info = (capture_info_fn)driver_symbol("cuStreamGetCaptureInfo");
 }
 
 static cachalot_status cuda_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s,
