@@ -1307,6 +1307,28 @@ static cachalot_status sim_va_granularity(cachalot_backend *b, int device, size_
 
 static bool granular(uint64_t x) { return (x & (SIM_GRANULARITY - 1)) == 0; }
 
+/* Adds the range [addr, addr + size) of `device` to `table` (lock held). OUT_OF_MEMORY on host OOM. */
+static cachalot_status add_range_locked(struct sim_range **table, uint64_t addr, size_t size, int device) {
+  struct sim_range *r = calloc(1, sizeof *r);
+  bool oom = !r;
+  if (r) {
+    *r = (struct sim_range){.addr = addr, .size = size, .device = device};
+    HASH_ADD(hh, *table, addr, sizeof r->addr, r);
+  }
+  if (oom) {
+    free(r);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
+  }
+  return CACHALOT_OK;
+}
+
+/* The range of `table` that is exactly [addr, addr + size) of `device`, or NULL (lock held). */
+static struct sim_range *exact_range_locked(struct sim_range *table, uint64_t addr, size_t size, int device) {
+  struct sim_range *r = NULL;
+  HASH_FIND(hh, table, &addr, sizeof addr, r);
+  return r && r->size == size && r->device == device ? r : NULL;
+}
+
 static cachalot_status sim_va_reserve(cachalot_backend *b, int device, size_t size, void **base) {
   struct sim_backend *sim = sim_of(b);
   if (!base)
@@ -1321,24 +1343,12 @@ static cachalot_status sim_va_reserve(cachalot_backend *b, int device, size_t si
   sim_lock(sim);
   struct sim_device *dev = &sim->dev[device];
   const uint64_t start = (dev->bump + SIM_GRANULARITY - 1) & ~(SIM_GRANULARITY - 1);
-  struct sim_range *r = NULL;
+  const uint64_t addr = ((uint64_t)(device + 1) << SIM_RANGE_SHIFT) + start;
   if (start > SIM_RANGE || (uint64_t)size > SIM_RANGE - start) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated va_reserve: address space exhausted");
-  } else if (!(r = calloc(1, sizeof *r))) {
-    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
-  } else {
-    bool oom = false;
-    r->addr = ((uint64_t)(device + 1) << SIM_RANGE_SHIFT) + start;
-    r->size = size;
-    r->device = device;
-    HASH_ADD(hh, sim->reservations, addr, sizeof r->addr, r);
-    if (oom) {
-      free(r);
-      st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
-    } else {
-      dev->bump = start + size; /* addresses are never reused, reserved or allocated */
-      *base = (void *)(uintptr_t)r->addr;
-    }
+  } else if ((st = add_range_locked(&sim->reservations, addr, size, device)) == CACHALOT_OK) {
+    dev->bump = start + size; /* addresses are never reused, reserved or allocated */
+    *base = (void *)(uintptr_t)addr;
   }
   sim_unlock(sim);
   return st;
@@ -1360,9 +1370,8 @@ static cachalot_status sim_va_release(cachalot_backend *b, int device, void *bas
     return st;
   const uint64_t key = (uint64_t)(uintptr_t)base;
   sim_lock(sim);
-  struct sim_range *r = NULL;
-  HASH_FIND(hh, sim->reservations, &key, sizeof key, r);
-  if (!r || r->size != size || r->device != device)
+  struct sim_range *r = exact_range_locked(sim->reservations, key, size, device);
+  if (!r)
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_release: 0x%" PRIx64 " (%zu bytes) is not a "
                  "reservation of device %d", key, size, device);
   else if (overlapping_mapping_locked(sim, key, size))
@@ -1391,7 +1400,6 @@ static cachalot_status sim_va_map(cachalot_backend *b, int device, void *addr, s
   if (r->device == device && r->addr <= a && a - r->addr <= r->size && size <= r->size - (a - r->addr))
     in = r;
   struct sim_device *dev = &sim->dev[device];
-  struct sim_range *m = NULL;
   if (!in)
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_map: 0x%" PRIx64 " (%zu bytes) is not inside a "
                  "reservation of device %d", a, size, device);
@@ -1402,21 +1410,8 @@ static cachalot_status sim_va_map(cachalot_backend *b, int device, void *addr, s
   else if (size > sim->capacity - dev->used)
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "simulated device %d out of memory: %zu bytes to map, %zu free",
                  device, size, sim->capacity - dev->used);
-  else if (!(m = calloc(1, sizeof *m)))
-    st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
-  else {
-    bool oom = false;
-    m->addr = a;
-    m->size = size;
-    m->device = device;
-    HASH_ADD(hh, sim->mappings, addr, sizeof m->addr, m);
-    if (oom) {
-      free(m);
-      st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
-    } else {
-      dev->used += size;
-    }
-  }
+  else if ((st = add_range_locked(&sim->mappings, a, size, device)) == CACHALOT_OK)
+    dev->used += size;
   sim_unlock(sim);
   return st;
 }
@@ -1428,9 +1423,8 @@ static cachalot_status sim_va_unmap(cachalot_backend *b, int device, void *addr,
     return st;
   const uint64_t key = (uint64_t)(uintptr_t)addr;
   sim_lock(sim);
-  struct sim_range *m = NULL;
-  HASH_FIND(hh, sim->mappings, &key, sizeof key, m);
-  if (!m || m->size != size || m->device != device) {
+  struct sim_range *m = exact_range_locked(sim->mappings, key, size, device);
+  if (!m) {
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_unmap: 0x%" PRIx64 " (%zu bytes) is not a mapping "
                  "of device %d", key, size, device);
   } else {
