@@ -25,7 +25,7 @@ def worker(rank, world, mode, lib, steps, port, outdir):
         import cachalot_torch
 
         cachalot_torch.install(lib)
-    from torch_plugin_test import deterministic, model
+    from torch_plugin_test import deterministic, memory_stats, model, train
 
     torch = deterministic()
     import torch.distributed as dist
@@ -35,28 +35,11 @@ def worker(rank, world, mode, lib, steps, port, outdir):
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     torch.manual_seed(0)  # the same initial weights on both ranks
     net = DDP(model(torch), device_ids=[rank])
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator(device="cuda").manual_seed(100 + rank)  # each rank its own data
-    losses = []
-    for step in range(steps):
-        batch = 32 + 16 * (step % 4)
-        x = torch.randn(batch, 3, 32, 32, device="cuda", generator=g)
-        y = torch.randint(0, 10, (batch,), device="cuda", generator=g)
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item().hex())
+    losses = train(torch, net, g, steps)
     params = [p.detach().double().sum().item().hex() for p in net.parameters()]
-    torch.cuda.synchronize()
-    if mode == "cachalot":
-        import cachalot_torch
-
-        st = cachalot_torch.memory_stats(rank)
-    else:
-        st = torch.cuda.memory_stats(rank)
     with open(os.path.join(outdir, "rank%d.json" % rank), "w") as f:
-        json.dump({"losses": losses, "params": params, "stats": {k: st.get(k) for k in KEYS}}, f)
+        json.dump({"losses": losses, "params": params, "stats": memory_stats(torch, mode, rank, KEYS)}, f)
     dist.destroy_process_group()
 
 

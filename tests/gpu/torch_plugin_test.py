@@ -40,15 +40,9 @@ def model(torch):
         torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).cuda()
 
 
-def child_train(mode, lib, steps):
-    if mode == "cachalot":
-        import cachalot_torch
-
-        cachalot_torch.install(lib)
-    torch = deterministic()
-    net = model(torch)
+def train(torch, net, g, steps):
+    """SGD with momentum on random batches from generator `g`; the per-step losses as exact hex floats."""
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    g = torch.Generator(device="cuda").manual_seed(1)
     losses = []
     for step in range(steps):
         batch = 32 + 16 * (step % 4)  # sizes that vary, so that blocks are split and reused
@@ -60,15 +54,30 @@ def child_train(mode, lib, steps):
         opt.step()
         losses.append(loss.item().hex())
     torch.cuda.synchronize()
+    return losses
+
+
+def memory_stats(torch, mode, device, keys):
+    """The figures `keys` of the allocator in use: cachalot's through the plug-in module, or PyTorch's."""
     if mode == "cachalot":
         import cachalot_torch
 
-        st = cachalot_torch.memory_stats()
+        st = cachalot_torch.memory_stats(device)
     else:
-        st = torch.cuda.memory_stats()
+        st = torch.cuda.memory_stats(device)
+    return {k: st.get(k) for k in keys}
+
+
+def child_train(mode, lib, steps):
+    if mode == "cachalot":
+        import cachalot_torch
+
+        cachalot_torch.install(lib)
+    torch = deterministic()
+    losses = train(torch, model(torch), torch.Generator(device="cuda").manual_seed(1), steps)
     keys = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "requested_bytes.all.peak",
             "allocation.all.allocated", "segment.all.peak", "num_device_alloc"]
-    print(json.dumps({"losses": losses, "stats": {k: st.get(k) for k in keys}}))
+    print(json.dumps({"losses": losses, "stats": memory_stats(torch, mode, 0, keys)}))
 
 
 def child_graph(lib):
