@@ -181,17 +181,6 @@ static void apply_config_locked(cl_device *d, const cl_config *c) {
     cl_stats_recount_oversize_locked(d);
 }
 
-static cachalot_status parse_conf(const char *conf, const cl_config *base, cl_config *out, const char *fn) {
-  cachalot_status rc = cl_config_parse(conf, base, out);
-  if (rc != CACHALOT_OK)
-    return rc;
-  if (out->expandable_segments)
-    return cl_fail(CACHALOT_ERROR_NOT_SUPPORTED,
-                   "%s: CACHALOT_ALLOC_CONF: expandable_segments:True is not implemented yet in this version "
-                   "of cachalot (see README)", fn);
-  return CACHALOT_OK;
-}
-
 static void free_device(cl_device *d) {
   cachalot_backend *be = d->owner->backend;
   (void)cl_sync_all_events_locked(d);
@@ -205,10 +194,12 @@ static void free_device(cl_device *d) {
     HASH_DEL(d->events, se);
     free(se);
   }
+  cl_expandable_destroy_locked(d); /* unmaps the runs; they are freed below with the other segments */
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
-    (void)be->ops->free(be, d->index, (void *)s->ptr);
+    if (!s->expandable)
+      (void)be->ops->free(be, d->index, (void *)s->ptr);
     for (cl_block *b = s->head; b; b = b->next)
       free(b->uses);
     free(s->at);
@@ -228,6 +219,7 @@ static void free_device(cl_device *d) {
   cl_bins *bins, *btmp;
   HASH_ITER(hh, d->default_pool.bins, bins, btmp) {
     HASH_DEL(d->default_pool.bins, bins);
+    cl_vranges_release_locked(d, bins); /* none left: cl_expandable_destroy_locked released them */
     free(bins);
   }
   cl_pools_destroy_locked(d);
@@ -250,7 +242,7 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     conf = getenv("CACHALOT_ALLOC_CONF");
   cl_config defaults, cfg;
   cl_config_defaults(&defaults);
-  cachalot_status rc = parse_conf(conf, &defaults, &cfg, "cachalot_create");
+  cachalot_status rc = cl_config_parse(conf, &defaults, &cfg);
   if (rc != CACHALOT_OK)
     return rc;
 
@@ -297,7 +289,7 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   cl_config base = d0->cfg;
   cl_unlock(d0);
   cl_config cfg;
-  cachalot_status rc = parse_conf(conf, &base, &cfg, "cachalot_set_settings");
+  cachalot_status rc = cl_config_parse(conf, &base, &cfg);
   char *raw = rc == CACHALOT_OK ? strdup(conf) : NULL;
   if (rc == CACHALOT_OK && !raw)
     rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_set_settings: host out of memory");

@@ -117,6 +117,8 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
     p->next = after;
     if (after)
       after->prev = p;
+    else
+      seg->tail = p;
   } else if (m->merge_next) {
     n->ptr = b->ptr;
     n->size += b->size;

@@ -8,6 +8,10 @@
  *   pool      where a request is served from: a device's default pool, or (later) a private pool. A pool
  *             owns free indexes per (stream, kind); requests on stream S only see S's index.
  *   bins      the free index of one (pool, stream): per kind, size classes of treaps (struct cl_bins).
+ *   vrange    with expandable_segments: the address space reserved for one (pool, stream, kind), backed
+ *             by pages mapped on demand (expandable.c). Each contiguous mapped run of it is a segment
+ *             (`expandable` set) like any other, so that blocks, free indexes, lanes and the warm paths
+ *             need not know.
  *
  *   lane      the per-stream part of a device (lane.c): its lock, spare block metadata and a share of
  *             the stats, so that threads on different streams never touch the same cache line on the
@@ -58,6 +62,7 @@ typedef struct cl_lane cl_lane;
 typedef struct cl_bins cl_bins;
 typedef struct cl_device cl_device;
 typedef struct cl_autocap cl_autocap;
+typedef struct cl_vrange cl_vrange;
 
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
@@ -89,10 +94,13 @@ typedef struct cl_block {
 _Static_assert(offsetof(cl_block, requested) == 64, "the fields walks read fill the first cache line");
 
 /* A segment: one device allocation of `size` bytes at `ptr`, served to requests on `stream` from
- * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, starting at `head`.
+ * `pool`'s `small` or large index. Its blocks tile [ptr, ptr + size) exactly, from `head` to `tail`.
  * A `releasing` segment is being given back with the device lock dropped: it is still in the list and
  * in the stats, its single FREE block is in no index, and it leaves the books only once the device
- * free succeeded (or goes back to its index if the free failed). */
+ * free succeeded (or goes back to its index if the free failed).
+ * An `expandable` segment is instead one contiguous mapped run of the vrange `vr` (of its pool, stream
+ * and kind): it grows, shrinks, merges with the run it comes to touch and splits around pages unmapped
+ * in its middle, all in exclusive mode; its blocks split by the small kind's rule whatever its kind. */
 struct cl_segment {
   /* The first cache line: what the warm paths read. */
   _Alignas(64) uintptr_t ptr;
@@ -110,12 +118,17 @@ struct cl_segment {
   bool releasing;
   bool device_freed; /* while releasing: the device free succeeded (written with the lock dropped, read
                         after it is retaken, by the releasing thread only) */
+  bool expandable;
+  cl_block *tail;
   cl_pool *pool;
   cachalot_stream stream;
   cl_segment *prev, *next;  /* the device's segment list */
   cl_segment *release_next; /* a release list, while releasing; the spare list once forgotten */
+  cl_vrange *vr;                 /* expandable: its reservation */
+  size_t at_cap;                 /* expandable: entries allocated for `at` (it grows with the run) */
+  cl_segment *run_prev, *run_next; /* expandable: the runs of vr, in address order */
 };
-_Static_assert(offsetof(cl_segment, device_freed) < 64, "the warm paths' fields fill the first cache line");
+_Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fill the first cache line");
 
 /* Size classes of the free index (cl_fit). On units u = (size >> 9) - 1 (>= 0), with M mantissa
  * bits, the class is
@@ -176,11 +189,27 @@ typedef struct {
   cl_block *root[CL_FIT_CLASSES];
 } cl_fit;
 
-/* The free index of one (pool, stream): kind[0] large, kind[1] small. */
+/* The free index of one (pool, stream): kind[0] large, kind[1] small; and, with expandable segments,
+ * the reservation of each kind (made on its first growth, released with the bins). */
 struct cl_bins {
   cachalot_stream stream;
   UT_hash_handle hh;
+  cl_vrange *vr[2];
   cl_fit kind[2];
+};
+
+/* The address space of one (pool, stream, kind) for expandable segments: [base, base + size) reserved
+ * once, `page` bytes mapped or unmapped at a time (2 MiB for the small kind, 20 MiB for the large, at
+ * least the device's granularity). Invariants: `runs` are this vrange's expandable segments in address
+ * order; each starts and ends on a page boundary inside the reservation; two runs never touch (they
+ * would be one); every page inside a run is mapped (one va_map each) and no page outside one is. */
+struct cl_vrange {
+  uintptr_t base;
+  size_t size, page;
+  cl_segment *runs;
+  cl_bins *bins;   /* whose vr[small] this is */
+  bool small;
+  cl_vrange *next; /* the device's vranges */
 };
 
 /* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
@@ -356,6 +385,7 @@ struct cl_device {
   cl_segment *spare_segments;  /* segments given back, kept (linked through release_next): the page map
                                   may still be read through by a racing free of a stale pointer */
   cl_segment *segments;        /* all segments of this device, any pool */
+  cl_vrange *vranges;          /* every reservation of expandable segments */
   size_t n_segments;
   cl_stream_events *events;    /* outstanding events by stream */
   size_t n_pending_events;
@@ -382,6 +412,27 @@ struct cl_device {
   _Atomic int64_t room[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large] */
   _Atomic int64_t room_oversize;
 };
+
+/* Adds s to its device's segment list and to its pool's count, and takes it off again. */
+static inline void cl_segment_link_locked(cl_device *d, cl_segment *s) {
+  s->prev = NULL;
+  s->next = d->segments;
+  if (d->segments)
+    d->segments->prev = s;
+  d->segments = s;
+  d->n_segments++;
+  s->pool->n_segments++;
+}
+static inline void cl_segment_unlink_locked(cl_device *d, cl_segment *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    d->segments = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  d->n_segments--;
+  s->pool->n_segments--;
+}
 
 typedef struct cl_observer {
   cachalot_oom_observer fn;
@@ -419,6 +470,10 @@ static inline cl_segment *cl_page_get(cl_page_node *root, uintptr_t ptr) {
 /* Points the pages of `s` at it. False on host OOM (nothing changed). */
 bool cl_page_map_add(cl_page_node *root, cl_segment *s);
 void cl_page_map_remove(cl_page_node *root, const cl_segment *s);
+/* Points the pages of [ptr, ptr + size) at `s` (NULL: at nothing), whatever they held: for expandable
+ * segments, whose runs start and end on page boundaries (2 MiB multiples, so no page is shared). False on
+ * host OOM (nothing changed). */
+bool cl_page_map_point(cl_page_node *root, uintptr_t ptr, size_t size, cl_segment *s);
 void cl_page_map_destroy(cl_page_node *root);
 
 struct cachalot_allocator {
@@ -879,6 +934,27 @@ cachalot_status cl_autocapture_malloc(cachalot_allocator *a, cl_device *d, cacha
 void cl_autocapture_poll(cachalot_allocator *a);
 /* Frees the device's records (cachalot_destroy). */
 void cl_autocapture_destroy(cl_device *d);
+
+/* --- expandable.c (expandable_segments) --- */
+/* malloc step 5 for an expandable kind: maps pages of the (pool, stream, kind) vrange (reserved on first
+ * use) where a free block of at least `size` can then be made: after the free tail of a run when there
+ * is one, in the lowest gap that holds it. On success *out is that FREE block, in no index, counted in
+ * the split stats like any free block. Same statuses as a new segment (*host_oom for the host's). */
+cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
+                                 bool is_retry, cl_block **out, bool *host_oom);
+/* The bytes of the whole pages inside free block b of an expandable segment. */
+size_t cl_unmappable_bytes(const cl_block *b);
+/* Unmaps the whole pages inside FREE block b of an expandable segment (in its index), splitting the run
+ * around them; *unmapped is the bytes given back. The device is synchronized first unless *synced (set
+ * then): unmapping does not wait for work still using the memory. Nothing is done during a capture. */
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, bool *synced, size_t *unmapped);
+/* empty_cache and the OOM retry: unmaps the whole free pages of every run of the default pool and of
+ * freeable private pools. Returns the first failure; what could not be unmapped stays cached. */
+cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);
+/* Gives back the reservations of `bins`, which hold no run any more (its pool goes). */
+void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
+/* destroy: unmaps every run and releases every reservation. */
+void cl_expandable_destroy_locked(cl_device *d);
 
 /* --- oom.c --- */
 /* Formats `n` bytes as SPEC.md §3 does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */

@@ -131,14 +131,8 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     return rc;
   }
 
-  seg->head = blk;
-  seg->prev = NULL;
-  seg->next = d->segments;
-  if (d->segments)
-    d->segments->prev = seg;
-  d->segments = seg;
-  d->n_segments++;
-  p->n_segments++;
+  seg->head = seg->tail = blk;
+  cl_segment_link_locked(d, seg);
 
   blk->ptr = seg->ptr;
   blk->size = alloc_size;
@@ -156,6 +150,15 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   return CACHALOT_OK;
 }
 
+/* malloc step 5: memory for a rounded request that no cached block serves: pages mapped into an
+ * expandable segment, or a new segment. */
+static cachalot_status new_memory_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t rounded,
+                                         bool is_retry, cl_block **out, bool *host_oom) {
+  if (d->cfg.expandable_segments)
+    return cl_expand_locked(d, p, s, small, rounded, is_retry, out, host_oom);
+  return alloc_segment_locked(d, p, s, small, cl_segment_size(rounded), is_retry, out, host_oom);
+}
+
 /* Hands out `size` bytes from the front of `b` (FREE), splitting off the rest when the split rule says
  * so, and returns the ALLOCATED block. As in PyTorch, a split leaves `b` itself as the free rest (its
  * address and size move up and down) and the allocated front gets new metadata: when the rest keeps
@@ -168,7 +171,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
                              cl_block **link, cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
-  const bool split = cl_should_split(&d->cfg, small, b->size, size);
+  const bool split = cl_should_split(&d->cfg, small || seg->expandable, b->size, size);
   const bool already_split = b->prev || b->next;
   cl_block *a = b; /* the block handed out */
   if (fast) {
@@ -242,7 +245,7 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
     return false;
   /* Everything hand_out will need, checked before anything changes: a spare for the split and room in
    * the stats shares (else the peak could be passed unseen: exclusive mode does it). */
-  const bool split = cl_should_split(c, small, b->size, rounded);
+  const bool split = cl_should_split(c, small || b->seg->expandable, b->size, rounded);
   const bool already_split = b->prev || b->next;
   const int64_t split_blocks = split && !already_split ? 1 : 0;
   const int64_t split_bytes = split && !already_split ? (int64_t)(b->size - rounded) : 0;
@@ -299,16 +302,16 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       cl_garbage_collect_locked(d, &rel);
       (void)cl_release_flush_locked(d, &rel);
     }
-    rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
+    rc = new_memory_locked(d, p, s, small, rounded, false, &b, &host_oom);
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom) {
       bool enough = cl_release_oversize_locked(d, p, s, small, rounded, &rel);
       (void)cl_release_flush_locked(d, &rel); /* what was marked goes back, enough or not */
       if (enough)
-        rc = alloc_segment_locked(d, p, s, small, alloc_size, false, &b, &host_oom);
+        rc = new_memory_locked(d, p, s, small, rounded, false, &b, &host_oom);
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && !cl_capturing(d)) {
       (void)cl_release_all_locked(d);
-      rc = alloc_segment_locked(d, p, s, small, alloc_size, true, &b, &host_oom);
+      rc = new_memory_locked(d, p, s, small, rounded, true, &b, &host_oom);
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);

@@ -64,6 +64,21 @@ void cl_page_map_remove(cl_page_node *root, const cl_segment *s) {
   }
 }
 
+bool cl_page_map_point(cl_page_node *root, uintptr_t ptr, size_t size, cl_segment *s) {
+  if (!size || !cl_page_mappable(ptr + size - 1) || ptr + size < ptr)
+    return true; /* not mapped: the slow paths scan the segment list */
+  const uint64_t first = (uint64_t)ptr >> CL_PAGE_SHIFT, last = (uint64_t)(ptr + size - 1) >> CL_PAGE_SHIFT;
+  for (uint64_t pg = first; pg <= last; pg++)
+    if (!leaf_of(root, pg, s != NULL) && s)
+      return false;
+  for (uint64_t pg = first; pg <= last; pg++) {
+    cl_page_leaf *leaf = leaf_of(root, pg, false);
+    if (leaf)
+      atomic_store_explicit(&leaf->slot[pg & LEAF_MASK], s, memory_order_release);
+  }
+  return true;
+}
+
 void cl_page_map_destroy(cl_page_node *root) {
   for (size_t i = 0; i < (size_t)1 << CL_PM_ROOT_BITS; i++) {
     free(atomic_load_explicit(&root->slot[i], memory_order_relaxed));

@@ -33,10 +33,11 @@ cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s) {
   return &d->default_pool;
 }
 
-static void pool_free(cl_pool *p) {
+static void pool_free(cl_device *d, cl_pool *p) {
   cl_bins *bins, *tmp;
   HASH_ITER(hh, p->bins, bins, tmp) {
     HASH_DEL(p->bins, bins);
+    cl_vranges_release_locked(d, bins);
     free(bins);
   }
   free(p);
@@ -47,7 +48,7 @@ void cl_pools_collect_locked(cl_device *d) {
   HASH_ITER(hh, d->pools, p, tmp) {
     if (p->use_count == 0 && p->n_segments == 0) {
       HASH_DELETE(hh, d->pools, p);
-      pool_free(p);
+      pool_free(d, p);
     }
   }
 }
@@ -56,7 +57,7 @@ void cl_pools_destroy_locked(cl_device *d) {
   cl_pool *p, *tmp;
   HASH_ITER(hh, d->pools, p, tmp) {
     HASH_DELETE(hh, d->pools, p);
-    pool_free(p);
+    pool_free(d, p);
   }
   free(d->routes);
   d->routes = NULL;
@@ -320,6 +321,7 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
       prev->next = b;
     prev = b;
   }
+  s->tail = prev;
   size_t k = 0;
   for (cl_block *b = head; b; b = b->next, k++) {
     const cachalot_block_state *bs = &ss->blocks[k];

@@ -11,8 +11,10 @@
 
 #include <stdlib.h>
 
+/* A whole free segment that can go back to the device (not a run of an expandable segment, which goes
+ * back a page at a time: expandable.c). */
 static inline bool segment_is_free(const cl_segment *s) {
-  return !s->releasing && s->head->state == CL_FREE && s->head->next == NULL;
+  return !s->releasing && !s->expandable && s->head->state == CL_FREE && s->head->next == NULL;
 }
 
 void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
@@ -24,14 +26,7 @@ void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
 
 /* The segment is gone from the device: off the books. */
 static void forget_segment_locked(cl_device *d, cl_segment *s) {
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    d->segments = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  d->n_segments--;
-  s->pool->n_segments--;
+  cl_segment_unlink_locked(d, s);
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->segment, s->small, -1);
   cl_stat_array_add(st->reserved_bytes, s->small, -(int64_t)s->size);
@@ -41,7 +36,7 @@ static void forget_segment_locked(cl_device *d, cl_segment *s) {
   cl_trace_locked(d, CL_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream);
   cl_page_map_remove(&d->owner->pages, s);
   cl_block_delete_locked(d, s->head);
-  s->head = NULL;
+  s->head = s->tail = NULL;
   s->release_next = d->spare_segments;
   d->spare_segments = s;
 }
@@ -89,12 +84,53 @@ cachalot_status cl_release_all_locked(cl_device *d) {
       cl_mark_release_locked(d, s, &rel);
   }
   cachalot_status freed = cl_release_flush_locked(d, &rel);
+  bool device_synced = false;
+  cachalot_status unmapped = cl_unmap_all_locked(d, &device_synced);
   cl_pools_collect_locked(d);
-  return synced != CACHALOT_OK ? synced : freed;
+  return synced != CACHALOT_OK ? synced : freed != CACHALOT_OK ? freed : unmapped;
 }
 
-static inline bool gc_candidate(const cl_device *d, const cl_segment *s) {
-  return s->pool == &d->default_pool && !s->small && segment_is_free(s);
+/* What garbage collection may give back: a whole free segment of the large default pool, or the whole
+ * pages of a free block in one of its expandable runs; `age` counts the lookups since it became free. */
+typedef struct {
+  cl_segment *seg; /* a whole free segment, or NULL */
+  cl_block *blk;   /* else: a free block of an expandable run */
+  uint64_t age;
+  size_t bytes;
+  bool taken;
+} gc_candidate;
+
+/* The candidates, in a malloc'ed array (NULL with *n 0 when there are none or the host has no memory:
+ * no collection this time, which is safe). */
+static gc_candidate *gc_candidates_locked(cl_device *d, uint64_t now, size_t *n) {
+  size_t count = 0, cap = 0;
+  gc_candidate *v = NULL;
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    if (s->pool != &d->default_pool || s->small || !(segment_is_free(s) || (s->expandable && !cl_capturing(d))))
+      continue;
+    for (cl_block *b = s->head; b; b = b->next) {
+      gc_candidate c = {0};
+      if (!s->expandable)
+        c = (gc_candidate){s, NULL, now - b->gc_base, s->size, false};
+      else if (b->state == CL_FREE)
+        c = (gc_candidate){NULL, b, now - b->gc_base, cl_unmappable_bytes(b), false};
+      if (!c.bytes)
+        continue;
+      if (count == cap) {
+        cap = cap ? 2 * cap : 16;
+        gc_candidate *nv = realloc(v, cap * sizeof *nv);
+        if (!nv) {
+          free(v);
+          *n = 0;
+          return NULL;
+        }
+        v = nv;
+      }
+      v[count++] = c;
+    }
+  }
+  *n = count;
+  return v;
 }
 
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
@@ -104,39 +140,52 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
   if (reserved <= threshold)
     return;
   const size_t target = reserved - threshold;
-  const uint64_t now = d->default_pool.lookups[0];
-
+  size_t count;
+  gc_candidate *cand = gc_candidates_locked(d, d->default_pool.lookups[0], &count);
   uint64_t total_age = 0;
-  size_t count = 0;
-  for (cl_segment *s = d->segments; s; s = s->next) {
-    if (gc_candidate(d, s)) {
-      total_age += now - s->head->gc_base;
-      count++;
-    }
-  }
+  for (size_t i = 0; i < count; i++)
+    total_age += cand[i].age;
   /* Passes free every candidate at least as old as the mean age; a pass does not stop at the target,
-   * so that collection is not triggered again at once (PyTorch's policy). */
-  size_t reclaimed = 0;
-  bool freed = true;
-  while (reclaimed < target && freed && count > 0) {
-    const double mean_age = (double)total_age / (double)count;
+   * so that collection is not triggered again at once (PyTorch's policy). Unmapping a free block
+   * changes that block and its run only, so the other candidates stay valid. */
+  size_t reclaimed = 0, left = count;
+  bool freed = true, synced = false;
+  while (reclaimed < target && freed && left > 0) {
+    const double mean_age = (double)total_age / (double)left;
     freed = false;
-    cl_segment *s = d->segments;
-    while (s) {
-      cl_segment *next = s->next;
-      if (gc_candidate(d, s)) {
-        uint64_t age = now - s->head->gc_base;
-        if ((double)age >= mean_age) {
-          freed = true;
-          reclaimed += s->size;
-          total_age -= age;
-          count--;
-          cl_mark_release_locked(d, s, out);
-        }
+    for (size_t i = 0; i < count; i++) {
+      gc_candidate *c = &cand[i];
+      if (c->taken || (double)c->age < mean_age)
+        continue;
+      c->taken = freed = true;
+      total_age -= c->age;
+      left--;
+      if (c->seg) {
+        reclaimed += c->bytes;
+        cl_mark_release_locked(d, c->seg, out);
+      } else {
+        size_t n;
+        (void)cl_unmap_block_locked(d, c->blk, &synced, &n); /* a failure leaves it cached */
+        reclaimed += n;
       }
-      s = next;
     }
   }
+  free(cand);
+}
+
+/* Gives back what a free oversize block can: its segment if it is whole (marked in `out`), or the
+ * whole pages of a block of an expandable run (unmapped now; smaller than a page, what is left around
+ * them is not oversize). Returns the bytes. */
+static size_t release_oversize_block(cl_device *d, cl_block *b, cl_release_list *out, bool *synced) {
+  if (b->seg->expandable) {
+    size_t n;
+    (void)cl_unmap_block_locked(d, b, synced, &n); /* a failure leaves it cached */
+    return n;
+  }
+  if (b->prev || b->next)
+    return 0;
+  cl_mark_release_locked(d, b->seg, out);
+  return b->seg->size;
 }
 
 bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
@@ -150,21 +199,17 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, boo
     return false;
   const size_t key = size < max_split ? max_split : size;
   cl_fit *f = &bins->kind[0];
+  bool synced = false;
   cl_block *b = cl_fit_lower_bound(f, false, key);
-  if (b && !b->prev && !b->next) {
-    cl_mark_release_locked(d, b->seg, out);
+  if (b && release_oversize_block(d, b, out, &synced))
     return true;
-  }
   /* No single block is large enough: free oversize blocks from the largest down until enough, in
    * (size, ptr) order across the classes. Only whole segments can go back; a split one is passed over. */
   cl_block *cur = b ? cl_fit_prev(f, false, b) : cl_fit_max(f);
   size_t released = 0;
   while (cur && released < key && cur->size >= max_split) {
-    cl_block *prev = cl_fit_prev(f, false, cur);
-    if (!cur->prev && !cur->next) {
-      released += cur->size;
-      cl_mark_release_locked(d, cur->seg, out);
-    }
+    cl_block *prev = cl_fit_prev(f, false, cur); /* not changed by what happens to cur */
+    released += release_oversize_block(d, cur, out, &synced);
     cur = prev;
   }
   return released >= key;

@@ -60,10 +60,11 @@ static inline size_t cl_segment_size(size_t rounded) {
   return cl_round_up(rounded, CL_ROUND_LARGE);
 }
 
-/* Whether carving `size` out of a free block of `block_size` leaves the rest as a separate free block. */
-static inline bool cl_should_split(const cl_config *c, bool small, size_t block_size, size_t size) {
+/* Whether carving `size` out of a free block of `block_size` leaves the rest as a separate free block.
+ * `small_rule`: the block is of the small kind or in an expandable segment (SPEC.md §1). */
+static inline bool cl_should_split(const cl_config *c, bool small_rule, size_t block_size, size_t size) {
   size_t rest = block_size - size;
-  if (small || c->expandable_segments)
+  if (small_rule)
     return rest >= CL_MIN_BLOCK;
   return size < c->max_split_size && rest > CL_SMALL_SIZE;
 }

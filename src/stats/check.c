@@ -92,13 +92,44 @@ static long check_kind(int dev, const cl_bins *bins, bool small) {
   return total;
 }
 
+/* The reservations of expandable segments (cl_vrange's invariants): each belongs to its bins, its runs
+ * are expandable segments of it in address order, page-aligned inside it, never touching, each with a
+ * table large enough; and every run of the device's segment list (n_runs) is in one. */
+static cachalot_status check_vranges(cl_device *d, size_t n_runs) {
+  const int dev = d->index;
+  size_t listed = 0;
+  for (const cl_vrange *vr = d->vranges; vr; vr = vr->next) {
+    if (!vr->bins || vr->bins->vr[vr->small] != vr || !vr->page || vr->size % vr->page ||
+        vr->base % (2u << 20))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: reservation 0x%llx is not its index's",
+                     dev, (unsigned long long)vr->base);
+    uintptr_t low = vr->base; /* where the next run may start */
+    for (const cl_segment *r = vr->runs, *prev = NULL; r; prev = r, r = r->run_next) {
+      listed++;
+      if (!r->expandable || r->vr != vr || r->run_prev != prev || r->small != vr->small || r->bins != vr->bins ||
+          r->ptr < low || (r->ptr - vr->base) % vr->page || r->size == 0 || r->size % vr->page ||
+          r->size > vr->base + vr->size - r->ptr || (r->size >> r->at_shift) > r->at_cap)
+        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                       "cachalot_check: device %d: run 0x%llx of reservation 0x%llx is misplaced or touches the one "
+                       "before it", dev, (unsigned long long)r->ptr, (unsigned long long)vr->base);
+      low = r->ptr + r->size + 1;
+    }
+  }
+  if (listed != n_runs)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: %zu expandable segments, the reservations list %zu runs", dev, n_runs,
+                   listed);
+  return CACHALOT_OK;
+}
+
 static cachalot_status check_device_locked(cl_device *d) {
   const int dev = d->index;
   const size_t max_split = d->cfg.max_split_size;
   tally allocation = {{0}}, allocated_bytes = {{0}}, active = {{0}}, active_bytes = {{0}},
         requested = {{0}}, segment = {{0}}, reserved = {{0}}, inactive = {{0}}, inactive_bytes = {{0}};
   int64_t oversize_allocs = 0, oversize_segs = 0;
-  size_t n_free = 0, n_segments = 0, n_event_refs = 0;
+  cachalot_status rc;
+  size_t n_free = 0, n_segments = 0, n_event_refs = 0, n_runs = 0;
 
   for (cl_segment *s = d->segments; s; s = s->next) {
     n_segments++;
@@ -192,13 +223,19 @@ static cachalot_status check_device_locked(cl_device *d) {
       return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                      "cachalot_check: device %d: segment 0x%llx's table holds %zu blocks, it has %zu handed out", dev,
                      (unsigned long long)s->ptr, n_in_table, n_handed_out);
-    if (expect != s->ptr + s->size)
+    if (expect != s->ptr + s->size || s->tail != prev)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: blocks of segment 0x%llx do not cover it",
                      dev, (unsigned long long)s->ptr);
-    tally_add(&segment, s->small, 1);
     tally_add(&reserved, s->small, (int64_t)s->size);
+    if (s->expandable) { /* runs are mapped memory, not device allocations: check_vranges */
+      n_runs++;
+      continue;
+    }
+    tally_add(&segment, s->small, 1);
     oversize_segs += s->size >= max_split;
   }
+  if ((rc = check_vranges(d, n_runs)) != CACHALOT_OK)
+    return rc;
   if (n_segments != d->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
                    d->n_segments, n_segments);
@@ -257,7 +294,6 @@ static cachalot_status check_device_locked(cl_device *d) {
                    n_event_refs, d->n_pending_events);
 
   const cachalot_device_stats *st = &d->stats;
-  cachalot_status rc;
 #define CMP(field, t)                                                                                              \
   if ((rc = compare(dev, #field, st->field, &t)) != CACHALOT_OK)                                                  \
     return rc;

@@ -107,7 +107,7 @@ static void write_segment(cl_json *j, int device, const cl_segment *s) {
   cl_json_uint(j, s->pool->id.second);
   cl_json_end_array(j);
   cl_json_key(j, "is_expandable");
-  cl_json_bool(j, false);
+  cl_json_bool(j, s->expandable);
   write_empty_frames(j);
   cl_json_key(j, "blocks");
   cl_json_begin_array(j);

@@ -71,7 +71,7 @@ void cl_stats_recount_oversize_locked(cl_device *d) {
   const size_t max_split = d->cfg.max_split_size;
   int64_t allocs = 0, segs = 0;
   for (cl_segment *s = d->segments; s; s = s->next) {
-    segs += s->size >= max_split;
+    segs += !s->expandable && s->size >= max_split;
     for (cl_block *b = s->head; b; b = b->next)
       allocs += b->state == CL_ALLOCATED && b->size >= max_split;
   }

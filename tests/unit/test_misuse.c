@@ -305,7 +305,7 @@ static void test_malformed_config_at_create(void **state) {
       {":", CACHALOT_ERROR_CONFIG, "expected a key"},
       {"]", CACHALOT_ERROR_CONFIG, "]"},
       {"max_split_size_mb:40,bogus:1", CACHALOT_ERROR_CONFIG, "bogus"},
-      {"expandable_segments:True", CACHALOT_ERROR_NOT_SUPPORTED, "expandable_segments"},
+      {"expandable_segments:1", CACHALOT_ERROR_CONFIG, "expandable_segments"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cachalot_allocator *a = (cachalot_allocator *)(uintptr_t)0x1;

@@ -105,6 +105,10 @@ typedef struct cl_backend_ops {
   void (*stream_destroy)(cachalot_backend *b, cachalot_stream s);
   /* Blocks until all work enqueued on `s` is done. */
   cachalot_status (*stream_sync)(cachalot_backend *b, int device, cachalot_stream s);
+  /* Blocks until all work on `device` is done (cudaDeviceSynchronize): before memory is unmapped, which,
+   * unlike a device free, does not wait by itself. Refused while a capture the thread must respect is
+   * underway. */
+  cachalot_status (*device_sync)(cachalot_backend *b, int device);
 
   /* Frees the backend and everything it owns. */
   void (*destroy)(cachalot_backend *b);

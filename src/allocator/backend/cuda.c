@@ -822,6 +822,19 @@ static cachalot_status cuda_stream_sync(cachalot_backend *b, int device, cachalo
   return CACHALOT_OK;
 }
 
+static cachalot_status cuda_device_sync(cachalot_backend *b, int device) {
+  (void)b;
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "device_sync");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaDeviceSynchronize();
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "device_sync", "cudaDeviceSynchronize");
+  return CACHALOT_OK;
+}
+
 static void cuda_destroy(cachalot_backend *b) {
   if (!b)
     return;
@@ -906,5 +919,6 @@ static const cl_backend_ops cuda_ops = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_sync = cuda_stream_sync,
+    .device_sync = cuda_device_sync,
     .destroy = cuda_destroy,
 };

@@ -1436,6 +1436,20 @@ static cachalot_status sim_va_unmap(cachalot_backend *b, int device, void *addr,
   return st;
 }
 
+static cachalot_status sim_device_sync(cachalot_backend *b, int device) {
+  struct sim_backend *sim = sim_of(b);
+  cachalot_status st = sim_check_device(sim, device, "simulated device sync");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  if (unsafe_call_prohibited_locked(sim))
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated device sync: operation not permitted when stream is capturing");
+  else
+    complete_device_locked(sim, device);
+  sim_unlock(sim);
+  return st;
+}
+
 static const cl_backend_ops sim_ops = {
     .name = "sim",
     .alloc = sim_alloc,
@@ -1465,6 +1479,7 @@ static const cl_backend_ops sim_ops = {
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_sync = sim_stream_sync,
+    .device_sync = sim_device_sync,
     .destroy = sim_destroy,
 };
 

@@ -1,0 +1,576 @@
+/* Expandable segments (config key expandable_segments; SPEC.md §1, §4, §7): for each (pool, stream,
+ * kind) one reservation of address space, the vrange, backed by pages that are mapped when malloc needs
+ * more memory and unmapped when they fall wholly free (empty_cache, the out-of-memory retry, garbage
+ * collection, the release of oversize blocks).
+ *
+ * Why it fragments less: a request that no free block holds maps only what it lacks, right after the
+ * free block at the end of a run, and the two become one block; without it a new segment would be made
+ * beside the free block, which stays unused. And memory goes back a page at a time, where a segment goes
+ * back only when all of it is free.
+ *
+ * Every contiguous mapped run is an ordinary segment (cl_segment.expandable), so blocks, free indexes,
+ * lanes, free()'s page map lookup and both warm paths work on it unchanged; this file keeps the runs
+ * right as they grow, merge, shrink and split. All of it runs in exclusive mode, with the lock held
+ * across the device calls: a run's neighbours change with them.
+ *
+ * A run's handed-out table is indexed from the run's start, which is always on a page boundary (a
+ * multiple of 2 MiB from the reservation's 2 MiB-aligned base), so an entry keeps its meaning when the
+ * run's start moves by whole pages: tables are moved, never rebuilt. The large kind keeps one entry per
+ * MiB: its handed-out blocks are larger than 1 MiB, so no two start in one MiB, split rule or not. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { SMALL_PAGE = 2u << 20, LARGE_PAGE = 20u << 20 };
+
+static size_t round_up_to(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* Entries of s's table that a run of `size` bytes uses. */
+static size_t entries(const cl_segment *s, size_t size) { return size >> s->at_shift; }
+
+/* Makes s's table hold a run of `size` bytes (entries past the run's current size are not cleared:
+ * the caller clears them once the run has grown). Doubles, so that a run grown page by page copies its
+ * table a logarithmic number of times. */
+static bool table_reserve(cl_segment *s, size_t size) {
+  const size_t need = entries(s, size);
+  if (need <= s->at_cap)
+    return true;
+  const size_t cap = need > 2 * s->at_cap ? need : 2 * s->at_cap;
+  cl_block **t = realloc(s->at, cap * sizeof *t);
+  if (!t)
+    return false;
+  s->at = t;
+  s->at_cap = cap;
+  return true;
+}
+
+static void table_clear(cl_segment *s, size_t from_size, size_t to_size) {
+  memset(s->at + entries(s, from_size), 0, (entries(s, to_size) - entries(s, from_size)) * sizeof *s->at);
+}
+
+/* Segment metadata for a new run (a spare's, else new), cleared, with no table. NULL on host OOM. */
+static cl_segment *segment_new_locked(cl_device *d) {
+  cl_segment *s = d->spare_segments;
+  if (s) {
+    d->spare_segments = s->release_next;
+    free(s->at);
+  } else if (!(s = aligned_alloc(_Alignof(cl_segment), sizeof *s))) {
+    return NULL;
+  }
+  memset(s, 0, sizeof *s);
+  return s;
+}
+
+/* Back to the spares. A racing free() may still read it through the page map: with size 0 and no table
+ * it matches no pointer. */
+static void segment_spare_locked(cl_device *d, cl_segment *s) {
+  free(s->at);
+  s->at = NULL;
+  s->at_cap = 0;
+  s->size = 0;
+  s->head = s->tail = NULL;
+  s->release_next = d->spare_segments;
+  d->spare_segments = s;
+}
+
+/* Makes s a run of vr, for requests on `stream` from pool p. */
+static void run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream stream, cl_lane *lane) {
+  s->pool = p;
+  s->stream = stream;
+  s->lane = lane;
+  s->bins = vr->bins;
+  s->small = vr->small;
+  s->expandable = true;
+  s->vr = vr;
+  s->at_shift = cl_seg_shift(vr->small);
+}
+
+/* Puts run s into vr's list after `after` (NULL: first). */
+static void run_insert(cl_vrange *vr, cl_segment *after, cl_segment *s) {
+  s->run_prev = after;
+  s->run_next = after ? after->run_next : vr->runs;
+  if (s->run_next)
+    s->run_next->run_prev = s;
+  if (after)
+    after->run_next = s;
+  else
+    vr->runs = s;
+}
+
+static void run_remove(cl_vrange *vr, cl_segment *s) {
+  if (s->run_prev)
+    s->run_prev->run_next = s->run_next;
+  else
+    vr->runs = s->run_next;
+  if (s->run_next)
+    s->run_next->run_prev = s->run_prev;
+  s->run_prev = s->run_next = NULL;
+}
+
+/* The reservation of (bins, kind), made on first use: the device's memory and an eighth more (room for
+ * gaps between runs), in pages. */
+static cachalot_status vrange_get_locked(cl_device *d, cl_bins *bins, bool small, cl_vrange **out, bool *host_oom) {
+  if ((*out = bins->vr[small]))
+    return CACHALOT_OK;
+  cachalot_backend *b = d->owner->backend;
+  size_t gran = 0, free_bytes = 0, total = 0;
+  cachalot_status rc = b->ops->va_granularity(b, d->index, &gran);
+  if (rc == CACHALOT_OK)
+    rc = b->ops->mem_info(b, d->index, &free_bytes, &total);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (gran == 0 || (gran & (gran - 1)))
+    return cl_fail(CACHALOT_ERROR_DEVICE, "the device's mapping granularity %zu is not a power of two", gran);
+  cl_vrange *vr = calloc(1, sizeof *vr);
+  if (!vr) {
+    *host_oom = true;
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  vr->page = round_up_to(small ? SMALL_PAGE : LARGE_PAGE, gran);
+  vr->size = round_up_to(total + total / 8, vr->page);
+  void *base = NULL;
+  rc = b->ops->va_reserve(b, d->index, vr->size, &base);
+  if (rc == CACHALOT_OK && ((uintptr_t)base & (((uintptr_t)1 << CL_PAGE_SHIFT) - 1))) {
+    (void)b->ops->va_release(b, d->index, base, vr->size);
+    rc = cl_fail(CACHALOT_ERROR_DEVICE, "reserved address space at 0x%llx is not 2 MiB aligned",
+                 (unsigned long long)(uintptr_t)base);
+  }
+  if (rc != CACHALOT_OK) {
+    free(vr);
+    return rc;
+  }
+  vr->base = (uintptr_t)base;
+  vr->bins = bins;
+  vr->small = small;
+  vr->next = d->vranges;
+  d->vranges = vr;
+  bins->vr[small] = vr;
+  *out = vr;
+  return CACHALOT_OK;
+}
+
+/* Where a growth goes: `map` bytes at `at`, after run `a` (NULL: at the reservation's start) and
+ * reaching run `b` (NULL: not reaching the next run). */
+typedef struct {
+  cl_segment *a, *b;
+  uintptr_t at;
+  size_t map;
+} growth;
+
+/* The lowest gap of vr where, with the free tail of the run before it (and the free head of the run
+ * after it, if the gap is mapped whole), a block of `size` fits. False when none does. */
+static bool find_gap(const cl_vrange *vr, size_t size, growth *g) {
+  for (cl_segment *prev = NULL, *run = vr->runs;; prev = run, run = run->run_next) {
+    const uintptr_t lo = prev ? prev->ptr + prev->size : vr->base;
+    const uintptr_t hi = run ? run->ptr : vr->base + vr->size;
+    const size_t gap = hi - lo;
+    const size_t tail = prev && prev->tail->state == CL_FREE ? prev->tail->size : 0;
+    const size_t head = run && run->head->state == CL_FREE ? run->head->size : 0;
+    if (gap && tail + gap >= size) {
+      /* Nothing to map when the tail is large enough alone: best fit passed it over as oversize, but any
+       * pages mapped here would join it, so it is handed out as it is (PyTorch does the same). */
+      *g = (growth){prev, NULL, lo, tail >= size ? 0 : round_up_to(size - tail, vr->page)};
+      if (g->map == gap)
+        g->b = run;
+      return true;
+    }
+    if (gap && run && tail + gap + head >= size) {
+      *g = (growth){prev, run, lo, gap};
+      return true;
+    }
+    if (!run)
+      return false;
+  }
+}
+
+/* Unmaps [lo, hi) page by page; returns where it stopped (hi unless a page could not be unmapped, whose
+ * status goes to *rc if rc is not NULL). */
+static uintptr_t unmap_pages(cl_device *d, const cl_vrange *vr, uintptr_t lo, uintptr_t hi, cachalot_status *rc) {
+  cachalot_backend *b = d->owner->backend;
+  cachalot_status st = CACHALOT_OK;
+  while (lo < hi && (st = b->ops->va_unmap(b, d->index, (void *)lo, vr->page)) == CACHALOT_OK)
+    lo += vr->page;
+  if (rc)
+    *rc = st;
+  return lo;
+}
+
+/* Maps [at, at + size) page by page (each page its own physical memory, so that any page can go back
+ * alone). All or nothing: on a failure the pages this call mapped are unmapped again. */
+static cachalot_status map_pages(cl_device *d, const cl_vrange *vr, uintptr_t at, size_t size) {
+  cachalot_backend *b = d->owner->backend;
+  /* as for a device allocation (malloc.c): mapping is refused while a capture in global mode is underway */
+  cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
+  cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
+  if (rc != CACHALOT_OK)
+    return rc;
+  size_t done = 0;
+  while (done < size && (rc = b->ops->va_map(b, d->index, (void *)(at + done), vr->page)) == CACHALOT_OK)
+    done += vr->page;
+  if (rc != CACHALOT_OK)
+    unmap_pages(d, vr, at, at + done, NULL);
+  cachalot_capture_mode prev = mode;
+  (void)b->ops->capture_mode_exchange(b, &prev);
+  return rc;
+}
+
+/* Merges run `b`, which now touches run s from above, into s; blk is s's free tail (in no index). The
+ * split stats of the blocks involved are moved from two runs to one. */
+static void merge_runs_locked(cl_device *d, cl_segment *s, cl_block *blk, cl_segment *b) {
+  const bool small = s->small;
+  int64_t blocks = 0, bytes = 0;
+  if (blk->prev) { /* blk stops counting as the free block of a split run; it is counted again below */
+    blocks--;
+    bytes -= (int64_t)blk->size;
+  }
+  const bool b_split = b->head != b->tail;
+  int64_t b_free = 0, b_free_bytes = 0; /* b's free blocks that stay blocks of their own */
+  cl_block *h = b->head;
+  for (cl_block *x = h; x; x = x->next) {
+    x->seg = s;
+    if (x->state == CL_FREE && x != h) {
+      b_free++;
+      b_free_bytes += (int64_t)x->size;
+    }
+  }
+  if (b_split && h->state == CL_FREE) { /* b's head stops counting too: it joins blk */
+    blocks--;
+    bytes -= (int64_t)h->size;
+  }
+  if (b_split) {
+    blocks -= b_free;
+    bytes -= b_free_bytes;
+  }
+  memcpy(s->at + entries(s, b->ptr - s->ptr), b->at, entries(b, b->size) * sizeof *s->at);
+  cl_block *tail = b->tail;
+  if (h->state == CL_FREE) {
+    cl_free_index_remove_locked(d, h);
+    blk->size += h->size;
+    blk->next = h->next;
+    if (h->next)
+      h->next->prev = blk;
+    if (tail == h)
+      tail = blk;
+    cl_block_delete_locked(d, h);
+  } else {
+    blk->next = h;
+    h->prev = blk;
+  }
+  s->tail = tail;
+  s->size += b->size;
+  if (s->head != s->tail) {
+    blocks += 1 + b_free;
+    bytes += (int64_t)blk->size + b_free_bytes;
+  }
+  cl_count_split(d, NULL, false, small, blocks, bytes);
+  (void)cl_page_map_point(&d->owner->pages, b->ptr, b->size, s); /* its leaves exist: b's pages were mapped */
+  run_remove(s->vr, b);
+  cl_segment_unlink_locked(d, b);
+  segment_spare_locked(d, b);
+}
+
+cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
+                                 bool is_retry, cl_block **out, bool *host_oom) {
+  *out = NULL;
+  *host_oom = false;
+  cachalot_device_stats *st = &d->stats;
+  if (is_retry)
+    st->num_alloc_retries++;
+  cl_lane *lane = cl_lane_get_locked(d, s);
+  cl_bins *bins = cl_bins_get_locked(p, s, true);
+  if (!lane || !bins) {
+    *host_oom = true;
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  if (cl_pool_is_default(d, p))
+    lane->bins = bins;
+  cl_vrange *vr;
+  cachalot_status rc = vrange_get_locked(d, bins, small, &vr, host_oom);
+  if (rc != CACHALOT_OK)
+    return rc;
+  growth g;
+  if (!find_gap(vr, size, &g))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  if (g.map == 0) { /* the run's free tail holds it */
+    *out = g.a->tail;
+    cl_free_index_remove_locked(d, *out);
+    return CACHALOT_OK;
+  }
+  if (d->fraction >= 0) {
+    cl_fraction_resolve_locked(d);
+    size_t reserved = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
+    if (reserved + g.map > d->allowed_max)
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
+  }
+
+  /* Metadata first, so that a host allocation failure never strands device memory. */
+  cl_segment *seg = g.a ? g.a : segment_new_locked(d);
+  const bool fresh = !g.a;
+  cl_block *blk = fresh || g.a->tail->state != CL_FREE ? cl_block_new_locked(d) : g.a->tail;
+  if (seg && fresh)
+    run_init(seg, vr, p, s, lane);
+  const size_t old_size = fresh ? 0 : seg->size;
+  const size_t new_size = old_size + g.map + (g.b ? g.b->size : 0);
+  if (!seg || !blk || !table_reserve(seg, new_size) || !cl_page_map_point(&d->owner->pages, g.at, g.map, seg)) {
+    if (seg && fresh)
+      segment_spare_locked(d, seg);
+    if (blk && blk != (g.a ? g.a->tail : NULL))
+      cl_block_delete_locked(d, blk);
+    *host_oom = true;
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  if ((rc = map_pages(d, vr, g.at, g.map)) != CACHALOT_OK) {
+    (void)cl_page_map_point(&d->owner->pages, g.at, g.map, NULL);
+    if (fresh)
+      segment_spare_locked(d, seg);
+    if (blk != (g.a ? g.a->tail : NULL))
+      cl_block_delete_locked(d, blk);
+    return rc;
+  }
+
+  if (fresh) {
+    seg->ptr = g.at;
+    seg->size = g.map;
+    blk->ptr = g.at;
+    blk->size = g.map;
+    blk->seg = seg;
+    blk->prev = blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->head = seg->tail = blk;
+    run_insert(vr, NULL, seg);
+    cl_segment_link_locked(d, seg);
+  } else if (blk == seg->tail) { /* the free tail grows */
+    cl_free_index_remove_locked(d, blk);
+    blk->size += g.map;
+    seg->size += g.map;
+    if (blk->prev)
+      cl_count_split(d, NULL, false, small, 0, (int64_t)g.map);
+  } else { /* a new free block after a handed-out tail: the run is split now */
+    blk->ptr = g.at;
+    blk->size = g.map;
+    blk->seg = seg;
+    blk->prev = seg->tail;
+    blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->tail->next = blk;
+    seg->tail = blk;
+    seg->size += g.map;
+    cl_count_split(d, NULL, false, small, 1, (int64_t)g.map);
+  }
+  table_clear(seg, old_size, seg->size);
+  if (g.b)
+    merge_runs_locked(d, seg, blk, g.b);
+
+  cl_stat_array_add(st->reserved_bytes, small, (int64_t)g.map);
+  st->num_device_alloc++;
+  cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
+  *out = blk;
+  return CACHALOT_OK;
+}
+
+size_t cl_unmappable_bytes(const cl_block *b) {
+  const cl_vrange *vr = b->seg->vr;
+  const size_t lo = round_up_to(b->ptr - vr->base, vr->page);
+  const size_t hi = (b->ptr + b->size - vr->base) / vr->page * vr->page;
+  return hi > lo ? hi - lo : 0;
+}
+
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, bool *synced, size_t *unmapped) {
+  *unmapped = 0;
+  cl_segment *r = f->seg;
+  const cl_vrange *vr = r->vr;
+  const size_t n = cl_unmappable_bytes(f);
+  if (!n || cl_capturing(d))
+    return CACHALOT_OK;
+  const uintptr_t lo = vr->base + round_up_to(f->ptr - vr->base, vr->page);
+  uintptr_t hi = lo + n;
+  /* Metadata for the worst case (a page that cannot be unmapped leaves a free rest after the hole). */
+  cl_segment *r2 = NULL;
+  cl_block *nb = NULL;
+  const bool need_r2 = lo > r->ptr, need_nb = f->ptr < lo;
+  if (need_r2 && (r2 = segment_new_locked(d))) {
+    run_init(r2, r->vr, r->pool, r->stream, r->lane);
+    if (!table_reserve(r2, r->ptr + r->size - lo)) {
+      segment_spare_locked(d, r2);
+      r2 = NULL;
+    }
+  }
+  if (need_nb)
+    nb = cl_block_new_locked(d);
+  if ((need_r2 && !r2) || (need_nb && !nb)) {
+    if (r2)
+      segment_spare_locked(d, r2);
+    if (nb)
+      cl_block_delete_locked(d, nb);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  cachalot_status rc = CACHALOT_OK;
+  if (!*synced) {
+    cachalot_backend *b = d->owner->backend;
+    if ((rc = b->ops->device_sync(b, d->index)) == CACHALOT_OK)
+      *synced = true;
+  }
+  if (rc == CACHALOT_OK)
+    hi = unmap_pages(d, vr, lo, hi, &rc);
+  if (hi == lo) {
+    if (r2)
+      segment_spare_locked(d, r2);
+    if (nb)
+      cl_block_delete_locked(d, nb);
+    return rc;
+  }
+
+  /* f becomes up to two free blocks around the hole [lo, hi): f1 = [f->ptr, lo), f2 = [hi, f_end); the run
+   * r becomes up to two runs: [r->ptr, lo) and [hi, r_end). */
+  const bool small = r->small;
+  const uintptr_t f_end = f->ptr + f->size, r_end = r->ptr + r->size;
+  const bool has_f1 = f->ptr < lo, has_f2 = hi < f_end;
+  const bool has_r1 = r->ptr < lo, has_r2 = hi < r_end;
+  cl_block *before = f->prev, *after = f->next;
+  /* split stats: f counted while its run had more blocks; f1 and f2 count when their run has others */
+  int64_t blocks = 0, bytes = 0;
+  if (before || after) {
+    blocks--;
+    bytes -= (int64_t)f->size;
+  }
+  cl_free_index_remove_locked(d, f);
+  const uint64_t age_base = f->gc_base;
+  cl_block *f1 = has_f1 ? f : NULL;
+  cl_block *f2 = has_f2 ? (has_f1 ? nb : f) : NULL;
+  if (nb && nb != f2)
+    cl_block_delete_locked(d, nb);
+  if (f1) {
+    f1->size = lo - f1->ptr;
+    f1->next = NULL;
+  }
+  cl_segment *upper = has_r1 ? r2 : r; /* the run that [hi, r_end) belongs to, when it exists */
+  if (f2) {
+    f2->ptr = hi;
+    f2->size = f_end - hi;
+    f2->seg = upper;
+    f2->prev = NULL;
+    f2->next = after;
+    f2->state = CL_FREE;
+  }
+  cl_block *upper_head = f2 ? f2 : after;
+  if (after)
+    after->prev = f2;
+  cl_block *lower_tail = f1 ? f1 : before;
+  if (before)
+    before->next = f1;
+  if (!f1 && !f2)
+    cl_block_delete_locked(d, f);
+
+  (void)cl_page_map_point(&d->owner->pages, lo, hi - lo, NULL);
+  if (has_r1 && has_r2) {
+    r2->ptr = hi;
+    r2->size = r_end - hi;
+    memcpy(r2->at, r->at + entries(r, hi - r->ptr), entries(r2, r2->size) * sizeof *r2->at);
+    r2->head = upper_head;
+    r2->tail = r->tail == f ? f2 : r->tail;
+    for (cl_block *x = upper_head; x; x = x->next)
+      x->seg = r2;
+    r->size = lo - r->ptr;
+    r->tail = lower_tail;
+    run_insert(r->vr, r, r2);
+    cl_segment_link_locked(d, r2);
+    (void)cl_page_map_point(&d->owner->pages, hi, r2->size, r2); /* its leaves exist: r's pages were mapped */
+  } else {
+    if (r2)
+      segment_spare_locked(d, r2);
+    if (has_r1) {
+      r->size = lo - r->ptr;
+      r->tail = lower_tail;
+    } else if (has_r2) {
+      memmove(r->at, r->at + entries(r, hi - r->ptr), entries(r, r_end - hi) * sizeof *r->at);
+      r->ptr = hi;
+      r->size = r_end - hi;
+      r->head = upper_head;
+      if (r->tail == f)
+        r->tail = f2;
+    } else {
+      run_remove(r->vr, r);
+      cl_segment_unlink_locked(d, r);
+      segment_spare_locked(d, r);
+    }
+  }
+  if (f1) {
+    cl_free_index_insert_locked(d, f1);
+    f1->gc_base = age_base;
+    if (before) {
+      blocks++;
+      bytes += (int64_t)f1->size;
+    }
+  }
+  if (f2) {
+    cl_free_index_insert_locked(d, f2);
+    f2->gc_base = age_base;
+    if (after) {
+      blocks++;
+      bytes += (int64_t)f2->size;
+    }
+  }
+  cl_count_split(d, NULL, false, small, blocks, bytes);
+  cachalot_device_stats *st = &d->stats;
+  cl_stat_array_add(st->reserved_bytes, small, -(int64_t)(hi - lo));
+  st->num_device_free++;
+  cl_trace_locked(d, CL_TRACE_SEGMENT_UNMAP, lo, hi - lo, upper->stream);
+  *unmapped = hi - lo;
+  return rc;
+}
+
+cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
+  cachalot_status result = CACHALOT_OK;
+  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
+    const cl_pool *p = vr->runs ? vr->runs->pool : NULL;
+    /* a private pool still in use keeps its memory: a graph may replay into it */
+    if (!p || !(cl_pool_is_default(d, p) || p->use_count == 0))
+      continue;
+    for (cl_segment *run = vr->runs, *following; run; run = following) {
+      following = run->run_next; /* a run split below is walked through its blocks, not through the list */
+      for (cl_block *b = run->head, *next; b; b = next) {
+        next = b->next; /* survives: unmapping b changes b and the runs only */
+        size_t n;
+        if (b->state == CL_FREE) {
+          cachalot_status rc = cl_unmap_block_locked(d, b, synced, &n);
+          if (rc != CACHALOT_OK && result == CACHALOT_OK)
+            result = rc;
+        }
+      }
+    }
+  }
+  return result;
+}
+
+void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
+  cachalot_backend *b = d->owner->backend;
+  for (int k = 0; k < 2; k++) {
+    cl_vrange *vr = bins->vr[k];
+    if (!vr)
+      continue;
+    bins->vr[k] = NULL;
+    for (cl_vrange **link = &d->vranges; *link; link = &(*link)->next) {
+      if (*link == vr) {
+        *link = vr->next;
+        break;
+      }
+    }
+    (void)b->ops->va_release(b, d->index, (void *)vr->base, vr->size); /* it holds no run: nothing is mapped */
+    free(vr);
+  }
+}
+
+void cl_expandable_destroy_locked(cl_device *d) {
+  cachalot_backend *b = d->owner->backend;
+  if (d->vranges)
+    (void)b->ops->device_sync(b, d->index);
+  while (d->vranges) {
+    cl_vrange *vr = d->vranges;
+    for (cl_segment *run = vr->runs; run; run = run->run_next) {
+      (void)unmap_pages(d, vr, run->ptr, run->ptr + run->size, NULL);
+    }
+    vr->runs = NULL; /* the runs stay in the device's segment list, which destroy frees */
+    cl_vranges_release_locked(d, vr->bins);
+  }
+}
