@@ -18,7 +18,7 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_memory_stats_json(cacha
                                                                            char **json);
 
 /* Starts (enabled) or stops recording trace entries (alloc, free_requested, free_completed, segment_alloc,
- * segment_free, oom, snapshot) into a ring buffer of max_entries per device (oldest dropped first). Turning
+ * segment_free, segment_map, segment_unmap, oom, snapshot) into a ring buffer of max_entries per device (oldest dropped first). Turning
  * it on again clears the buffer. Off by default; costs nothing when off. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled,
                                                                         size_t max_entries);

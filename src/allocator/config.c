@@ -230,6 +230,11 @@ static cachalot_status parse_detect_captures(lexer *lx, const tok *v, cl_config 
   return parse_bool("detect_captures", v, &c->detect_captures);
 }
 
+static cachalot_status parse_expandable_compact(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("expandable_compact", v, &c->expandable_compact);
+}
+
 static cachalot_status roundup_unbalanced(void) {
   return cl_fail(CACHALOT_ERROR_CONFIG,
                  CONF "roundup_power2_divisions: unbalanced '[' (reached the end of the string before ']')");
@@ -348,12 +353,13 @@ static const struct {
     {"release_lock_on_cudamalloc", CL_KEY_RELEASE_LOCK, parse_release_lock},
     {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
     {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
+    {"expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact},
 };
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction, detect_captures"
+  "per_process_memory_fraction, detect_captures, expandable_compact"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);

@@ -22,6 +22,7 @@ enum {
   CL_KEY_RELEASE_LOCK = 1u << 5,
   CL_KEY_FRACTION = 1u << 6,
   CL_KEY_DETECT_CAPTURES = 1u << 7,
+  CL_KEY_EXPANDABLE_COMPACT = 1u << 8,
 };
 
 typedef struct cl_config {
@@ -37,6 +38,9 @@ typedef struct cl_config {
   bool detect_captures;          /* cachalot's own key, default false: malloc asks whether its stream is
                                     being captured and routes it to a private pool of that capture
                                     (autocapture.c) */
+  bool expandable_compact;       /* cachalot's own key, default false: with expandable segments, a growth
+                                    that would set a new reserved peak first unmaps whole free pages
+                                    elsewhere (expandable.c) */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

@@ -159,28 +159,37 @@ typedef struct {
 } growth;
 
 /* The lowest gap of vr where, with the free tail of the run before it (and the free head of the run
- * after it, if the gap is mapped whole), a block of `size` fits. False when none does. */
-static bool find_gap(const cl_vrange *vr, size_t size, growth *g) {
+ * after it, if the gap is mapped whole), a block of `size` fits; with `least`, the gap where the least
+ * is mapped (the lowest among equals). False when none does. */
+static bool find_gap(const cl_vrange *vr, size_t size, bool least, growth *g) {
+  bool found = false;
   for (cl_segment *prev = NULL, *run = vr->runs;; prev = run, run = run->run_next) {
     const uintptr_t lo = prev ? prev->ptr + prev->size : vr->base;
     const uintptr_t hi = run ? run->ptr : vr->base + vr->size;
     const size_t gap = hi - lo;
     const size_t tail = prev && prev->tail->state == CL_FREE ? prev->tail->size : 0;
     const size_t head = run && run->head->state == CL_FREE ? run->head->size : 0;
+    growth c;
     if (gap && tail + gap >= size) {
       /* Nothing to map when the tail is large enough alone: best fit passed it over as oversize, but any
        * pages mapped here would join it, so it is handed out as it is (PyTorch does the same). */
-      *g = (growth){prev, NULL, lo, tail >= size ? 0 : round_up_to(size - tail, vr->page)};
-      if (g->map == gap)
-        g->b = run;
-      return true;
+      c = (growth){prev, NULL, lo, tail >= size ? 0 : round_up_to(size - tail, vr->page)};
+      if (c.map == gap)
+        c.b = run;
+    } else if (gap && run && tail + gap + head >= size) {
+      c = (growth){prev, run, lo, gap};
+    } else if (run) {
+      continue;
+    } else {
+      return found;
     }
-    if (gap && run && tail + gap + head >= size) {
-      *g = (growth){prev, run, lo, gap};
+    if (!found || c.map < g->map)
+      *g = c;
+    found = true;
+    if (!least || c.map == 0)
       return true;
-    }
     if (!run)
-      return false;
+      return true;
   }
 }
 
@@ -270,6 +279,66 @@ static void merge_runs_locked(cl_device *d, cl_segment *s, cl_block *blk, cl_seg
   segment_spare_locked(d, b);
 }
 
+/* Whether empty_cache may unmap vr's free pages: those of the default pool and of freeable private
+ * pools (a private pool still in use keeps its memory: a graph may replay into it). */
+static bool vrange_releasable(const cl_device *d, const cl_vrange *vr) {
+  const cl_pool *p = vr->runs ? vr->runs->pool : NULL;
+  return p && (cl_pool_is_default(d, p) || p->use_count == 0);
+}
+
+/* A free block and the bytes of its whole pages. */
+typedef struct {
+  cl_block *b;
+  size_t bytes;
+} free_pages;
+
+static int more_pages_first(const void *x, const void *y) {
+  const size_t a = ((const free_pages *)x)->bytes, b = ((const free_pages *)y)->bytes;
+  return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* expandable_compact: unmaps the whole free pages that empty_cache would, the largest free blocks first,
+ * until `need` bytes went. Why: memory freed in a hole between handed-out blocks is otherwise mapped
+ * and unused while a request that does not fit there maps new pages elsewhere; unmapping it first keeps
+ * the reserved peak near what the program has live, for the price of a device synchronization when a
+ * new peak is near (during warm-up; a repeating workload then stays under its peak). Unmapping a block
+ * changes only that block and its run, so the other blocks collected stay valid. */
+static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, const cl_block *keep2) {
+  size_t n = 0, cap = 0;
+  free_pages *v = NULL;
+  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
+    if (!vrange_releasable(d, vr))
+      continue;
+    for (cl_segment *run = vr->runs; run; run = run->run_next) {
+      for (cl_block *b = run->head; b; b = b->next) {
+        const size_t bytes = b->state == CL_FREE && b != keep1 && b != keep2 ? cl_unmappable_bytes(b) : 0;
+        if (!bytes)
+          continue;
+        if (n == cap) {
+          cap = cap ? 2 * cap : 16;
+          free_pages *nv = realloc(v, cap * sizeof *nv);
+          if (!nv) { /* no host memory: no compaction this time, which is safe */
+            free(v);
+            return;
+          }
+          v = nv;
+        }
+        v[n++] = (free_pages){b, bytes};
+      }
+    }
+  }
+  if (n > 1)
+    qsort(v, n, sizeof *v, more_pages_first);
+  bool synced = false;
+  size_t done = 0;
+  for (size_t i = 0; i < n && done < need; i++) {
+    size_t k;
+    (void)cl_unmap_block_locked(d, v[i].b, &synced, &k); /* a failure leaves it mapped */
+    done += k;
+  }
+  free(v);
+}
+
 cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                  bool is_retry, cl_block **out, bool *host_oom) {
   *out = NULL;
@@ -290,8 +359,18 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   if (rc != CACHALOT_OK)
     return rc;
   growth g;
-  if (!find_gap(vr, size, &g))
+  if (!find_gap(vr, size, d->cfg.expandable_compact, &g))
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  const cachalot_stat *reserved = &st->reserved_bytes[CACHALOT_STAT_ALL];
+  if (d->cfg.expandable_compact && g.map && !cl_capturing(d) &&
+      reserved->current + (int64_t)g.map > reserved->peak) {
+    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
+    compact_locked(d, (size_t)(reserved->current + (int64_t)g.map - reserved->peak), g.a ? g.a->tail : NULL,
+                   g.b ? g.b->head : NULL);
+    /* the runs changed (a gap may have opened where less is mapped): plan again */
+    if (!find_gap(vr, size, true, &g))
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  }
   if (g.map == 0) { /* the run's free tail holds it */
     *out = g.a->tail;
     cl_free_index_remove_locked(d, *out);
@@ -523,9 +602,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, bool *synced, s
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
   cachalot_status result = CACHALOT_OK;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
-    const cl_pool *p = vr->runs ? vr->runs->pool : NULL;
-    /* a private pool still in use keeps its memory: a graph may replay into it */
-    if (!p || !(cl_pool_is_default(d, p) || p->use_count == 0))
+    if (!vrange_releasable(d, vr))
       continue;
     for (cl_segment *run = vr->runs, *following; run; run = following) {
       following = run->run_next; /* a run split below is walked through its blocks, not through the list */

@@ -344,6 +344,7 @@ static void private_pool_during_capture(void **state) {
 static void events_and_snapshot(void **state) {
   (void)state;
   env e = ENV(1, 1 * GiB, EXP);
+  OK(cachalot_record_history(e.a, true, 100));
   cachalot_stream s2 = STREAM(e.b, 0);
   void *a = ALLOC(e.a, 0, 30 * MiB, NULL);
   void *b = ALLOC(e.a, 0, 10 * MiB, NULL);
@@ -363,6 +364,16 @@ static void events_and_snapshot(void **state) {
   /* one segment: the run [20, 40) of 20 MiB: [20, 30) free, then b */
   CONTAINS(json, "\"total_size\":20971520");
   assert_null(strstr(json, "\"is_expandable\":false"));
+  /* the trace: one map of 40 MiB at the start, one unmap of the first page */
+  char entry[160];
+  const uintptr_t base = (uintptr_t)a;
+  snprintf(entry, sizeof entry, "\"action\":\"segment_map\",\"addr\":%llu,\"size\":%zu", (unsigned long long)base,
+           2 * LP);
+  CONTAINS(json, entry);
+  snprintf(entry, sizeof entry, "\"action\":\"segment_unmap\",\"addr\":%llu,\"size\":%zu", (unsigned long long)base,
+           LP);
+  CONTAINS(json, entry);
+  assert_null(strstr(json, "segment_alloc"));
   free(json);
   FREE(e.a, b);
   EMPTY(e.a);
@@ -370,12 +381,52 @@ static void events_and_snapshot(void **state) {
   env_free(&e);
 }
 
+/* expandable_compact: a growth that would set a new reserved peak first unmaps whole free pages held
+ * elsewhere (here a hole between two handed-out blocks); without the key they stay mapped. */
+static void compact_unmaps_before_a_new_peak(void **state) {
+  (void)state;
+  for (int compact = 0; compact <= 1; compact++) {
+    env e = ENV(1, 1 * GiB, compact ? EXP ",expandable_compact:True" : EXP);
+    void *x = ALLOC(e.a, 0, 40 * MiB, NULL);
+    void *y = ALLOC(e.a, 0, 40 * MiB, NULL);
+    void *z = ALLOC(e.a, 0, 40 * MiB, NULL);
+    FREE(e.a, y); /* a hole of two whole pages: [40, 80) */
+    void *w = ALLOC(e.a, 0, 60 * MiB, NULL); /* fits in no free block: 60 MiB more after z */
+    EQ(off(e.a, NULL, false, w), 120 * MiB);
+    cachalot_device_stats st = STATS(e.a, 0);
+    EQ(st.reserved_bytes[CACHALOT_STAT_ALL].peak, compact ? 140 * MiB : 180 * MiB);
+    EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, compact ? 140 * MiB : 180 * MiB);
+    EQ(st.num_device_free, compact);
+    if (compact)
+      EXPECT_RUNS(e.a, NULL, false, 0, 2 * LP, 4 * LP, 5 * LP);
+    else
+      EXPECT_RUNS(e.a, NULL, false, 0, 9 * LP);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    /* 40 MiB go into the hole: mapped again (compact; nothing free is left to unmap first) or the free
+     * block still there */
+    void *v = ALLOC(e.a, 0, 40 * MiB, NULL);
+    EQ(off(e.a, NULL, false, v), 40 * MiB);
+    EQ(STATS(e.a, 0).num_device_free, compact);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, 180 * MiB);
+    EXPECT_RUNS(e.a, NULL, false, 0, 9 * LP);
+    FREE(e.a, x);
+    FREE(e.a, z);
+    FREE(e.a, w);
+    FREE(e.a, v);
+    EMPTY(e.a);
+    EXPECT_POOLS(e.a, 0, PX0, PX0);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    env_free(&e);
+  }
+}
+
 /* Random requests of both kinds on two streams with frees, record_stream, empty_cache and injected map
  * failures: cachalot_check after every step, and the device's count equals reserved_bytes throughout. */
 static void random_sequences(void **state) {
   (void)state;
   for (unsigned seed = 1; seed <= 6; seed++) {
-    env e = ENV(1, 512 * MiB, seed % 2 ? EXP : EXP ",max_split_size_mb:30");
+    static const char *confs[3] = {EXP, EXP ",max_split_size_mb:30", EXP ",expandable_compact:True"};
+    env e = ENV(1, 512 * MiB, confs[seed % 3]);
     cachalot_stream st[2] = {NULL, STREAM(e.b, 0)};
     void *live[64] = {0};
     uint64_t x = seed * 0x9E3779B97F4A7C15ull;
@@ -427,6 +478,7 @@ int main(void) {
       cmocka_unit_test(garbage_collection_unmaps),
       cmocka_unit_test(private_pool_during_capture),
       cmocka_unit_test(events_and_snapshot),
+      cmocka_unit_test(compact_unmaps_before_a_new_peak),
       cmocka_unit_test(random_sequences),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
