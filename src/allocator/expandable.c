@@ -297,12 +297,24 @@ static int more_pages_first(const void *x, const void *y) {
   return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* expandable_compact: unmaps the whole free pages that empty_cache would, the largest free blocks first,
- * until `need` bytes went. Why: memory freed in a hole between handed-out blocks is otherwise mapped
- * and unused while a request that does not fit there maps new pages elsewhere; unmapping it first keeps
- * the reserved peak near what the program has live, for the price of a device synchronization when a
- * new peak is near (during warm-up; a repeating workload then stays under its peak). Unmapping a block
- * changes only that block and its run, so the other blocks collected stay valid. */
+/* expandable_compact: how much may be mapped before growth unmaps free pages elsewhere first: the most
+ * the program has had live (counting the request being served), and 1/64 more. Why a bound on the
+ * program's own peak rather than on the reserved peak: a workload that repeats at its peak would
+ * otherwise trade pages back and forth on every round. */
+static size_t compact_bound(const cachalot_device_stats *st, size_t size) {
+  const cachalot_stat *req = &st->requested_bytes[CACHALOT_STAT_ALL];
+  size_t peak = (size_t)req->current + size;
+  if ((size_t)req->peak > peak)
+    peak = (size_t)req->peak;
+  return peak + peak / 64;
+}
+
+/* expandable_compact: unmaps up to `need` bytes of the whole free pages that empty_cache would, from
+ * the largest free blocks first. Why: memory freed in a hole between handed-out blocks is otherwise
+ * mapped and unused while a request that does not fit there maps new pages elsewhere; unmapping it first
+ * keeps the reserved peak near what the program has live, for the price of a device synchronization
+ * when it happens (during warm-up, mostly). Unmapping a block changes only that block and its run, so
+ * the other blocks collected stay valid. */
 static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, const cl_block *keep2) {
   size_t n = 0, cap = 0;
   free_pages *v = NULL;
@@ -333,7 +345,7 @@ static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, con
   size_t done = 0;
   for (size_t i = 0; i < n && done < need; i++) {
     size_t k;
-    (void)cl_unmap_block_locked(d, v[i].b, &synced, &k); /* a failure leaves it mapped */
+    (void)cl_unmap_block_locked(d, v[i].b, need - done, &synced, &k); /* a failure leaves it mapped */
     done += k;
   }
   free(v);
@@ -361,12 +373,11 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   growth g;
   if (!find_gap(vr, size, d->cfg.expandable_compact, &g))
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  const cachalot_stat *reserved = &st->reserved_bytes[CACHALOT_STAT_ALL];
-  if (d->cfg.expandable_compact && g.map && !cl_capturing(d) &&
-      reserved->current + (int64_t)g.map > reserved->peak) {
+  const size_t bound = compact_bound(st, size);
+  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g.map;
+  if (d->cfg.expandable_compact && g.map && !cl_capturing(d) && after > bound) {
     /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
-    compact_locked(d, (size_t)(reserved->current + (int64_t)g.map - reserved->peak), g.a ? g.a->tail : NULL,
-                   g.b ? g.b->head : NULL);
+    compact_locked(d, after - bound < g.map ? after - bound : g.map, g.a ? g.a->tail : NULL, g.b ? g.b->head : NULL);
     /* the runs changed (a gap may have opened where less is mapped): plan again */
     if (!find_gap(vr, size, true, &g))
       return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
@@ -455,15 +466,22 @@ size_t cl_unmappable_bytes(const cl_block *b) {
   return hi > lo ? hi - lo : 0;
 }
 
-cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, bool *synced, size_t *unmapped) {
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, bool *synced, size_t *unmapped) {
   *unmapped = 0;
   cl_segment *r = f->seg;
   const cl_vrange *vr = r->vr;
   const size_t n = cl_unmappable_bytes(f);
-  if (!n || cl_capturing(d))
+  if (!n || !limit || cl_capturing(d))
     return CACHALOT_OK;
-  const uintptr_t lo = vr->base + round_up_to(f->ptr - vr->base, vr->page);
+  uintptr_t lo = vr->base + round_up_to(f->ptr - vr->base, vr->page);
   uintptr_t hi = lo + n;
+  if (n > limit) { /* the pages at the run's nearer end, so that the run keeps one piece where it can */
+    const size_t part = round_up_to(limit, vr->page);
+    if (f->prev)
+      lo = hi - part;
+    else
+      hi = lo + part;
+  }
   /* Metadata for the worst case (a page that cannot be unmapped leaves a free rest after the hole). */
   cl_segment *r2 = NULL;
   cl_block *nb = NULL;
@@ -610,7 +628,7 @@ cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
         next = b->next; /* survives: unmapping b changes b and the runs only */
         size_t n;
         if (b->state == CL_FREE) {
-          cachalot_status rc = cl_unmap_block_locked(d, b, synced, &n);
+          cachalot_status rc = cl_unmap_block_locked(d, b, SIZE_MAX, synced, &n);
           if (rc != CACHALOT_OK && result == CACHALOT_OK)
             result = rc;
         }

@@ -944,10 +944,11 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
                                  bool is_retry, cl_block **out, bool *host_oom);
 /* The bytes of the whole pages inside free block b of an expandable segment. */
 size_t cl_unmappable_bytes(const cl_block *b);
-/* Unmaps the whole pages inside FREE block b of an expandable segment (in its index), splitting the run
- * around them; *unmapped is the bytes given back. The device is synchronized first unless *synced (set
- * then): unmapping does not wait for work still using the memory. Nothing is done during a capture. */
-cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, bool *synced, size_t *unmapped);
+/* Unmaps the whole pages inside FREE block b of an expandable segment (in its index), at most `limit`
+ * bytes of them rounded up to pages (SIZE_MAX: all), splitting the run around them; *unmapped is the
+ * bytes given back. The device is synchronized first unless *synced (set then): unmapping does not wait
+ * for work still using the memory. Nothing is done during a capture. */
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, size_t limit, bool *synced, size_t *unmapped);
 /* empty_cache and the OOM retry: unmaps the whole free pages of every run of the default pool and of
  * freeable private pools. Returns the first failure; what could not be unmapped stays cached. */
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);

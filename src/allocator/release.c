@@ -165,7 +165,7 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
         cl_mark_release_locked(d, c->seg, out);
       } else {
         size_t n;
-        (void)cl_unmap_block_locked(d, c->blk, &synced, &n); /* a failure leaves it cached */
+        (void)cl_unmap_block_locked(d, c->blk, SIZE_MAX, &synced, &n); /* a failure leaves it cached */
         reclaimed += n;
       }
     }
@@ -179,7 +179,7 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
 static size_t release_oversize_block(cl_device *d, cl_block *b, cl_release_list *out, bool *synced) {
   if (b->seg->expandable) {
     size_t n;
-    (void)cl_unmap_block_locked(d, b, synced, &n); /* a failure leaves it cached */
+    (void)cl_unmap_block_locked(d, b, SIZE_MAX, synced, &n); /* a failure leaves it cached */
     return n;
   }
   if (b->prev || b->next)

@@ -312,6 +312,78 @@ static void test_capture_info(cachalot_allocator *a) {
   CHECKED(a);
 }
 
+/* expandable_segments:True on the device: blocks grown across mapped pages hold what kernels write,
+ * pages unmapped under free blocks leave their neighbours intact, a hole mapped again holds new data,
+ * and empty_cache waits for a kernel still writing to freed memory before unmapping it. */
+static void test_expandable(cachalot_allocator *a) {
+  current_test = "expandable";
+  OK(cachalot_set_settings(a, "expandable_segments:True"));
+  cudaStream_t s;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  const cachalot_stream cs = (cachalot_stream)s;
+  size_t free0 = 0, total = 0;
+  CUDA(cudaMemGetInfo(&free0, &total));
+  void *p1, *p2, *p3, *p4, *p5;
+  OK(cachalot_malloc(a, 0, 30 * MiB, cs, &p1)); /* 2 pages of 20 MiB */
+  OK(cachalot_malloc(a, 0, 15 * MiB, cs, &p2)); /* the free tail and 1 more page */
+  OK(cachalot_malloc(a, 0, 100 * MiB, cs, &p3)); /* the free tail and 5 more */
+  OK(cachalot_malloc(a, 0, 1000, cs, &p4));      /* the small kind's own reservation */
+  EXPECT((char *)p2 == (char *)p1 + 30 * MiB && (char *)p3 == (char *)p2 + 15 * MiB,
+         "grown blocks lie back to back (%p %p %p)", p1, p2, p3);
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == (int64_t)(160 * MiB + 2 * MiB) && st.segment[0].current == 0,
+         "reserved %lld, segments %lld", (long long)st.reserved_bytes[0].current, (long long)st.segment[0].current);
+  EXPECT(cl_test_fill(p1, 30 * MiB, 0xA1A1A1A1u, 0, s) == 0, "fill");
+  EXPECT(cl_test_fill(p2, 15 * MiB, 0xB2B2B2B2u, 0, s) == 0, "fill");
+  EXPECT(cl_test_fill(p3, 100 * MiB, 0xC3C3C3C3u, 0, s) == 0, "fill");
+  EXPECT(cl_test_fill(p4, 1000 & ~3u, 0xD4D4D4D4u, 0, s) == 0, "fill");
+  EXPECT(cl_test_verify(p1, 30 * MiB, 0xA1A1A1A1u, s) == 0, "p1 across a page boundary");
+  EXPECT(cl_test_verify(p2, 15 * MiB, 0xB2B2B2B2u, s) == 0, "p2 across a page boundary");
+  EXPECT(cl_test_verify(p3, 100 * MiB, 0xC3C3C3C3u, s) == 0, "p3 across five pages");
+  EXPECT(cl_test_verify(p4, 1000 & ~3u, 0xD4D4D4D4u, s) == 0, "p4");
+  CHECKED(a);
+
+  /* free p1: its first page goes at empty_cache; p2 and p3 keep their data */
+  OK(cachalot_free(a, p1));
+  OK(cachalot_empty_cache(a));
+  CHECKED(a);
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == (int64_t)(140 * MiB + 2 * MiB) && st.num_device_free == 1,
+         "after empty_cache: reserved %lld, device frees %lld", (long long)st.reserved_bytes[0].current,
+         (long long)st.num_device_free);
+  EXPECT(cl_test_verify(p2, 15 * MiB, 0xB2B2B2B2u, s) == 0, "p2 after the unmap");
+  EXPECT(cl_test_verify(p3, 100 * MiB, 0xC3C3C3C3u, s) == 0, "p3 after the unmap");
+  /* 25 MiB: the unmapped page and the free 10 MiB after it: mapped again, at p1's place */
+  OK(cachalot_malloc(a, 0, 25 * MiB, cs, &p5));
+  EXPECT(p5 == p1, "the hole is mapped again (%p, want %p)", p5, p1);
+  EXPECT(cl_test_fill(p5, 25 * MiB, 0xE5E5E5E5u, 0, s) == 0, "fill");
+  EXPECT(cl_test_verify(p5, 25 * MiB, 0xE5E5E5E5u, s) == 0, "p5 in remapped memory");
+  EXPECT(cl_test_verify(p2, 15 * MiB, 0xB2B2B2B2u, s) == 0, "p2 after the remap");
+  CHECKED(a);
+
+  /* a kernel still writing p3 on its own stream when p3 is freed (stream-ordered: free at once) and
+   * empty_cache runs: the unmap waits for the device (an unmap under a running kernel is a fault that
+   * poisons the context) */
+  EXPECT(cl_test_fill(p3, 100 * MiB, 0x0F0F0F0Fu, 200000000ll, s) == 0, "slow kernel");
+  OK(cachalot_free(a, p3));
+  EXPECT(cudaStreamQuery(s) == cudaErrorNotReady, "the kernel is still running");
+  (void)cudaGetLastError();
+  OK(cachalot_free(a, p2));
+  OK(cachalot_free(a, p5));
+  OK(cachalot_free(a, p4));
+  OK(cachalot_empty_cache(a));
+  CHECKED(a);
+  EXPECT(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess,
+         "the device is healthy after the unmaps");
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == 0, "reserved %lld after empty_cache", (long long)st.reserved_bytes[0].current);
+  size_t free1 = 0;
+  CUDA(cudaMemGetInfo(&free1, &total));
+  EXPECT(free1 + 8 * MiB >= free0, "the device got its memory back: %zu MiB free, %zu before", free1 / MiB,
+         free0 / MiB);
+  cudaStreamDestroy(s);
+}
+
 int main(void) {
   cachalot_backend *b = NULL;
   cachalot_status s = cachalot_backend_cuda(&b);
@@ -329,9 +401,9 @@ int main(void) {
   cudaGetDeviceProperties(&prop, 0);
   printf("gpu suite on %d device(s), device 0: %s\n", n, prop.name);
   cachalot_destroy(a); /* each test gets a fresh allocator: a failing one leaves nothing behind */
-  void (*tests[])(cachalot_allocator *) = {test_sizes, test_reuse_and_streams, test_oom, test_threads,
-                                           test_capture_info};
-  const char *names[] = {"sizes", "reuse_and_streams", "oom", "threads", "capture_relaxed_alloc"};
+  void (*tests[])(cachalot_allocator *) = {test_sizes,  test_reuse_and_streams, test_oom,
+                                           test_threads, test_capture_info,      test_expandable};
+  const char *names[] = {"sizes", "reuse_and_streams", "oom", "threads", "capture_relaxed_alloc", "expandable"};
   int passed = 0, ran = 0;
   for (size_t i = 0; i <= sizeof tests / sizeof tests[0]; i++) {
     if (cachalot_create(b, "", &a) != CACHALOT_OK) {
