@@ -265,6 +265,12 @@ int main(void) {
   run_config((size_t)256 << 20, false, "");
   run_config((size_t)256 << 20, false, "max_split_size_mb:20,garbage_collection_threshold:0.5,"
                                        "per_process_memory_fraction:0.9");
+  /* expandable segments: runs growing, merging and losing pages while other threads' warm paths use
+   * them; tight, unmapping at every OOM retry and (compact) before new peaks */
+  run_config((size_t)64 << 30, true, "expandable_segments:True");
+  run_config((size_t)256 << 20, false, "expandable_segments:True,expandable_compact:True");
+  run_config((size_t)256 << 20, false, "expandable_segments:True,max_split_size_mb:20,"
+                                       "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
   printf("1 passed, 0 failed\n");
   return 0;
 }

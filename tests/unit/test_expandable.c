@@ -339,6 +339,37 @@ static void private_pool_during_capture(void **state) {
   env_free(&e);
 }
 
+/* A cachalot_graph captures into its pool's own runs, replays, and gives them back after reset. */
+static void graph_capture_and_reset(void **state) {
+  (void)state;
+  env e = ENV(1, 1 * GiB, EXP);
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_graph *g = NULL;
+  OK(cachalot_graph_create(e.a, 0, false, &g));
+  OK(cachalot_graph_capture_begin(g, s, (cachalot_mempool_id){0, 0}, CACHALOT_CAPTURE_GLOBAL));
+  void *a = ALLOC(e.a, 0, 30 * MiB, s);
+  void *b = ALLOC(e.a, 0, 30 * MiB, s); /* the free tail (10) and one more page */
+  EQ((char *)b - (char *)a, 30 * MiB);
+  OK(cachalot_sim_launch(e.b, s));
+  FREE(e.a, a); /* a temporary of the graph: its memory stays in the graph's pool */
+  OK(cachalot_graph_capture_end(g));
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 30 * MiB, .active = 1, .active_b = 30 * MiB, .req_b = 30 * MiB,
+                  .res_b = 3 * LP, .split = 1, .split_b = 30 * MiB));
+  OK(cachalot_graph_replay(g, s));
+  OK(cachalot_graph_replay(g, s));
+  FREE(e.a, b);
+  EMPTY(e.a); /* the graph holds its pool */
+  EXPECT_POOLS(e.a, 0, PX0, PX(.res_b = 3 * LP));
+  OK(cachalot_graph_reset(g));
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  EQ(e.a->devices[0].vranges == NULL, 1); /* the pool and its reservation are gone */
+  cachalot_graph_destroy(g);
+  env_free(&e);
+}
+
 /* Blocks freed on a stream with other streams' uses wait for their events before their pages can go;
  * the snapshot shows each run as one expandable segment. */
 static void events_and_snapshot(void **state) {
@@ -477,6 +508,7 @@ int main(void) {
       cmocka_unit_test(max_split_size_and_oversize_release),
       cmocka_unit_test(garbage_collection_unmaps),
       cmocka_unit_test(private_pool_during_capture),
+      cmocka_unit_test(graph_capture_and_reset),
       cmocka_unit_test(events_and_snapshot),
       cmocka_unit_test(compact_unmaps_before_a_new_peak),
       cmocka_unit_test(random_sequences),
