@@ -116,7 +116,8 @@ static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uint
     return NULL;
   }
   /* the page map is only written in the exclusive mode of the segment's device: stable here */
-  if (!seg || seg->lane->dev != d)
+  const cl_lane *ln = seg ? cl_seg_lane(seg) : NULL; /* seg may be another device's, changing meanwhile */
+  if (!ln || ln->dev != d)
     return NULL;
   return find_in_segment(seg, key);
 }
@@ -147,7 +148,8 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
     /* The page map names the likely device; a racing release may change it, so every device is tried,
      * that one first. */
     cl_segment *seg = cl_page_get(&a->pages, key);
-    int first = seg && seg != CL_PAGE_SHARED ? seg->lane->dev->index : 0;
+    const cl_lane *ln = seg && seg != CL_PAGE_SHARED ? cl_seg_lane(seg) : NULL;
+    int first = ln ? ln->dev->index : 0;
     for (int n = 0; n < a->device_count; n++) {
       cl_device *d = &a->devices[(first + n) % a->device_count];
       cl_lock(d);

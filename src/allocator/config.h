@@ -39,8 +39,8 @@ typedef struct cl_config {
                                     being captured and routes it to a private pool of that capture
                                     (autocapture.c) */
   bool expandable_compact;       /* cachalot's own key, default false: with expandable segments, a growth
-                                    that would set a new reserved peak first unmaps whole free pages
-                                    elsewhere (expandable.c) */
+                                    that would set a new reserved peak above the requested peak + 1/64
+                                    first unmaps whole free pages elsewhere (expandable.c) */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

@@ -52,13 +52,18 @@ static void table_clear(cl_segment *s, size_t from_size, size_t to_size) {
 /* Segment metadata for a new run (a spare's, else new), cleared, with no table. NULL on host OOM. */
 static cl_segment *segment_new_locked(cl_device *d) {
   cl_segment *s = d->spare_segments;
+  cl_lane *lane = NULL;
   if (s) {
     d->spare_segments = s->release_next;
     free(s->at);
+    lane = cl_seg_lane(s);
   } else if (!(s = aligned_alloc(_Alignof(cl_segment), sizeof *s))) {
     return NULL;
   }
-  memset(s, 0, sizeof *s);
+  if (lane)
+    cl_segment_clear(s); /* a racing free() may still read a spare's lane: never NULL once set */
+  else
+    memset(s, 0, sizeof *s); /* new, or never given a lane: no reader */
   return s;
 }
 
@@ -78,7 +83,7 @@ static void segment_spare_locked(cl_device *d, cl_segment *s) {
 static void run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream stream, cl_lane *lane) {
   s->pool = p;
   s->stream = stream;
-  s->lane = lane;
+  cl_seg_set_lane(s, lane);
   s->bins = vr->bins;
   s->small = vr->small;
   s->expandable = true;
@@ -206,8 +211,9 @@ static uintptr_t unmap_pages(cl_device *d, const cl_vrange *vr, uintptr_t lo, ui
 }
 
 /* Maps [at, at + size) page by page (each page its own physical memory, so that any page can go back
- * alone). All or nothing: on a failure the pages this call mapped are unmapped again. */
-static cachalot_status map_pages(cl_device *d, const cl_vrange *vr, uintptr_t at, size_t size) {
+ * alone). All or nothing: on a failure the pages this call mapped are unmapped again; *left is the bytes
+ * at `at` that stay mapped all the same (an unmap failed too: rare, the device is in trouble then). */
+static cachalot_status map_pages(cl_device *d, const cl_vrange *vr, uintptr_t at, size_t size, size_t *left) {
   cachalot_backend *b = d->owner->backend;
   /* as for a device allocation (malloc.c): mapping is refused while a capture in global mode is underway */
   cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
@@ -217,8 +223,11 @@ static cachalot_status map_pages(cl_device *d, const cl_vrange *vr, uintptr_t at
   size_t done = 0;
   while (done < size && (rc = b->ops->va_map(b, d->index, (void *)(at + done), vr->page)) == CACHALOT_OK)
     done += vr->page;
-  if (rc != CACHALOT_OK)
-    unmap_pages(d, vr, at, at + done, NULL);
+  /* Roll back from the top, so that pages a failed unmap leaves are a prefix: the caller books them */
+  while (rc != CACHALOT_OK && done > 0 &&
+         b->ops->va_unmap(b, d->index, (void *)(at + done - vr->page), vr->page) == CACHALOT_OK)
+    done -= vr->page;
+  *left = rc == CACHALOT_OK ? 0 : done;
   cachalot_capture_mode prev = mode;
   (void)b->ops->capture_mode_exchange(b, &prev);
   return rc;
@@ -413,13 +422,19 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
-  if ((rc = map_pages(d, vr, g.at, g.map)) != CACHALOT_OK) {
+  size_t left = 0;
+  if ((rc = map_pages(d, vr, g.at, g.map, &left)) != CACHALOT_OK && left == 0) {
     (void)cl_page_map_point(&d->owner->pages, g.at, g.map, NULL);
     if (fresh)
       segment_spare_locked(d, seg);
     if (blk != (g.a ? g.a->tail : NULL))
       cl_block_delete_locked(d, blk);
     return rc;
+  }
+  if (rc != CACHALOT_OK) { /* pages that could not be unmapped are booked as cached memory */
+    (void)cl_page_map_point(&d->owner->pages, g.at + left, g.map - left, NULL);
+    g.map = left;
+    g.b = NULL; /* the gap was not filled */
   }
 
   if (fresh) {
@@ -458,6 +473,10 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   cl_stat_array_add(st->reserved_bytes, small, (int64_t)g.map);
   st->num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
+  if (rc != CACHALOT_OK) {
+    cl_free_index_insert_locked(d, blk);
+    return rc;
+  }
   *out = blk;
   return CACHALOT_OK;
 }
@@ -511,8 +530,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
     if ((rc = b->ops->device_sync(b, d->index)) == CACHALOT_OK)
       *synced = true;
   }
-  if (rc == CACHALOT_OK)
-    hi = unmap_pages(d, vr, lo, hi, &rc);
+  hi = rc == CACHALOT_OK ? unmap_pages(d, vr, lo, hi, &rc) : lo; /* no sync: nothing may be unmapped */
   if (hi == lo) {
     if (r2)
       segment_spare_locked(d, r2);
@@ -663,12 +681,12 @@ void cl_expandable_destroy_locked(cl_device *d) {
   cachalot_backend *b = d->owner->backend;
   if (d->vranges)
     (void)b->ops->device_sync(b, d->index);
-  while (d->vranges) {
-    cl_vrange *vr = d->vranges;
-    for (cl_segment *run = vr->runs; run; run = run->run_next) {
+  /* every run of every kind first: a bins' two reservations go back together */
+  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
+    for (cl_segment *run = vr->runs; run; run = run->run_next)
       (void)unmap_pages(d, vr, run->ptr, run->ptr + run->size, NULL);
-    }
     vr->runs = NULL; /* the runs stay in the device's segment list, which destroy frees */
-    cl_vranges_release_locked(d, vr->bins);
   }
+  while (d->vranges)
+    cl_vranges_release_locked(d, d->vranges->bins);
 }

@@ -179,13 +179,13 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
     return CL_WARM_SLOW;
   /* seg may be stale (a racing release gives segments back and reuses their metadata), but lanes live
    * until destroy, and under any lane lock segments do not change: check seg again once locked. */
-  cl_lane *ln = seg->lane;
+  cl_lane *ln = cl_seg_lane(seg);
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
   const uintptr_t key = (uintptr_t)ptr;
   cl_block **slot = NULL, *b = NULL;
-  if (CL_LIKELY(seg->lane == ln && key - seg->ptr < seg->size)) {
+  if (CL_LIKELY(cl_seg_lane(seg) == ln && key - seg->ptr < seg->size)) {
     slot = cl_seg_slot(seg, key);
     b = *slot;
   }

@@ -37,6 +37,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../common/error.h"
 #include "backend/backend.h"
@@ -111,7 +112,8 @@ struct cl_segment {
   /* The handed-out blocks by address: at[(b->ptr - ptr) >> at_shift] == b for every ALLOCATED or
    * PENDING block b, NULL everywhere else. One entry per 512 B in a small segment (blocks start 512 B
    * apart) and per 1 MiB in a large one (handed-out large blocks are larger than 1 MiB, so no two start
-   * in one MiB). free() finds its block with one load; a spare segment keeps its table for reuse. */
+   * in one MiB). free() finds its block with one load; a spare segment keeps its table for reuse (a
+   * spared run of an expandable segment frees it: runs change size). */
   cl_block **at;
   unsigned at_shift;
   bool small;
@@ -139,9 +141,10 @@ _Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fi
  *   small kind: M = 7 up to 1 MiB: classes 0..639, exact up to 128 KiB, then 128 per power of two
  *     (4 KiB wide between 512 KiB and 1 MiB); every size above 1 MiB is class 640. Those are free
  *     blocks only (requests of the small kind are at most 1 MiB): whole 2 MiB segments and the rests
- *     of their first split, so a whole segment split for any small request keeps its rest in its class.
- *   large kind: M = 2 from just above 1 MiB (smaller large blocks do not occur, they would share class
- *     0) up to 2^60 bytes (the largest segment): 4 classes per power of two, 161 in all; a whole 20 MiB
+ *     of their first split, so a whole segment split for any small request keeps its rest in its class
+ *     (and the larger free blocks of expandable runs).
+ *   large kind: M = 2 from just above 1 MiB (smaller large blocks occur only in expandable runs, which
+ *     split like small segments; they share class 0, which costs speed only) up to 2^60 bytes (the largest segment): 4 classes per power of two, 161 in all; a whole 20 MiB
  *     segment shares its class with every rest above 16 MiB.
  * Either way a pair of malloc and free carved from a whole segment updates the rest's node in place
  * instead of moving it between classes. Coarser classes mean larger class trees: on the replayed
@@ -298,10 +301,22 @@ static inline void cl_spin_unlock(cl_spin *l) { atomic_store_explicit(&l->held, 
 /* One round of waiting on something another thread holds: pause, then yield, then sleep, by `round`. */
 void cl_backoff(unsigned round);
 
+/* A segment's lane is read before any lock by free() through the page map, which may hold a segment that
+ * is being given back or reused; it is written in exclusive mode and never NULL again once set. */
+CL_INLINE cl_lane *cl_seg_lane(const cl_segment *s) { return __atomic_load_n(&s->lane, __ATOMIC_ACQUIRE); }
+CL_INLINE void cl_seg_set_lane(cl_segment *s, cl_lane *ln) { __atomic_store_n(&s->lane, ln, __ATOMIC_RELEASE); }
+/* Zeroes every field of s but its lane (see cl_seg_lane), for metadata taken from the spares. */
+static inline void cl_segment_clear(cl_segment *s) {
+  const size_t lane_at = offsetof(cl_segment, lane), lane_end = lane_at + sizeof s->lane;
+  memset(s, 0, lane_at);
+  memset((char *)s + lane_end, 0, sizeof *s - lane_end);
+}
+
 /* The entry of `ptr` in the handed-out table of `s` (ptr inside s). */
 CL_INLINE cl_block **cl_seg_slot(const cl_segment *s, uintptr_t ptr) { return &s->at[(ptr - s->ptr) >> s->at_shift]; }
 static inline unsigned cl_seg_shift(bool small) { return small ? 9 : 20; }
-/* The entries of s's table (a spare segment keeps its last size, shift and table). */
+/* The entries of s's table (a spare segment keeps its last size, shift and table; a spared run has size
+ * 0 and no table). */
 static inline size_t cl_seg_entries(const cl_segment *s) { return s->size >> s->at_shift; }
 
 /* The stats a lane keeps a share of: those the warm path changes, each for all / small / large. On the

@@ -60,7 +60,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (seg) {
     d->spare_segments = seg->release_next;
   } else if ((seg = aligned_alloc(_Alignof(cl_segment), sizeof *seg))) { /* its first line: one cache line */
-    memset(seg, 0, sizeof *seg); /* no table yet */
+    memset(seg, 0, sizeof *seg); /* no table yet; not in the page map, so no reader yet */
   }
   cl_block *blk = cl_block_new_locked(d);
   const unsigned at_shift = cl_seg_shift(small);
@@ -83,13 +83,13 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (cl_pool_is_default(d, p))
     lane->bins = bins;
   cl_block **at = seg->at; /* all NULL: a spare segment had no handed-out block */
-  memset(seg, 0, sizeof *seg);
+  cl_segment_clear(seg);
   seg->at = at;
   seg->at_shift = at_shift;
   /* set before the page map publishes the segment: a free() on another thread may read them */
   seg->pool = p;
   seg->stream = s;
-  seg->lane = lane;
+  cl_seg_set_lane(seg, lane);
   seg->bins = bins;
   seg->small = small;
 

@@ -201,12 +201,13 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, boo
   cl_fit *f = &bins->kind[0];
   bool synced = false;
   cl_block *b = cl_fit_lower_bound(f, false, key);
-  if (b && release_oversize_block(d, b, out, &synced))
+  cl_block *cur = b ? cl_fit_prev(f, false, b) : cl_fit_max(f); /* before b changes */
+  size_t released = b ? release_oversize_block(d, b, out, &synced) : 0;
+  if (released >= key)
     return true;
-  /* No single block is large enough: free oversize blocks from the largest down until enough, in
-   * (size, ptr) order across the classes. Only whole segments can go back; a split one is passed over. */
-  cl_block *cur = b ? cl_fit_prev(f, false, b) : cl_fit_max(f);
-  size_t released = 0;
+  /* No single block gave enough: free oversize blocks from the largest down until enough, in (size, ptr)
+   * order across the classes. Only whole segments (or whole pages of runs) can go back; a split segment
+   * is passed over. */
   while (cur && released < key && cur->size >= max_split) {
     cl_block *prev = cl_fit_prev(f, false, cur); /* not changed by what happens to cur */
     released += release_oversize_block(d, cur, out, &synced);

@@ -119,6 +119,15 @@ static cachalot_status check_vranges(cl_device *d, size_t n_runs) {
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: %zu expandable segments, the reservations list %zu runs", dev, n_runs,
                    listed);
+  for (const cl_segment *s = d->segments; s; s = s->next) { /* and each in its own vrange's list */
+    const cl_segment *r = NULL;
+    if (s->expandable)
+      for (r = s->vr ? s->vr->runs : NULL; r && r != s; r = r->run_next) {
+      }
+    if (s->expandable && !r)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: run 0x%llx is in no reservation's list",
+                     dev, (unsigned long long)s->ptr);
+  }
   return CACHALOT_OK;
 }
 

@@ -412,8 +412,9 @@ static void events_and_snapshot(void **state) {
   env_free(&e);
 }
 
-/* expandable_compact: a growth that would set a new reserved peak first unmaps whole free pages held
- * elsewhere (here a hole between two handed-out blocks); without the key they stay mapped. */
+/* expandable_compact: a growth that would set a new reserved peak, above the requested peak + 1/64,
+ * first unmaps whole free pages held elsewhere (here a hole between two handed-out blocks); without the
+ * key they stay mapped. */
 static void compact_unmaps_before_a_new_peak(void **state) {
   (void)state;
   for (int compact = 0; compact <= 1; compact++) {
@@ -449,6 +450,50 @@ static void compact_unmaps_before_a_new_peak(void **state) {
     EXPECT_RESERVED_IS_USED(&e, 0);
     env_free(&e);
   }
+}
+
+/* A device that refuses the synchronization before an unmap (here: a global-mode capture cachalot was
+ * not told of) gets nothing unmapped: the call reports it, the books and the device still agree, and the
+ * pages go once the device allows it. */
+static void refused_sync_unmaps_nothing(void **state) {
+  (void)state;
+  env e = ENV(1, 1 * GiB, EXP);
+  cachalot_stream s = STREAM(e.b, 0);
+  void *a = ALLOC(e.a, 0, 30 * MiB, NULL);
+  void *b = ALLOC(e.a, 0, 15 * MiB, NULL);
+  FREE(e.a, a);
+  OK(cachalot_sim_capture_begin(e.b, s, CACHALOT_CAPTURE_GLOBAL));
+  STATUS(cachalot_empty_cache(e.a), CACHALOT_ERROR_DEVICE);
+  CONTAINS(cachalot_last_error(), "cachalot_empty_cache: ");
+  CHECK(e.a);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  EXPECT_RUNS(e.a, NULL, false, 0, 3 * LP);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 1);
+  OK(cachalot_sim_capture_end(e.b, s));
+  void *c = ALLOC(e.a, 0, 25 * MiB, NULL); /* the free 30 MiB, still mapped */
+  EQ(c, a);
+  FREE(e.a, c);
+  EMPTY(e.a);
+  EXPECT_RUNS(e.a, NULL, false, LP, 2 * LP);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  FREE(e.a, b);
+  env_free(&e);
+}
+
+/* destroy unmaps the runs of both kinds and gives every reservation back. */
+static void destroy_gives_everything_back(void **state) {
+  (void)state;
+  env e = ENV(1, 1 * GiB, EXP);
+  cachalot_stream s = STREAM(e.b, 0);
+  (void)ALLOC(e.a, 0, 30 * MiB, NULL);
+  (void)ALLOC(e.a, 0, 1000, NULL);
+  (void)ALLOC(e.a, 0, 1000, s);
+  (void)ALLOC(e.a, 0, 50 * MiB, s);
+  EQ(USED(e.b, 0), 2 * LP + SP + SP + 3 * LP);
+  cachalot_destroy(e.a); /* with memory still handed out: it all goes */
+  e.a = NULL;
+  EQ(USED(e.b, 0), 0);
+  cachalot_backend_destroy(e.b);
 }
 
 /* Random requests of both kinds on two streams with frees, record_stream, empty_cache and injected map
@@ -511,6 +556,8 @@ int main(void) {
       cmocka_unit_test(graph_capture_and_reset),
       cmocka_unit_test(events_and_snapshot),
       cmocka_unit_test(compact_unmaps_before_a_new_peak),
+      cmocka_unit_test(refused_sync_unmaps_nothing),
+      cmocka_unit_test(destroy_gives_everything_back),
       cmocka_unit_test(random_sequences),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
