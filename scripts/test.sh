@@ -4,6 +4,8 @@
 #   2. the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the stress test and the lanes unit test (threads on their own streams) under ThreadSanitizer
 #   4. clang build, and a build with -Dcuda=disabled (simulated backend only), with their tests
+#   5. the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UndefinedBehaviorSanitizer), a fixed
+#      number of executions each from their seed corpora
 # Each build uses -Wall -Wextra -Werror. Prints 'N passed, N failed' last.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +42,15 @@ t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lun
 t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
 t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled && suite build-nocuda &&
   build-nocuda/tools/cachalot_demo >/dev/null; }
+t_fuzz() { CC=clang build build-fuzz -Dtests=enabled -Dfuzz=enabled -Dcuda=disabled -Db_sanitize=address,undefined \
+  -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link && suite build-fuzz --suite fuzz; }
 
 step "gcc: unit, stress, gpu (skipped without a GPU)" t_gcc
 step "asan+ubsan: unit and cli suites" t_asan
 step "tsan: stress test, lanes test" t_tsan
 step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda
+step "fuzzers: config, snapshot reader, API sequences" t_fuzz
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

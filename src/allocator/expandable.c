@@ -320,8 +320,8 @@ static size_t compact_bound(const cachalot_device_stats *st, size_t size) {
   return peak + peak / 64;
 }
 
-/* expandable_compact: unmaps up to `need` bytes of the whole free pages that empty_cache would, from
- * the largest free blocks first. Why: memory freed in a hole between handed-out blocks is otherwise
+/* expandable_compact: unmaps up to `need` bytes of the default pool's whole free pages, from the
+ * largest free blocks first. Why: memory freed in a hole between handed-out blocks is otherwise
  * mapped and unused while a request that does not fit there maps new pages elsewhere; unmapping it first
  * keeps the reserved peak near what the program has live, for the price of a device synchronization
  * when it happens (during warm-up, mostly). Unmapping a block changes only that block and its run, so
@@ -330,7 +330,10 @@ static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, con
   size_t n = 0, cap = 0;
   free_pages *v = NULL;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
-    if (!vrange_releasable(d, vr))
+    /* the default pool's only: a freeable private pool that lost its last run here would have to be
+     * collected, which the growth under way (perhaps into that very pool) cannot afford; empty_cache and
+     * the OOM retry give those back */
+    if (!vr->runs || !cl_pool_is_default(d, vr->runs->pool))
       continue;
     for (cl_segment *run = vr->runs; run; run = run->run_next) {
       for (cl_block *b = run->head; b; b = b->next) {

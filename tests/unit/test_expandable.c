@@ -452,6 +452,31 @@ static void compact_unmaps_before_a_new_peak(void **state) {
   }
 }
 
+/* Regression (fuzz_api's first finding): compaction unmapped the last run of a released private pool and
+ * left the empty pool behind. It takes the default pool's pages only; released pools go at empty_cache. */
+static void compact_leaves_private_pools_alone(void **state) {
+  (void)state;
+  env e = ENV(1, 1 * GiB, EXP ",expandable_compact:True");
+  cachalot_stream s = STREAM(e.b, 0);
+  const cachalot_mempool_id id = {0, 5};
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, id, only_stream, s));
+  void *p = ALLOC(e.a, 0, 30 * MiB, s);
+  OK(cachalot_end_allocate_to_pool(e.a, 0, id));
+  FREE(e.a, p);
+  OK(cachalot_release_pool(e.a, 0, id)); /* freeable, with a free run of 40 MiB */
+  CHECK(e.a);
+  void *q = ALLOC(e.a, 0, 100 * MiB, NULL); /* a new peak above the bound: compaction finds nothing */
+  EQ(STATS(e.a, 0).num_device_free, 0);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 2 * LP + 5 * LP);
+  EMPTY(e.a); /* the released pool's pages go, and the pool with them */
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 5 * LP);
+  EQ(e.a->devices[0].pools == NULL, 1);
+  FREE(e.a, q);
+  EMPTY(e.a);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  env_free(&e);
+}
+
 /* A device that refuses the synchronization before an unmap (here: a global-mode capture cachalot was
  * not told of) gets nothing unmapped: the call reports it, the books and the device still agree, and the
  * pages go once the device allows it. */
@@ -556,6 +581,7 @@ int main(void) {
       cmocka_unit_test(graph_capture_and_reset),
       cmocka_unit_test(events_and_snapshot),
       cmocka_unit_test(compact_unmaps_before_a_new_peak),
+      cmocka_unit_test(compact_leaves_private_pools_alone),
       cmocka_unit_test(refused_sync_unmaps_nothing),
       cmocka_unit_test(destroy_gives_everything_back),
       cmocka_unit_test(random_sequences),

@@ -1,0 +1,237 @@
+/* libFuzzer target: sequences of API calls on the simulated device, read from the input bytes. The first
+ * byte picks a config; then each op byte picks a call and the next bytes its arguments: malloc (sizes
+ * from 1 B to 256 MiB, on one of three streams), free, record_stream, stream completion, kernel launches,
+ * empty_cache, private-pool routing during a simulated capture (begin/end, release), injected device
+ * allocation and event failures, settings changed at run time, frees of pointers cachalot does not own,
+ * stats and snapshots. After every call:
+ *   - the status is one the call may return, with a message when it is not OK;
+ *   - cachalot_check passes (structure and every stat recomputed from the blocks);
+ *   - reserved_bytes equals what the simulated device says it holds (nothing lost, nothing counted twice).
+ * At the end everything is freed and empty_cache must give the device all of its memory back. */
+#include <cachalot/cachalot.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQUIRE(cond, ...)                                                                                     \
+  do {                                                                                                         \
+    if (!(cond)) {                                                                                             \
+      fprintf(stderr, "fuzz_api: op %zu: ", op_index);                                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                            \
+      fprintf(stderr, " (last error: %s)\n", cachalot_last_error());                                           \
+      abort();                                                                                                 \
+    }                                                                                                          \
+  } while (0)
+
+enum { SLOTS = 32, STREAMS = 3, MAX_OPS = 200 };
+
+static const char *const confs[] = {
+    "",
+    "expandable_segments:True",
+    "expandable_segments:True,expandable_compact:True",
+    "max_split_size_mb:20,roundup_power2_divisions:4",
+    "garbage_collection_threshold:0.5,per_process_memory_fraction:0.8",
+    ("expandable_segments:True,max_split_size_mb:20,garbage_collection_threshold:0.6,"
+     "per_process_memory_fraction:0.9"),
+    "release_lock_on_cudamalloc:False,roundup_power2_divisions:[1:4,>:2]",
+    "expandable_segments:True,release_lock_on_cudamalloc:False",
+};
+
+typedef struct {
+  const uint8_t *p, *end;
+} input;
+
+static unsigned next(input *in) { return in->p < in->end ? *in->p++ : 0; }
+
+static size_t op_index;
+static cachalot_stream capture_stream;
+
+static bool is_capture_stream(cachalot_stream s, void *ctx) {
+  (void)ctx;
+  return s == capture_stream;
+}
+
+/* A status a call may return, with a message when it is not OK. */
+static void expect_status(cachalot_status rc, const char *call, cachalot_status also1, cachalot_status also2) {
+  REQUIRE(rc == CACHALOT_OK || rc == also1 || rc == also2, "%s returned %s", call, cachalot_status_name(rc));
+  REQUIRE(rc == CACHALOT_OK || cachalot_last_error()[0], "%s failed without a message", call);
+}
+
+static void consistent(cachalot_allocator *a, cachalot_backend *b) {
+  REQUIRE(cachalot_check(a) == CACHALOT_OK, "cachalot_check");
+  cachalot_device_stats st;
+  size_t used = 0;
+  REQUIRE(cachalot_memory_stats(a, 0, &st) == CACHALOT_OK, "memory_stats");
+  REQUIRE(cachalot_sim_device_used(b, 0, &used) == CACHALOT_OK, "device used");
+  REQUIRE((int64_t)used == st.reserved_bytes[0].current, "the device holds %zu, reserved_bytes says %lld", used,
+          (long long)st.reserved_bytes[0].current);
+}
+
+static size_t request_size(input *in) {
+  const unsigned shift = next(in) % 29; /* up to 256 MiB */
+  const size_t base = (size_t)1 << shift;
+  return base + (((size_t)next(in) << 8 | next(in)) % base);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  input in = {data, data + size};
+  op_index = 0;
+  static int trace = -1; /* FUZZ_API_TRACE=1: each op on stderr, to read a finding */
+  if (trace < 0)
+    trace = getenv("FUZZ_API_TRACE") != NULL;
+  cachalot_sim_options o = {.device_count = 1, .capacity_bytes = (size_t)512 << 20, .complete_immediately = false};
+  cachalot_backend *b = NULL;
+  cachalot_allocator *a = NULL;
+  if (cachalot_backend_sim(&o, &b) != CACHALOT_OK)
+    abort();
+  if (cachalot_create(b, confs[next(&in) % (sizeof confs / sizeof confs[0])], &a) != CACHALOT_OK)
+    abort();
+  cachalot_stream streams[STREAMS] = {NULL};
+  for (int i = 1; i < STREAMS; i++)
+    if (cachalot_sim_stream_create(b, 0, &streams[i]) != CACHALOT_OK)
+      abort();
+  void *slot[SLOTS] = {0};
+  bool capturing = false;
+  cachalot_mempool_id pools[8];
+  int n_pools = 0, next_pool = 1;
+
+  while (in.p < in.end && op_index < MAX_OPS) {
+    op_index++;
+    const unsigned op = next(&in) % 16;
+    if (trace)
+      fprintf(stderr, "op %zu: %u (next bytes %02x %02x %02x %02x)\n", op_index, op, in.p < in.end ? in.p[0] : 0,
+              in.p + 1 < in.end ? in.p[1] : 0, in.p + 2 < in.end ? in.p[2] : 0, in.p + 3 < in.end ? in.p[3] : 0);
+    cachalot_status rc;
+    switch (op) {
+    case 0:
+    case 1:
+    case 2: { /* malloc */
+      const unsigned k = next(&in) % SLOTS;
+      const size_t n = request_size(&in);
+      cachalot_stream s = streams[next(&in) % STREAMS];
+      if (slot[k]) {
+        rc = cachalot_free(a, slot[k]);
+        expect_status(rc, "free", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+        if (rc != CACHALOT_OK)
+          break; /* still allocated (an event could not be recorded): keep it */
+        slot[k] = NULL;
+      }
+      rc = cachalot_malloc(a, 0, n, s, &slot[k]);
+      /* DEVICE: a simulated capture refuses what it would refuse on a GPU */
+      expect_status(rc, "malloc", CACHALOT_ERROR_OUT_OF_MEMORY, CACHALOT_ERROR_DEVICE);
+      REQUIRE((rc == CACHALOT_OK) == (slot[k] != NULL), "malloc: pointer and status disagree");
+      break;
+    }
+    case 3: { /* free */
+      const unsigned k = next(&in) % SLOTS;
+      rc = cachalot_free(a, slot[k]);
+      expect_status(rc, "free", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+      if (rc == CACHALOT_OK) /* else still allocated (an event could not be recorded) */
+        slot[k] = NULL;
+      break;
+    }
+    case 4: { /* record_stream */
+      const unsigned k = next(&in) % SLOTS;
+      cachalot_stream s = streams[next(&in) % STREAMS];
+      rc = cachalot_record_stream(a, slot[k], s);
+      expect_status(rc, "record_stream", slot[k] ? CACHALOT_ERROR_OUT_OF_MEMORY : CACHALOT_ERROR_INVALID_POINTER,
+                    CACHALOT_ERROR_INVALID_POINTER);
+      break;
+    }
+    case 5: /* a stream's work completes (refused on a capturing stream) */
+      (void)cachalot_sim_stream_complete(b, streams[1 + next(&in) % (STREAMS - 1)]);
+      break;
+    case 6:
+      (void)cachalot_sim_launch(b, streams[next(&in) % STREAMS]);
+      break;
+    case 7:
+      expect_status(cachalot_empty_cache(a), "empty_cache", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+      break;
+    case 8:
+      (void)cachalot_sim_fail_device_allocs(b, (int)(next(&in) % 3));
+      break;
+    case 9:
+      (void)cachalot_sim_fail_events(b, (int)(next(&in) % 3));
+      break;
+    case 10: /* a capture of stream 1 begins, routed to a fresh private pool */
+      if (!capturing && n_pools < 8) {
+        const cachalot_capture_mode mode = next(&in) % 2 ? CACHALOT_CAPTURE_GLOBAL : CACHALOT_CAPTURE_RELAXED;
+        capture_stream = streams[1];
+        const cachalot_mempool_id id = {0, (uint64_t)next_pool++};
+        if (cachalot_sim_capture_begin(b, streams[1], mode) == CACHALOT_OK) {
+          expect_status(cachalot_begin_allocate_to_pool(a, 0, id, is_capture_stream, NULL), "begin_allocate_to_pool",
+                        CACHALOT_ERROR_OUT_OF_MEMORY, CACHALOT_OK);
+          pools[n_pools++] = id;
+          capturing = true;
+        }
+      }
+      break;
+    case 11:
+      if (capturing) {
+        expect_status(cachalot_end_allocate_to_pool(a, 0, pools[n_pools - 1]), "end_allocate_to_pool", CACHALOT_OK,
+                      CACHALOT_OK);
+        (void)cachalot_sim_capture_end(b, streams[1]);
+        capturing = false;
+      }
+      break;
+    case 12: /* the oldest pool that is not routing is released */
+      if (n_pools > (capturing ? 1 : 0)) {
+        expect_status(cachalot_release_pool(a, 0, pools[0]), "release_pool", CACHALOT_OK, CACHALOT_OK);
+        memmove(pools, pools + 1, (size_t)(n_pools - 1) * sizeof pools[0]);
+        n_pools--;
+      }
+      break;
+    case 13: { /* settings change at run time */
+      static const char *const changes[] = {"expandable_segments:True", "expandable_segments:False",
+                                            "max_split_size_mb:40", "roundup_power2_divisions:8",
+                                            "expandable_compact:True", "bogus:1"};
+      const char *c = changes[next(&in) % (sizeof changes / sizeof changes[0])];
+      expect_status(cachalot_set_settings(a, c), "set_settings", CACHALOT_ERROR_CONFIG, CACHALOT_OK);
+      break;
+    }
+    case 14: { /* a pointer cachalot does not own: inside a block (blocks start 512 B apart), or never handed out */
+      const unsigned k = next(&in) % SLOTS;
+      void *bad = slot[k] ? (char *)slot[k] + 256 : (void *)(uintptr_t)(0x1000 + 512 * next(&in));
+      rc = cachalot_free(a, bad);
+      expect_status(rc, "free of a foreign pointer", CACHALOT_ERROR_INVALID_POINTER, CACHALOT_OK);
+      REQUIRE(rc == CACHALOT_ERROR_INVALID_POINTER || !slot[k], "free of an inner pointer succeeded");
+      break;
+    }
+    default: { /* observers: stats, peaks, snapshots */
+      char *json = NULL;
+      expect_status(cachalot_snapshot_json(a, &json), "snapshot_json", CACHALOT_ERROR_OUT_OF_MEMORY, CACHALOT_OK);
+      free(json);
+      expect_status(cachalot_reset_peak_stats(a, 0), "reset_peak_stats", CACHALOT_OK, CACHALOT_OK);
+      break;
+    }
+    }
+    consistent(a, b);
+  }
+
+  /* Wind down: everything back to the device. */
+  op_index++;
+  (void)cachalot_sim_fail_device_allocs(b, 0);
+  (void)cachalot_sim_fail_events(b, 0);
+  if (capturing) {
+    (void)cachalot_end_allocate_to_pool(a, 0, pools[n_pools - 1]);
+    (void)cachalot_sim_capture_end(b, streams[1]);
+  }
+  for (int k = 0; k < SLOTS; k++)
+    if (slot[k])
+      REQUIRE(cachalot_free(a, slot[k]) == CACHALOT_OK, "final free");
+  for (int i = 0; i < n_pools; i++)
+    REQUIRE(cachalot_release_pool(a, 0, pools[i]) == CACHALOT_OK, "final release_pool");
+  for (int i = 1; i < STREAMS; i++)
+    (void)cachalot_sim_stream_complete(b, streams[i]);
+  REQUIRE(cachalot_empty_cache(a) == CACHALOT_OK, "final empty_cache");
+  consistent(a, b);
+  size_t used = 1;
+  REQUIRE(cachalot_sim_device_used(b, 0, &used) == CACHALOT_OK && used == 0, "%zu bytes left on the device", used);
+  cachalot_destroy(a);
+  cachalot_backend_destroy(b);
+  return 0;
+}
