@@ -214,9 +214,138 @@ static void test_random_sequences_match_the_model(void **state) {
     run_seed(seed * 0x9E3779B97F4A7C15ull, 1500);
 }
 
+/* ---- stream order: a second model, of what SPEC.md §2 promises across streams ----
+ * Ranges, not placement: every live allocation covers [p, p + rounded request); a freed block that other
+ * streams used is *held* until the work those streams had enqueued when it was freed has completed (the
+ * model counts, per stream, work launched and work completed, as the simulated device does). Seeded
+ * sequences of malloc, free, record_stream, kernel launches, stream completions and empty_cache on three
+ * streams, in four configs; after every operation no live range may overlap another live or a held range
+ * (no memory handed out twice, nothing reused before its streams' events), the allocation count and the
+ * requested bytes of live blocks must be cachalot's, and the device must hold what reserved_bytes says. */
+enum { SLIVE = 48, NSTREAM = 3 };
+
+typedef struct {
+  uintptr_t lo, hi;
+  uint64_t until[NSTREAM]; /* held while launched work numbered up to until[s] has not completed on s */
+  bool used;
+} held_range;
+
+typedef struct {
+  uintptr_t p;
+  size_t size, req;
+  bool uses[NSTREAM];
+} live_range;
+
+static bool overlaps(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; }
+
+static void run_stream_seed(uint64_t seed, const char *conf, int ops) {
+  env e = ENV(1, 4 * GiB, conf);
+  cachalot_stream st[NSTREAM] = {NULL, STREAM(e.b, 0), STREAM(e.b, 0)};
+  uint64_t launched[NSTREAM] = {0}, completed[NSTREAM] = {0};
+  live_range live[SLIVE] = {{0}};
+  held_range *held = calloc(4096, sizeof *held);
+  assert_non_null(held);
+  size_t n_held = 0;
+  uint64_t r = seed;
+  for (int op = 0; op < ops; op++) {
+    const uint64_t k = rng_next(&r) % 100;
+    const int slot = (int)(rng_next(&r) % SLIVE);
+    const int si = (int)(rng_next(&r) % NSTREAM);
+    if (k < 8) { /* work on a stream (stream 0, the legacy one, never runs kernels here) */
+      if (si) {
+        OK(cachalot_sim_launch(e.b, st[si]));
+        launched[si]++;
+      }
+    } else if (k < 16) {
+      if (si) {
+        COMPLETE(&e, st[si]);
+        completed[si] = launched[si];
+      }
+    } else if (k < 18) {
+      EMPTY(e.a); /* waits for every event: every held range is free now */
+      n_held = 0;
+      for (int t = 1; t < NSTREAM; t++)
+        completed[t] = launched[t];
+    } else if (live[slot].p && k < 30) {
+      RECORD(e.a, (void *)live[slot].p, st[si]);
+      live[slot].uses[si] = true;
+    } else if (live[slot].p) {
+      FREE(e.a, (void *)live[slot].p);
+      held_range h = {live[slot].p, live[slot].p + live[slot].size, {0}, false};
+      for (int t = 0; t < NSTREAM; t++)
+        if (live[slot].uses[t] && t != 0) { /* stream 0 allocated it (the allocation stream needs no event) */
+          h.until[t] = launched[t];
+          h.used = true;
+        }
+      if (h.used && n_held < 4096)
+        held[n_held++] = h;
+      live[slot] = (live_range){0};
+    } else {
+      const size_t req = draw_size(&r);
+      void *p = NULL;
+      OK(cachalot_malloc(e.a, 0, req, NULL, &p));
+      const uintptr_t lo = (uintptr_t)p, hi = lo + round_req(req);
+      for (int i = 0; i < SLIVE; i++)
+        if (live[i].p && overlaps(lo, hi, live[i].p, live[i].p + live[i].size))
+          fail_msg("seed %llu op %d: [0x%llx, 0x%llx) overlaps a live allocation", (unsigned long long)seed, op,
+                   (unsigned long long)lo, (unsigned long long)hi);
+      for (size_t i = 0; i < n_held; i++) {
+        bool still = false;
+        for (int t = 1; t < NSTREAM; t++)
+          still |= held[i].until[t] > completed[t];
+        if (still && overlaps(lo, hi, held[i].lo, held[i].hi))
+          fail_msg("seed %llu op %d: [0x%llx, 0x%llx) reuses memory a stream may still be using",
+                   (unsigned long long)seed, op, (unsigned long long)lo, (unsigned long long)hi);
+      }
+      live[slot] = (live_range){lo, hi - lo, req, {false}};
+      CHECK(e.a);
+    }
+    /* drop held ranges whose streams are done */
+    for (size_t i = 0; i < n_held;) {
+      bool still = false;
+      for (int t = 1; t < NSTREAM; t++)
+        still |= held[i].until[t] > completed[t];
+      if (still)
+        i++;
+      else
+        held[i] = held[--n_held];
+    }
+    cachalot_device_stats stats = STATS(e.a, 0);
+    int64_t count = 0, requested = 0;
+    for (int i = 0; i < SLIVE; i++)
+      if (live[i].p) {
+        count++;
+        requested += (int64_t)live[i].req;
+      }
+    EQ(stats.allocation[CACHALOT_STAT_ALL].current, count);
+    /* requested bytes also count blocks freed but pending: at least the live ones */
+    if (stats.requested_bytes[CACHALOT_STAT_ALL].current < requested)
+      fail_msg("seed %llu op %d: requested_bytes %lld below the live requests %lld", (unsigned long long)seed, op,
+               (long long)stats.requested_bytes[CACHALOT_STAT_ALL].current, (long long)requested);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+  }
+  for (int i = 0; i < SLIVE; i++)
+    if (live[i].p)
+      FREE(e.a, (void *)live[i].p);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  free(held);
+  env_free(&e);
+}
+
+static void test_stream_order_holds(void **state) {
+  (void)state;
+  static const char *confs[] = {"", "max_split_size_mb:20,roundup_power2_divisions:4", "expandable_segments:True",
+                                "expandable_segments:True,expandable_compact:True"};
+  for (uint64_t seed = 1; seed <= 8; seed++)
+    run_stream_seed(seed * 0x2545F4914F6CDD1Dull, confs[seed % 4], 1500);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_sequences_match_the_model),
+      cmocka_unit_test(test_stream_order_holds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
