@@ -1,6 +1,7 @@
 /* Injected device failures on the simulated backend: a device allocation failing at every possible point
  * of a sequence (fail the next N, fail every k-th), failures inside the oversize-release and the
- * release-all retries, and event records that fail at free(). After each failure: the documented status
+ * release-all retries, event records that fail at free(), and a campaign over a seeded sequence with
+ * captures in four configs (page maps of expandable segments among the failures). After each failure: the documented status
  * and message, cachalot_check passes, every live allocation is intact, cachalot's reserved bytes equal the
  * device's own count, and after freeing everything and empty_cache both are 0. */
 #include "helpers.h"
@@ -710,8 +711,185 @@ static void test_failed_device_free_keeps_segment(void **state) {
   env_free(&e);
 }
 
+/* ---- a campaign: one device failure at every malloc of a long sequence, in several configs ----
+ * The sequence (seeded) mixes mallocs of both kinds on three streams, frees, record_stream, stream
+ * completion, empty_cache and private-pool routing during simulated captures (mallocs on the capturing
+ * stream go to the capture's pool; during a capture the release-all retry is skipped, so a failure there
+ * is an OOM). For each malloc step k the sequence runs from the start with the next device allocation
+ * (a segment, or a page map with expandable segments) made to fail at step k. After every step: the
+ * failing call reported OUT_OF_MEMORY with the OOM message, cachalot_check passes, live allocations do
+ * not overlap and are all counted, and reserved_bytes equals the device's own count; at the end
+ * everything goes back. */
+enum { CAMP_OPS = 120, CAMP_SLOTS = 24 };
+
+typedef struct {
+  int op; /* 0 malloc, 1 free, 2 record, 3 complete, 4 empty_cache, 5 capture begin, 6 capture end */
+  int slot, stream;
+  size_t size;
+} camp_step;
+
+static cachalot_stream camp_capture;
+static bool camp_filter(cachalot_stream s, void *ctx) {
+  (void)ctx;
+  return s == camp_capture;
+}
+
+static void camp_script(uint64_t seed, camp_step *out) {
+  uint64_t x = seed;
+  for (int i = 0; i < CAMP_OPS; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const unsigned k = (unsigned)(x % 100);
+    camp_step st = {0, (int)((x >> 8) % CAMP_SLOTS), (int)((x >> 16) % 3), 0};
+    if (k < 50) {
+      st.op = 0;
+      st.size = (x >> 24) % 3 == 0 ? 1 + (x >> 30) % (1 * MiB) : 1 + (x >> 30) % (30 * MiB);
+    } else if (k < 72) {
+      st.op = 1;
+    } else if (k < 80) {
+      st.op = 2;
+    } else if (k < 88) {
+      st.op = 3;
+    } else if (k < 91) {
+      st.op = 4;
+    } else if (k < 96) {
+      st.op = 5;
+    } else {
+      st.op = 6;
+    }
+    out[i] = st;
+  }
+}
+
+/* Runs the script; fails the next device allocation at malloc step `fail_at` (-1: none). Returns how many
+ * device allocations (segments or maps) the run made. */
+static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, int64_t *ooms) {
+  env e = ENV(1, 256 * MiB, conf);
+  cachalot_stream st[3] = {NULL, STREAM(e.b, 0), STREAM(e.b, 0)};
+  camp_capture = st[1];
+  void *ptr[CAMP_SLOTS] = {0};
+  size_t size[CAMP_SLOTS] = {0};
+  bool capturing = false;
+  uint64_t next_id = 1;
+  cachalot_mempool_id pools[CAMP_OPS];
+  int n_pools = 0;
+  for (int i = 0; i < CAMP_OPS; i++) {
+    const camp_step *s = &script[i];
+    switch (s->op) {
+    case 0: {
+      if (ptr[s->slot])
+        break;
+      if (i == fail_at)
+        OK(cachalot_sim_fail_device_allocs(e.b, 2)); /* the first attempt and the retry */
+      void *p = (void *)1;
+      cachalot_status rc = cachalot_malloc(e.a, 0, s->size, st[s->stream], &p);
+      OK(cachalot_sim_fail_device_allocs(e.b, 0));
+      if (rc == CACHALOT_OK) {
+        ptr[s->slot] = p;
+        size[s->slot] = s->size;
+      } else {
+        if (rc != CACHALOT_ERROR_OUT_OF_MEMORY)
+          fail_msg("%s, step %d (fail at %d): malloc(%zu): %s: %s", conf, i, fail_at, s->size,
+                   cachalot_status_name(rc), cachalot_last_error());
+        assert_null(p);
+        CONTAINS(cachalot_last_error(), "out of memory");
+      }
+      break;
+    }
+    case 1:
+      if (ptr[s->slot]) {
+        FREE(e.a, ptr[s->slot]);
+        ptr[s->slot] = NULL;
+      }
+      break;
+    case 2:
+      if (ptr[s->slot])
+        RECORD(e.a, ptr[s->slot], st[s->stream]);
+      break;
+    case 3:
+      if (!(capturing && s->stream == 1))
+        COMPLETE(&e, st[s->stream]);
+      break;
+    case 4:
+      STATUS(cachalot_empty_cache(e.a), CACHALOT_OK); /* during a capture it does nothing */
+      break;
+    case 5:
+      if (!capturing) {
+        OK(cachalot_sim_capture_begin(e.b, st[1], CACHALOT_CAPTURE_GLOBAL));
+        pools[n_pools] = (cachalot_mempool_id){0, next_id++};
+        OK(cachalot_begin_allocate_to_pool(e.a, 0, pools[n_pools++], camp_filter, NULL));
+        capturing = true;
+      }
+      break;
+    default:
+      if (capturing) {
+        OK(cachalot_end_allocate_to_pool(e.a, 0, pools[n_pools - 1]));
+        OK(cachalot_sim_capture_end(e.b, st[1]));
+        capturing = false;
+      }
+      break;
+    }
+    CHECK(e.a);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    int64_t live = 0;
+    for (int a = 0; a < CAMP_SLOTS; a++) {
+      if (!ptr[a])
+        continue;
+      live++;
+      for (int b = 0; b < a; b++)
+        if (ptr[b] && (char *)ptr[a] < (char *)ptr[b] + size[b] && (char *)ptr[b] < (char *)ptr[a] + size[a])
+          fail_msg("%s, step %d (fail at %d): slots %d and %d overlap", conf, i, fail_at, a, b);
+    }
+    EQ(STATS(e.a, 0).allocation[CACHALOT_STAT_ALL].current, live);
+  }
+  if (capturing) {
+    OK(cachalot_end_allocate_to_pool(e.a, 0, pools[n_pools - 1]));
+    OK(cachalot_sim_capture_end(e.b, st[1]));
+  }
+  for (int a = 0; a < CAMP_SLOTS; a++)
+    if (ptr[a])
+      FREE(e.a, ptr[a]);
+  for (int k = 0; k < n_pools; k++)
+    OK(cachalot_release_pool(e.a, 0, pools[k]));
+  for (int k = 1; k < 3; k++)
+    COMPLETE(&e, st[k]);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  const int64_t device_allocs = STATS(e.a, 0).num_device_alloc;
+  *ooms = STATS(e.a, 0).num_ooms;
+  env_free(&e);
+  return device_allocs;
+}
+
+static void test_campaign_every_malloc(void **state) {
+  (void)state;
+  static const char *confs[] = {"", "expandable_segments:True", "expandable_segments:True,expandable_compact:True",
+                                "max_split_size_mb:20,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9"};
+  camp_step script[CAMP_OPS];
+  for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
+    camp_script(0x5DEECE66Dull * (c + 1), script);
+    int64_t ooms = 0, failed_runs = 0;
+    EQ(camp_run(script, confs[c], -1, &ooms) > 0, 1);
+    const int64_t base_ooms = ooms; /* the sequence's own, without injection */
+    int runs = 0;
+    for (int k = 0; k < CAMP_OPS; k++)
+      if (script[k].op == 0) {
+        (void)camp_run(script, confs[c], k, &ooms);
+        failed_runs += ooms > base_ooms;
+        runs++;
+      }
+    print_message("%s: %d runs, %lld of them with the injected failure reported\n", confs[c][0] ? confs[c] : "defaults",
+                  runs, (long long)failed_runs);
+    EQ(runs > 30, 1);
+    EQ(failed_runs >= 8, 1); /* the injection does reach the device at many steps */
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_campaign_every_malloc),
       cmocka_unit_test(test_fail_next_at_every_step),
       cmocka_unit_test(test_fail_every_k),
       cmocka_unit_test(test_fail_every_two_exact),
