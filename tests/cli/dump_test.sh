@@ -26,6 +26,22 @@ gzip -t "$dir/snap.json.gz" || fail "not gzip"
 "$tool" dump >/dev/null 2>"$dir/err"
 [ $? -eq 2 ] && grep -q -- "--socket PATH is required" "$dir/err" || fail "usage: $(cat "$dir/err")"
 [ "$(stat -c %a "$dir/sock")" = 600 ] || fail "socket mode $(stat -c %a "$dir/sock")"
+# Another user gets nothing: the socket's mode keeps them out, and with the mode loosened the server's
+# credential check (SO_PEERCRED) still does. Needs root to act as another user (nobody, 65534).
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && as_nobody "$tool" --help >/dev/null 2>&1; then
+  chmod 755 "$dir"
+  as_nobody "$tool" dump --socket "$dir/sock" -o - >"$dir/other.json" 2>"$dir/err"
+  [ $? -eq 1 ] && [ ! -s "$dir/other.json" ] || fail "another user read the socket: $(cat "$dir/err")"
+  chmod 666 "$dir/sock"
+  as_nobody "$tool" dump --socket "$dir/sock" -o - >"$dir/other.json" 2>"$dir/err"
+  [ $? -eq 1 ] && [ ! -s "$dir/other.json" ] || fail "another user passed the credential check: $(cat "$dir/err")"
+  chmod 600 "$dir/sock"
+  "$tool" dump --socket "$dir/sock" -o "$dir/snap2.json" || fail "the owner is refused after another user tried"
+  echo "other users refused: by the socket's mode, and by the credential check ($(head -c 160 "$dir/err"))"
+else
+  echo "SKIP other-user checks: they need root, setpriv and a tool that user nobody can run"
+fi
 exec 3>&-
 wait
 echo "dump: 1 passed, 0 failed"
