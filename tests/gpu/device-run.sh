@@ -16,7 +16,14 @@ meson setup build-gpu -Dcuda=enabled -Dtests=enabled -Ddeps_dir=.device >"$out/s
 ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 rc=0
 meson test -C build-gpu --suite gpu --print-errorlogs -v 2>&1 | tee "$out/gpu-suite.log" || rc=1
-meson test -C build-gpu --no-suite gpu --print-errorlogs 2>&1 | tail -12 | tee "$out/cpu-suites.log" || rc=1
+meson test -C build-gpu --no-suite gpu --no-suite soak --print-errorlogs 2>&1 | tail -12 | tee "$out/cpu-suites.log" || rc=1
+# The soak: threads x streams x graphs with patterns verified on the device, then under compute-sanitizer.
+meson test -C build-gpu --suite soak --print-errorlogs -v 2>&1 | grep -E '^soak|PASS|FAIL|Ok:|Fail:' |
+  tee "$out/soak.log" || rc=1
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 build-gpu/tests/gpu_soak \
+    "${SOAK_SANITIZER_SECONDS:-20}" expandable_segments:True 2>&1 | tail -6 | tee "$out/soak-memcheck.log" || rc=1
+fi
 ./build-gpu/tools/cachalot_demo 2>&1 | tee "$out/demo.log" || rc=1
 # PyTorch as the reference: the same allocation sequence must give the same memory_stats.
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
