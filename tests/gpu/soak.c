@@ -165,6 +165,7 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a finding is printed even if the process dies after it */
   (void)failures; /* gpu_test.h's harness is not used here */
   (void)current_test;
   const double seconds = argc > 1 ? atof(argv[1]) : 30;
