@@ -10,7 +10,10 @@
  */
 #include <cachalot/cachalot.h>
 
+#include <execinfo.h>
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,7 +167,20 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* A crash (inside the CUDA driver, say) prints the stack that led there. */
+static void on_crash(int sig) {
+  void *frames[64];
+  const int n = backtrace(frames, 64);
+  static const char msg[] = "soak: crashed; stack:\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv) {
+  signal(SIGSEGV, on_crash);
+  signal(SIGABRT, on_crash);
   setvbuf(stdout, NULL, _IOLBF, 0); /* a finding is printed even if the process dies after it */
   (void)failures; /* gpu_test.h's harness is not used here */
   (void)current_test;
