@@ -32,10 +32,10 @@ as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && as_nobody "$tool" --help >/dev/null 2>&1; then
   chmod 755 "$dir"
   as_nobody "$tool" dump --socket "$dir/sock" -o - >"$dir/other.json" 2>"$dir/err"
-  [ $? -eq 1 ] && [ ! -s "$dir/other.json" ] || fail "another user read the socket: $(cat "$dir/err")"
+  [ $? -ne 0 ] && [ ! -s "$dir/other.json" ] || fail "another user read the socket: $(cat "$dir/err")"
   chmod 666 "$dir/sock"
   as_nobody "$tool" dump --socket "$dir/sock" -o - >"$dir/other.json" 2>"$dir/err"
-  [ $? -eq 1 ] && [ ! -s "$dir/other.json" ] || fail "another user passed the credential check: $(cat "$dir/err")"
+  [ $? -ne 0 ] && [ ! -s "$dir/other.json" ] || fail "another user passed the credential check: $(cat "$dir/err")"
   chmod 600 "$dir/sock"
   "$tool" dump --socket "$dir/sock" -o "$dir/snap2.json" || fail "the owner is refused after another user tried"
   echo "other users refused: by the socket's mode, and by the credential check ($(head -c 160 "$dir/err"))"

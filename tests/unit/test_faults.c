@@ -764,7 +764,8 @@ static void camp_script(uint64_t seed, camp_step *out) {
 
 /* Runs the script; fails the next device allocation at malloc step `fail_at` (-1: none). Returns how many
  * device allocations (segments or maps) the run made. */
-static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, int64_t *ooms) {
+static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, int64_t *ooms,
+                        int64_t *event_failures) {
   env e = ENV(1, 256 * MiB, conf);
   cachalot_stream st[3] = {NULL, STREAM(e.b, 0), STREAM(e.b, 0)};
   camp_capture = st[1];
@@ -799,8 +800,19 @@ static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, 
     }
     case 1:
       if (ptr[s->slot]) {
-        FREE(e.a, ptr[s->slot]);
-        ptr[s->slot] = NULL;
+        if (i == fail_at)
+          OK(cachalot_sim_fail_events(e.b, 1)); /* the event of a block used by another stream */
+        cachalot_status rc = cachalot_free(e.a, ptr[s->slot]);
+        OK(cachalot_sim_fail_events(e.b, 0));
+        if (rc == CACHALOT_OK) {
+          ptr[s->slot] = NULL;
+        } else { /* the block stays allocated and can be freed again */
+          if (rc != CACHALOT_ERROR_DEVICE || i != fail_at)
+            fail_msg("%s, step %d (fail at %d): free: %s: %s", conf, i, fail_at, cachalot_status_name(rc),
+                     cachalot_last_error());
+          CONTAINS(cachalot_last_error(), "cachalot_free");
+          (*event_failures)++;
+        }
       }
       break;
     case 2:
@@ -870,20 +882,26 @@ static void test_campaign_every_malloc(void **state) {
   camp_step script[CAMP_OPS];
   for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
     camp_script(0x5DEECE66Dull * (c + 1), script);
-    int64_t ooms = 0, failed_runs = 0;
-    EQ(camp_run(script, confs[c], -1, &ooms) > 0, 1);
+    int64_t ooms = 0, failed_runs = 0, event_failures = 0;
+    EQ(camp_run(script, confs[c], -1, &ooms, &event_failures) > 0, 1);
     const int64_t base_ooms = ooms; /* the sequence's own, without injection */
-    int runs = 0;
-    for (int k = 0; k < CAMP_OPS; k++)
+    int runs = 0, free_runs = 0;
+    for (int k = 0; k < CAMP_OPS; k++) {
       if (script[k].op == 0) {
-        (void)camp_run(script, confs[c], k, &ooms);
+        (void)camp_run(script, confs[c], k, &ooms, &event_failures);
         failed_runs += ooms > base_ooms;
         runs++;
+      } else if (script[k].op == 1) {
+        (void)camp_run(script, confs[c], k, &ooms, &event_failures);
+        free_runs++;
       }
-    print_message("%s: %d runs, %lld of them with the injected failure reported\n", confs[c][0] ? confs[c] : "defaults",
-                  runs, (long long)failed_runs);
+    }
+    print_message("%s: %d runs with a device failure, %lld of them reported; %d with an event failure at a free, "
+                  "%lld reported\n", confs[c][0] ? confs[c] : "defaults", runs, (long long)failed_runs, free_runs,
+                  (long long)event_failures);
     EQ(runs > 30, 1);
     EQ(failed_runs >= 8, 1); /* the injection does reach the device at many steps */
+    EQ(event_failures >= 1, 1); /* and the frees of blocks other streams used */
   }
 }
 
