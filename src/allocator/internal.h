@@ -508,6 +508,9 @@ struct cachalot_allocator {
 /* --- export (src/stats/export.c): snapshots driven by environment variables --- */
 void cl_export_register(cachalot_allocator *a);
 void cl_export_unregister(cachalot_allocator *a);
+/* Answers one request of the snapshot socket on a connected fd (what the socket thread does after the
+ * credential check; the socket fuzzer calls it on a socketpair). */
+void cl_export_serve(int fd);
 /* Writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, if asked for (no lock held; keeps the OOM message). */
 void cl_export_on_oom(cachalot_allocator *a);
 

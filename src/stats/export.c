@@ -146,6 +146,8 @@ static void serve(int fd) {
   free(out);
 }
 
+void cl_export_serve(int fd) { serve(fd); }
+
 static void *socket_thread(void *arg) {
   int srv = (int)(intptr_t)arg;
   for (;;) {
