@@ -6,6 +6,8 @@
  * device's own count, and after freeing everything and empty_cache both are 0. */
 #include "helpers.h"
 
+#include "allocator/backend/backend.h"
+
 /* ---- a fixed sequence of operations, replayed with faults injected ---------------------------- */
 
 enum { S_DEFAULT, S_ONE, S_TWO, N_STREAMS };
@@ -765,18 +767,25 @@ static void camp_script(uint64_t seed, camp_step *out) {
 /* Runs the script; fails the next device allocation at malloc step `fail_at` (-1: none). Returns how many
  * device allocations (segments or maps) the run made. */
 static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, int64_t *ooms,
-                        int64_t *event_failures) {
+                        int64_t *event_failures, int break_capture_at, int64_t *broken) {
   env e = ENV(1, 256 * MiB, conf);
   cachalot_stream st[3] = {NULL, STREAM(e.b, 0), STREAM(e.b, 0)};
   camp_capture = st[1];
   void *ptr[CAMP_SLOTS] = {0};
   size_t size[CAMP_SLOTS] = {0};
   bool capturing = false;
+  bool capture_broken = false;
   uint64_t next_id = 1;
   cachalot_mempool_id pools[CAMP_OPS];
   int n_pools = 0;
   for (int i = 0; i < CAMP_OPS; i++) {
     const camp_step *s = &script[i];
+    if (i == break_capture_at && capturing) {
+      /* the capture breaks: a synchronization of the capturing stream invalidates it, as on CUDA */
+      STATUS(e.b->ops->stream_sync(e.b, 0, st[1]), CACHALOT_ERROR_DEVICE);
+      capture_broken = true;
+      (*broken)++;
+    }
     switch (s->op) {
     case 0: {
       if (ptr[s->slot])
@@ -837,8 +846,9 @@ static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, 
     default:
       if (capturing) {
         OK(cachalot_end_allocate_to_pool(e.a, 0, pools[n_pools - 1]));
-        OK(cachalot_sim_capture_end(e.b, st[1]));
-        capturing = false;
+        /* a broken capture ends with an error and no graph; the allocator is unaffected */
+        STATUS(cachalot_sim_capture_end(e.b, st[1]), capture_broken ? CACHALOT_ERROR_DEVICE : CACHALOT_OK);
+        capturing = capture_broken = false;
       }
       break;
     }
@@ -857,7 +867,8 @@ static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, 
   }
   if (capturing) {
     OK(cachalot_end_allocate_to_pool(e.a, 0, pools[n_pools - 1]));
-    OK(cachalot_sim_capture_end(e.b, st[1]));
+    const cachalot_status ended = cachalot_sim_capture_end(e.b, st[1]); /* broken or not */
+    assert_true(ended == CACHALOT_OK || ended == CACHALOT_ERROR_DEVICE);
   }
   for (int a = 0; a < CAMP_SLOTS; a++)
     if (ptr[a])
@@ -880,23 +891,25 @@ static void test_campaign_every_malloc(void **state) {
   static const char *confs[] = {"", "expandable_segments:True", "expandable_segments:True,expandable_compact:True",
                                 "max_split_size_mb:20,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9"};
   camp_step script[CAMP_OPS];
-  int64_t total_event_failures = 0;
+  int64_t total_event_failures = 0, total_broken = 0;
   for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
     camp_script(0x5DEECE66Dull * (c + 1), script);
-    int64_t ooms = 0, failed_runs = 0, event_failures = 0;
-    EQ(camp_run(script, confs[c], -1, &ooms, &event_failures) > 0, 1);
+    int64_t ooms = 0, failed_runs = 0, event_failures = 0, broken = 0;
+    EQ(camp_run(script, confs[c], -1, &ooms, &event_failures, -1, &broken) > 0, 1);
     const int64_t base_ooms = ooms; /* the sequence's own, without injection */
     int runs = 0, free_runs = 0;
     for (int k = 0; k < CAMP_OPS; k++) {
       if (script[k].op == 0) {
-        (void)camp_run(script, confs[c], k, &ooms, &event_failures);
+        (void)camp_run(script, confs[c], k, &ooms, &event_failures, -1, &broken);
         failed_runs += ooms > base_ooms;
         runs++;
       } else if (script[k].op == 1) {
-        (void)camp_run(script, confs[c], k, &ooms, &event_failures);
+        (void)camp_run(script, confs[c], k, &ooms, &event_failures, -1, &broken);
         free_runs++;
       }
+      (void)camp_run(script, confs[c], -1, &ooms, &event_failures, k, &broken); /* the capture breaks at k */
     }
+    total_broken += broken;
     print_message("%s: %d runs with a device failure, %lld of them reported; %d with an event failure at a free, "
                   "%lld reported\n", confs[c][0] ? confs[c] : "defaults", runs, (long long)failed_runs, free_runs,
                   (long long)event_failures);
@@ -905,6 +918,8 @@ static void test_campaign_every_malloc(void **state) {
     total_event_failures += event_failures;
   }
   EQ(total_event_failures >= 1, 1); /* the event injection reaches a free of a block another stream used */
+  print_message("captures broken at some step: %lld runs\n", (long long)total_broken);
+  EQ(total_broken >= 20, 1);
 }
 
 int main(void) {
