@@ -511,6 +511,9 @@ void cl_export_unregister(cachalot_allocator *a);
 /* Answers one request of the snapshot socket on a connected fd (what the socket thread does after the
  * credential check; the socket fuzzer calls it on a socketpair). */
 void cl_export_serve(int fd);
+/* An environment variable's path with "%p" replaced by the pid into out[cap]; false, with out empty, when
+ * it does not fit. */
+bool cl_export_expand_path(const char *in, char *out, size_t cap);
 /* Writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, if asked for (no lock held; keeps the OOM message). */
 void cl_export_on_oom(cachalot_allocator *a);
 

@@ -30,8 +30,8 @@ static int n_live;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static char oom_path[512], exit_path[512], socket_path[108];
 
-/* `in` with "%p" replaced by the pid. False if it does not fit. */
-static bool expand_path(const char *in, char *out, size_t cap) {
+/* `in` with "%p" replaced by the pid. False, with out empty, if it does not fit (cap > 0). */
+bool cl_export_expand_path(const char *in, char *out, size_t cap) {
   size_t o = 0;
   for (const char *p = in; *p; p++) {
     char piece[24];
@@ -44,8 +44,10 @@ static bool expand_path(const char *in, char *out, size_t cap) {
       piece[1] = '\0';
     }
     size_t n = strlen(add);
-    if (o + n + 1 > cap)
+    if (o + n + 1 > cap) {
+      out[0] = '\0'; /* not a truncated path that would then be written to */
       return false;
+    }
     memcpy(out + o, add, n);
     o += n;
   }
@@ -203,11 +205,11 @@ static void start_socket(const char *path) {
 
 static void read_env(void) {
   const char *v;
-  if ((v = getenv("CACHALOT_SNAPSHOT_ON_OOM")) && *v && !expand_path(v, oom_path, sizeof oom_path))
+  if ((v = getenv("CACHALOT_SNAPSHOT_ON_OOM")) && *v && !cl_export_expand_path(v, oom_path, sizeof oom_path))
     cl_warn("CACHALOT_SNAPSHOT_ON_OOM: path too long, ignored");
-  if ((v = getenv("CACHALOT_SNAPSHOT_AT_EXIT")) && *v && !expand_path(v, exit_path, sizeof exit_path))
+  if ((v = getenv("CACHALOT_SNAPSHOT_AT_EXIT")) && *v && !cl_export_expand_path(v, exit_path, sizeof exit_path))
     cl_warn("CACHALOT_SNAPSHOT_AT_EXIT: path too long, ignored");
-  if ((v = getenv("CACHALOT_SNAPSHOT_SOCKET")) && *v && !expand_path(v, socket_path, sizeof socket_path - 16))
+  if ((v = getenv("CACHALOT_SNAPSHOT_SOCKET")) && *v && !cl_export_expand_path(v, socket_path, sizeof socket_path - 16))
     cl_warn("CACHALOT_SNAPSHOT_SOCKET: path too long, ignored");
   if (exit_path[0] || socket_path[0])
     atexit(at_exit);

@@ -139,6 +139,50 @@ static void test_env_triggers(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* Paths too long for their buffers are ignored with a warning: no snapshot goes to a truncated path
+ * (fuzz_env's first finding: a path that did not fit was kept cut short, and the OOM snapshot was written
+ * there). */
+static void test_env_too_long(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  pid_t pid = fork();
+  if (pid == 0) {
+    char longpath[1200];
+    int n = snprintf(longpath, sizeof longpath, "%s/", dir);
+    memset(longpath + n, 'x', sizeof longpath - (size_t)n - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    setenv("CACHALOT_SNAPSHOT_ON_OOM", longpath, 1);
+    setenv("CACHALOT_SNAPSHOT_AT_EXIT", longpath, 1);
+    /* cut to the socket's 92 bytes this would still be a valid name: the case that showed the bug */
+    char sockpath[200];
+    n = snprintf(sockpath, sizeof sockpath, "%s/", dir);
+    memset(sockpath + n, 's', sizeof sockpath - (size_t)n - 1);
+    sockpath[sizeof sockpath - 1] = '\0';
+    setenv("CACHALOT_SNAPSHOT_SOCKET", sockpath, 1);
+    cachalot_sim_options o = {1, 64 * MiB, false};
+    cachalot_backend *b;
+    cachalot_allocator *a;
+    if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a))
+      exit(1);
+    void *p;
+    if (cachalot_malloc(a, 0, 100 * MiB, NULL, &p) != CACHALOT_ERROR_OUT_OF_MEMORY)
+      exit(2);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", dir); /* no socket, no OOM snapshot */
+    exit(system(cmd) == 0 ? 0 : 3); /* at exit: no snapshot either (checked by the parent) */
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", dir); /* nothing was written */
+  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_no_thread_without_env(void **state) {
   (void)state;
   pid_t pid = fork();
@@ -163,6 +207,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_env_triggers),
       cmocka_unit_test(test_no_thread_without_env),
+      cmocka_unit_test(test_env_too_long),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
