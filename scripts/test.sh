@@ -50,7 +50,7 @@ step "asan+ubsan: unit and cli suites" t_asan
 step "tsan: stress test, lanes test" t_tsan
 step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda
-step "fuzzers: config, snapshot reader, API sequences" t_fuzz
+step "fuzzers: config, environment, snapshot reader, socket, API sequences" t_fuzz
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

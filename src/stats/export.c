@@ -140,7 +140,8 @@ static void serve(int fd) {
   const char *text = out ? out : small;
   size_t len = strlen(text), off = 0;
   while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
+    /* MSG_NOSIGNAL: a client that hangs up early must not kill the program with SIGPIPE */
+    ssize_t w = send(fd, text + off, len - off, MSG_NOSIGNAL);
     if (w <= 0)
       break;
     off += (size_t)w;

@@ -48,7 +48,7 @@ static char *ask(const char *path, const char *req, int *status) {
   }
   size_t len = strlen(req), off = 0;
   while (off < len) {
-    ssize_t w = write(fd, req + off, len - off);
+    ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL); /* a peer that hangs up is an error, not a kill */
     if (w <= 0) {
       close(fd);
       *status = as_failure("dump", "%s: cannot send the request: %s", path, strerror(errno));
