@@ -86,6 +86,16 @@ void cl_fraction_resolve_locked(cl_device *d) {
   d->total_known = true;
 }
 
+cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes) {
+  if (d->fraction < 0)
+    return CACHALOT_OK;
+  cl_fraction_resolve_locked(d);
+  const size_t reserved = (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
+  if (reserved + bytes > d->allowed_max)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
+  return CACHALOT_OK;
+}
+
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn) {
   if (!a)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);

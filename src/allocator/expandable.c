@@ -79,6 +79,14 @@ static void segment_spare_locked(cl_device *d, cl_segment *s) {
   d->spare_segments = s;
 }
 
+/* Gives back metadata taken for a change that did not happen (either may be NULL). */
+static void drop_metadata(cl_device *d, cl_segment *s, cl_block *b) {
+  if (s)
+    segment_spare_locked(d, s);
+  if (b)
+    cl_block_delete_locked(d, b);
+}
+
 /* Makes s a run of vr, for requests on `stream` from pool p. */
 static void run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream stream, cl_lane *lane) {
   s->pool = p;
@@ -402,12 +410,8 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     cl_free_index_remove_locked(d, *out);
     return CACHALOT_OK;
   }
-  if (d->fraction >= 0) {
-    cl_fraction_resolve_locked(d);
-    size_t reserved = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
-    if (reserved + g.map > d->allowed_max)
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
-  }
+  if ((rc = cl_fraction_admit_locked(d, g.map)) != CACHALOT_OK)
+    return rc;
 
   /* Metadata first, so that a host allocation failure never strands device memory. */
   cl_segment *seg = g.a ? g.a : segment_new_locked(d);
@@ -415,23 +419,19 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   cl_block *blk = fresh || g.a->tail->state != CL_FREE ? cl_block_new_locked(d) : g.a->tail;
   if (seg && fresh)
     run_init(seg, vr, p, s, lane);
+  cl_segment *const new_seg = fresh ? seg : NULL; /* what this call took, to give back on failure */
+  cl_block *const new_blk = blk != (g.a ? g.a->tail : NULL) ? blk : NULL;
   const size_t old_size = fresh ? 0 : seg->size;
   const size_t new_size = old_size + g.map + (g.b ? g.b->size : 0);
   if (!seg || !blk || !table_reserve(seg, new_size) || !cl_page_map_point(&d->owner->pages, g.at, g.map, seg)) {
-    if (seg && fresh)
-      segment_spare_locked(d, seg);
-    if (blk && blk != (g.a ? g.a->tail : NULL))
-      cl_block_delete_locked(d, blk);
+    drop_metadata(d, new_seg, new_blk);
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
   size_t left = 0;
   if ((rc = map_pages(d, vr, g.at, g.map, &left)) != CACHALOT_OK && left == 0) {
     (void)cl_page_map_point(&d->owner->pages, g.at, g.map, NULL);
-    if (fresh)
-      segment_spare_locked(d, seg);
-    if (blk != (g.a ? g.a->tail : NULL))
-      cl_block_delete_locked(d, blk);
+    drop_metadata(d, new_seg, new_blk);
     return rc;
   }
   if (rc != CACHALOT_OK) { /* pages that could not be unmapped are booked as cached memory */
@@ -521,10 +521,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
   if (need_nb)
     nb = cl_block_new_locked(d);
   if ((need_r2 && !r2) || (need_nb && !nb)) {
-    if (r2)
-      segment_spare_locked(d, r2);
-    if (nb)
-      cl_block_delete_locked(d, nb);
+    drop_metadata(d, r2, nb);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
   cachalot_status rc = CACHALOT_OK;
@@ -535,10 +532,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
   }
   hi = rc == CACHALOT_OK ? unmap_pages(d, vr, lo, hi, &rc) : lo; /* no sync: nothing may be unmapped */
   if (hi == lo) {
-    if (r2)
-      segment_spare_locked(d, r2);
-    if (nb)
-      cl_block_delete_locked(d, nb);
+    drop_metadata(d, r2, nb);
     return rc;
   }
 

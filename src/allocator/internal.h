@@ -562,6 +562,9 @@ cl_pending_event *cl_pending_new_locked(cl_device *d);
 void cl_pending_delete_locked(cl_device *d, cl_pending_event *e);
 /* Memory fraction: makes sure allowed_max is known (asks the backend once). */
 void cl_fraction_resolve_locked(cl_device *d);
+/* Whether `bytes` more of device memory (a segment, or pages to map) stay within the memory fraction:
+ * OK, or OUT_OF_MEMORY with the message (reserved bytes in transit count). */
+cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes);
 
 /* --- free_index.c --- */
 cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);

@@ -47,12 +47,9 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   cachalot_device_stats *st = &d->stats;
   if (is_retry)
     st->num_alloc_retries++;
-  if (d->fraction >= 0) {
-    cl_fraction_resolve_locked(d);
-    size_t reserved = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
-    if (reserved + alloc_size > d->allowed_max)
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
-  }
+  cachalot_status rc = cl_fraction_admit_locked(d, alloc_size);
+  if (rc != CACHALOT_OK)
+    return rc;
   /* Metadata first, so that a host allocation failure never strands device memory. */
   cl_lane *lane = cl_lane_get_locked(d, s);
   cl_bins *bins = cl_bins_get_locked(p, s, true);
@@ -104,7 +101,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
    * thread is switched to relaxed mode around every device allocation: two cheap calls on a path that
    * is about to call the device anyway. */
   cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
-  cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
+  rc = b->ops->capture_mode_exchange(b, &mode);
   if (rc == CACHALOT_OK) {
     rc = b->ops->alloc(b, d->index, alloc_size, &ptr);
     cachalot_capture_mode prev = mode;
