@@ -67,6 +67,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_empty_cache(cachalot_al
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device,
                                                                              double fraction);
 
+/* The memory fraction in force on `device` (1.0 when none was set, as PyTorch's getMemoryFraction). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_get_memory_fraction(cachalot_allocator *a, int device,
+                                                                             double *out);
+
 /* Adds an observer called at every out-of-memory failure (see cachalot_oom_observer). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_attach_oom_observer(cachalot_allocator *a,
                                                                              cachalot_oom_observer fn,

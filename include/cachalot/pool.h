@@ -45,6 +45,15 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_end_allocate_to_pool(ca
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_allocator *a, int device,
                                                                       cachalot_mempool_id id);
 
+/* The use count of pool `id` (CACHALOT_ERROR_INVALID_ARGUMENT when there is no such pool). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device,
+                                                                        cachalot_mempool_id id, int *out);
+/* Gives the whole free segments of pool `id` back to the device if the pool is freeable (use count 0);
+ * a pool in use, or one of a capture underway, keeps them. {0,0} is cachalot_empty_cache. With
+ * expandable segments the device's free pages are all unmapped, as cachalot_empty_cache does. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device,
+                                                                          cachalot_mempool_id id);
+
 /* With the config key detect_captures:True, a malloc on a stream that is being captured is served from a
  * private pool made for that capture, and that pool keeps its memory after the capture ends: the graph
  * may replay at any time. This gives up (release_pool) every such pool whose capture is over: call it

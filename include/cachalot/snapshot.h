@@ -5,8 +5,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "allocator.h"
+#include "pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +28,98 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot
 /* Records C call stacks ("frames": name, filename, line) with alloc and free entries while history is on.
  * Off by default. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled);
+
+/* --- contexts: what the caller knows about an allocation (e.g. the stack of the program that made it) ---
+ *
+ * A context is an opaque pointer of the caller's with a reference count that the caller's ops keep.
+ * While history is on, cachalot_malloc_with_context keeps the context with the block it hands out (until
+ * the block is freed) and with the alloc trace entry (until the entry leaves the ring buffer or history
+ * is turned off); cachalot_free_with_context keeps one with the free_requested entry. cachalot takes one
+ * reference (retain) for each place it keeps a context and lets go of it (release) when the place goes;
+ * the caller's own reference stays the caller's. While history is off, contexts are not kept. retain and
+ * release may be called with allocator locks held, from any thread: they must not call cachalot. */
+typedef struct {
+  void (*retain)(void *ctx);
+  void (*release)(void *ctx);
+} cachalot_context_ops;
+
+/* Sets the ops (both non-NULL; NULL ops turn contexts off). CACHALOT_ERROR_INVALID_STATE while any
+ * context is kept. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_context_ops(cachalot_allocator *a,
+                                                                         const cachalot_context_ops *ops);
+/* cachalot_malloc, keeping `ctx` (may be NULL) as described above. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device,
+                                                                             size_t size, cachalot_stream s,
+                                                                             void *ctx, void **out);
+/* cachalot_free, keeping `ctx` (may be NULL) with the free_requested trace entry. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr,
+                                                                           void *ctx);
+
+/* --- the snapshot as C structures (what cachalot_snapshot_json writes, with contexts) --- */
+
+typedef enum {
+  CACHALOT_BLOCK_FREE,          /* cached */
+  CACHALOT_BLOCK_ALLOCATED,     /* handed out */
+  CACHALOT_BLOCK_PENDING_FREE   /* freed, waiting for other streams' work */
+} cachalot_block_kind;
+
+typedef struct {
+  uintptr_t address;
+  size_t size;
+  size_t requested; /* 0 when free */
+  cachalot_block_kind state;
+  void *context;    /* the block's context (allocated or pending), or NULL */
+} cachalot_snapshot_block;
+
+typedef struct {
+  int device;
+  uintptr_t address;
+  size_t total_size;
+  cachalot_stream stream;
+  bool small;
+  bool expandable;
+  cachalot_mempool_id pool;
+  size_t n_blocks;
+  cachalot_snapshot_block *blocks; /* address order */
+} cachalot_snapshot_segment;
+
+/* The actions of trace entries, in the order of PyTorch's TraceEntry::Action. */
+typedef enum {
+  CACHALOT_TRACE_ALLOC,
+  CACHALOT_TRACE_FREE_REQUESTED,
+  CACHALOT_TRACE_FREE_COMPLETED,
+  CACHALOT_TRACE_SEGMENT_ALLOC,
+  CACHALOT_TRACE_SEGMENT_FREE,
+  CACHALOT_TRACE_SEGMENT_MAP,
+  CACHALOT_TRACE_SEGMENT_UNMAP,
+  CACHALOT_TRACE_SNAPSHOT,
+  CACHALOT_TRACE_OOM
+} cachalot_trace_action;
+
+typedef struct {
+  cachalot_trace_action action;
+  int device;
+  uintptr_t addr;  /* for oom: the device's free bytes */
+  size_t size;
+  cachalot_stream stream;
+  int64_t time_us; /* since the epoch */
+  void *context;   /* or NULL */
+} cachalot_trace_entry;
+
+typedef struct {
+  size_t n_segments;
+  cachalot_snapshot_segment *segments; /* by device, then address */
+  size_t n_trace;
+  cachalot_trace_entry *trace;         /* by device, oldest first within a device */
+} cachalot_snapshot_info;
+
+/* Takes the snapshot of every device (with its trace entries when include_trace), recording a "snapshot"
+ * trace entry on each as the JSON snapshot does. Every context in it holds a reference until
+ * cachalot_snapshot_info_free. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace,
+                                                                       cachalot_snapshot_info **out);
+/* Lets go of the snapshot's contexts and frees it. NULL is a no-op. */
+CACHALOT_API void cachalot_snapshot_info_free(cachalot_allocator *a, cachalot_snapshot_info *s);
 
 /* The snapshot of every device: {"segments": [...], "device_traces": [[...] per device],
  * "allocator_settings": {...}} in torch.cuda.memory._snapshot()'s schema, plus pool ids. */

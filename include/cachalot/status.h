@@ -37,6 +37,9 @@ typedef enum cachalot_status {
   CACHALOT_ERROR_NOT_SUPPORTED     /* not available in this build or not implemented (see README) */
 } cachalot_status;
 
+/* The library's version, "MAJOR.MINOR.PATCH" (the Python package's cachalot.__version__ is the same). */
+CACHALOT_API const char *cachalot_version(void);
+
 /* The status's name, e.g. "CACHALOT_ERROR_OUT_OF_MEMORY". Never NULL. */
 CACHALOT_API const char *cachalot_status_name(cachalot_status s);
 

@@ -236,6 +236,7 @@ static void free_device(cl_device *d) {
   }
   cl_pools_destroy_locked(d);
   free(d->deferred);
+  cl_ctx_detach_all_locked(d);
   cl_trace_free_locked(d);
   for (size_t i = 0; i < d->n_chunks; i++)
     free(d->chunks[i]);
@@ -382,6 +383,20 @@ cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, 
   d->fraction = fraction;
   d->allowed_max = (size_t)(fraction * (double)total);
   d->total_known = true;
+  cl_unlock(d);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_get_memory_fraction(cachalot_allocator *a, int device, double *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_memory_fraction: out is NULL");
+  *out = 0.0;
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_get_memory_fraction");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock(d);
+  *out = d->fraction < 0 ? 1.0 : d->fraction;
   cl_unlock(d);
   return CACHALOT_OK;
 }

@@ -242,6 +242,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   }
   cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
+  cl_ctx_drop_locked(d, b->ptr);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
   cl_unlock(d);

@@ -273,6 +273,7 @@ typedef struct {
   uint64_t size;    /* requested size for alloc/free entries, as PyTorch records them */
   uintptr_t stream;
   int64_t time_us;  /* since the epoch */
+  void *ctx;        /* the caller's context (cachalot_malloc_with_context), one reference held; or NULL */
 } cl_trace_entry;
 
 /* The ring buffer: trace_cap entries, the oldest at trace_head, trace_count of them valid. A cap of 0
@@ -419,6 +420,8 @@ struct cl_device {
   bool total_known;
   cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
+  struct cl_block_ctx *block_ctx; /* contexts of handed-out blocks, by address (trace.c); while any is
+                                     held the warm paths stay off, so every free passes trace.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
@@ -503,6 +506,8 @@ struct cachalot_allocator {
   size_t n_observers, cap_observers;
   char *conf_raw;
   bool trace_stacks; /* record C call stacks with alloc/free entries (under meta_lock) */
+  cachalot_context_ops ctx_ops; /* how contexts are kept and let go (under meta_lock to change) */
+  _Atomic size_t n_ctx;         /* context references held, in blocks, trace entries and snapshots */
 };
 
 /* --- export (src/stats/export.c): snapshots driven by environment variables --- */
@@ -527,6 +532,24 @@ static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_
     cl_trace_record_slow_locked(d, action, addr, size, stream);
 }
 void cl_trace_free_locked(cl_device *d);
+/* The contexts of the call in progress on this thread (cachalot_malloc_with_context,
+ * cachalot_free_with_context): NULL outside such a call. */
+extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
+/* Keeps this thread's alloc context with the block at ptr (history on; hand_out's slow path). */
+void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr);
+/* Lets go of the context kept with the block at ptr, if any (every free of a handed-out block). */
+void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr);
+static inline void cl_ctx_drop_locked(cl_device *d, uintptr_t ptr) {
+  if (CL_UNLIKELY(d->block_ctx != NULL))
+    cl_ctx_detach_locked(d, ptr);
+}
+/* Lets go of every block's context (destroy). */
+void cl_ctx_detach_all_locked(cl_device *d);
+/* The context kept with the block at ptr, or NULL. */
+void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr);
+/* One more reference to ctx (not NULL), and one fewer. */
+void cl_ctx_retain(cachalot_allocator *a, void *ctx);
+void cl_ctx_release(cachalot_allocator *a, void *ctx);
 
 /* --- pool.c --- */
 /* A fresh id {n, 0} for a graph capture given no pool (the first counter; from 1, never reused). */

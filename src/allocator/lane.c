@@ -180,7 +180,7 @@ void cl_unlock(cl_device *d) {
     atomic_store_explicit(&d->room_oversize, room - each * (int64_t)L, memory_order_relaxed);
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
-  const bool fast_free = d->trace.cap == 0 && !gc;
+  const bool fast_free = d->trace.cap == 0 && !gc && !d->block_ctx;
   const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
   atomic_store_explicit(&d->warm, (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0),
                         memory_order_relaxed);

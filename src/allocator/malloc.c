@@ -225,8 +225,11 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
   a->n_uses = 0;
   a->event_count = 0;
   cl_stats_hand_out(d, lane, fast != NULL, small, a->size, requested);
-  if (!fast) /* the warm paths run only while history is off (cl_unlock) */
+  if (!fast) { /* the warm paths run only while history is off (cl_unlock) */
     cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
+    if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL))
+      cl_ctx_attach_locked(d, a->ptr);
+  }
   return a;
 }
 

@@ -173,6 +173,64 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   return CACHALOT_OK;
 }
 
+cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cachalot_mempool_id id, int *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: out is NULL");
+  *out = 0;
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_pool_use_count");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock(d);
+  cl_pool *p = find_pool_locked(d, id);
+  if (p)
+    *out = p->use_count;
+  cl_unlock(d);
+  return p ? CACHALOT_OK
+           : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: no such pool " ID_FMT, ID_ARGS(id));
+}
+
+cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  if (id_is_default(id))
+    return cachalot_empty_cache(a);
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_empty_cache_pool");
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock(d);
+  cl_pool *p = find_pool_locked(d, id);
+  if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
+    cl_unlock(d);
+    return CACHALOT_OK;
+  }
+  rc = cl_sync_all_events_locked(d);
+  cl_release_list rel = {0};
+  bool expandable = false;
+  for (cl_segment *s = d->segments, *next; s; s = next) {
+    next = s->next;
+    if (s->pool != p)
+      continue;
+    if (s->expandable)
+      expandable = true;
+    else if (!s->releasing && s->head == s->tail && s->head->state == CL_FREE)
+      cl_mark_release_locked(d, s, &rel);
+  }
+  cachalot_status freed = cl_release_flush_locked(d, &rel);
+  if (rc == CACHALOT_OK)
+    rc = freed;
+  if (expandable) { /* its pages are unmapped with everything else's: more than asked, never less */
+    bool synced = false;
+    cachalot_status unmapped = cl_unmap_all_locked(d, &synced);
+    if (rc == CACHALOT_OK)
+      rc = unmapped;
+  }
+  cl_pools_collect_locked(d);
+  cl_unlock(d);
+  if (rc != CACHALOT_OK)
+    cl_error_prefix("cachalot_empty_cache_pool: ");
+  return rc;
+}
+
 /* --- checkpoint / restore --- */
 
 static int cmp_segment_addr(const void *x, const void *y) {
@@ -284,6 +342,7 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 static void free_allocated_locked(cl_device *d, cl_block *b) {
   cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
+  cl_ctx_drop_locked(d, b->ptr);
   b->n_uses = 0;
   cl_free_block_locked(d, b);
 }

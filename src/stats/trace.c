@@ -1,6 +1,6 @@
-/* Memory history: a ring buffer of trace entries per device (SPEC.md §7), with optional C call stacks.
- * Recording happens under the device lock, at the places the allocator changes state; reading happens in
- * snapshot.c. */
+/* Memory history: a ring buffer of trace entries per device (SPEC.md §7), with optional C call stacks
+ * and the caller's contexts. Recording happens under the device lock, at the places the allocator changes
+ * state; reading happens in snapshot.c and snapshot_info.c. */
 #include "../allocator/internal.h"
 
 #include <execinfo.h>
@@ -12,6 +12,69 @@ static int64_t now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+_Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
+
+/* A context kept with a handed-out block, by the block's address. */
+typedef struct cl_block_ctx {
+  uintptr_t ptr;
+  void *ctx;
+  UT_hash_handle hh;
+} cl_block_ctx;
+
+void cl_ctx_retain(cachalot_allocator *a, void *ctx) {
+  a->ctx_ops.retain(ctx);
+  atomic_fetch_add_explicit(&a->n_ctx, 1, memory_order_relaxed);
+}
+
+void cl_ctx_release(cachalot_allocator *a, void *ctx) {
+  atomic_fetch_sub_explicit(&a->n_ctx, 1, memory_order_relaxed);
+  a->ctx_ops.release(ctx);
+}
+
+void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr) {
+  void *ctx = cl_tls_alloc_ctx;
+  if (!ctx || d->trace.cap == 0 || !d->owner->ctx_ops.retain)
+    return;
+  cl_block_ctx *e = malloc(sizeof *e);
+  if (!e) /* the block goes without its context: history loses a detail, nothing else */
+    return;
+  e->ptr = ptr;
+  e->ctx = ctx;
+  bool hash_oom = false;
+  HASH_ADD(hh, d->block_ctx, ptr, sizeof e->ptr, e);
+  if (hash_oom) {
+    free(e);
+    return;
+  }
+  cl_ctx_retain(d->owner, ctx);
+}
+
+void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr) {
+  cl_block_ctx *e;
+  HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
+  if (!e)
+    return;
+  HASH_DEL(d->block_ctx, e);
+  cl_ctx_release(d->owner, e->ctx);
+  free(e);
+}
+
+void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr) {
+  cl_block_ctx *e;
+  HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
+  return e ? e->ctx : NULL;
+}
+
+/* Lets go of every block's context (destroy). */
+void cl_ctx_detach_all_locked(cl_device *d) {
+  cl_block_ctx *e, *tmp;
+  HASH_ITER(hh, d->block_ctx, e, tmp) {
+    HASH_DEL(d->block_ctx, e);
+    cl_ctx_release(d->owner, e->ctx);
+    free(e);
+  }
 }
 
 void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
@@ -26,6 +89,14 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
     t->head = (t->head + 1) % t->cap;
   }
   cl_trace_entry *e = &t->entries[slot];
+  if (e->ctx) /* a reused slot */
+    cl_ctx_release(d->owner, e->ctx);
+  e->ctx = NULL;
+  void *ctx = action == CL_TRACE_ALLOC ? cl_tls_alloc_ctx : action == CL_TRACE_FREE_REQUESTED ? cl_tls_free_ctx : NULL;
+  if (ctx && d->owner->ctx_ops.retain) {
+    cl_ctx_retain(d->owner, ctx);
+    e->ctx = ctx;
+  }
   e->action = (uint8_t)action;
   e->addr = addr;
   e->size = size;
@@ -44,6 +115,12 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
 }
 
 void cl_trace_free_locked(cl_device *d) {
+  cl_trace *t = &d->trace;
+  for (size_t i = 0; i < t->count; i++) {
+    cl_trace_entry *e = &t->entries[(t->head + i) % t->cap];
+    if (e->ctx)
+      cl_ctx_release(d->owner, e->ctx);
+  }
   free(d->trace.entries);
   free(d->trace.frames);
   memset(&d->trace, 0, sizeof d->trace);
@@ -119,5 +196,45 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
     cl_unlock(d);
   }
   pthread_mutex_unlock(&a->meta_lock);
+  return rc;
+}
+
+cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_context_ops *ops) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_context_ops: allocator is NULL");
+  if (ops && (!ops->retain || !ops->release))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_context_ops: retain and release must both be set");
+  pthread_mutex_lock(&a->meta_lock);
+  cachalot_status rc = CACHALOT_OK;
+  /* Every device in exclusive mode: no call can be keeping a context meanwhile. */
+  for (int i = 0; i < a->device_count; i++)
+    cl_lock(&a->devices[i]);
+  if (atomic_load_explicit(&a->n_ctx, memory_order_relaxed) != 0)
+    rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                 "cachalot_set_context_ops: %zu context references are still kept (turn history off and free "
+                 "the blocks first)",
+                 atomic_load_explicit(&a->n_ctx, memory_order_relaxed));
+  else if (ops)
+    a->ctx_ops = *ops;
+  else
+    memset(&a->ctx_ops, 0, sizeof a->ctx_ops);
+  for (int i = a->device_count; i-- > 0;)
+    cl_unlock(&a->devices[i]);
+  pthread_mutex_unlock(&a->meta_lock);
+  return rc;
+}
+
+cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, size_t size, cachalot_stream s,
+                                             void *ctx, void **out) {
+  cl_tls_alloc_ctx = ctx;
+  cachalot_status rc = cachalot_malloc(a, device, size, s, out);
+  cl_tls_alloc_ctx = NULL;
+  return rc;
+}
+
+cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
+  cl_tls_free_ctx = ctx;
+  cachalot_status rc = cachalot_free(a, ptr);
+  cl_tls_free_ctx = NULL;
   return rc;
 }
