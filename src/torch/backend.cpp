@@ -1,0 +1,703 @@
+// cachalot as PyTorch's CUDA allocator: a complete c10::cuda::CUDACachingAllocator::CUDAAllocator over
+// cachalot's public C API. This is the only C++ in the project: PyTorch's allocator interface is a C++
+// class, so the layer that implements it must be C++; everything it does goes through <cachalot/cachalot.h>.
+//
+// PyTorch reaches the allocator through c10::cuda::CUDACachingAllocator::get() (tensors, record_stream,
+// empty_cache, memory_stats, snapshots, CUDA graphs and their pools, torch.compile's graph trees) and
+// through c10::GetAllocator(kCUDA); cachalot_torch_backend_install() points both at this object before the
+// first CUDA allocation, as torch.cuda.memory.change_current_allocator does for a pluggable allocator.
+//
+// Contexts: while history is on, each allocation carries a Ctx (PyTorch's gathered stack, the compile
+// context, the user metadata) through cachalot_malloc_with_context; cachalot keeps it with the block and the
+// trace entry, counting references through ctx_retain / ctx_release, and snapshot() hands it back.
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/ApproximateClock.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <cachalot/cachalot.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+namespace cda = c10::CachingDeviceAllocator;
+using c10::MempoolId_t;
+
+// What cachalot keeps with a block or trace entry: PyTorch's context (a CapturedTraceback, which
+// torch.cuda.memory._snapshot() symbolizes) and the strings PyTorch attaches to trace entries.
+struct Ctx {
+  std::atomic<int> refs{1};
+  std::shared_ptr<c10::GatheredContext> gathered;
+  std::string compile_context;
+  std::string user_metadata;
+};
+
+void ctx_retain(void* p) { static_cast<Ctx*>(p)->refs.fetch_add(1, std::memory_order_relaxed); }
+void ctx_release(void* p) {
+  Ctx* c = static_cast<Ctx*>(p);
+  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    delete c;
+}
+
+// One reference to a Ctx for the length of a call.
+struct CtxRef {
+  Ctx* p = nullptr;
+  CtxRef() = default;
+  explicit CtxRef(Ctx* c) : p(c) {}
+  CtxRef(const CtxRef&) = delete;
+  CtxRef& operator=(const CtxRef&) = delete;
+  ~CtxRef() {
+    if (p)
+      ctx_release(p);
+  }
+};
+
+thread_local std::vector<std::string> compile_contexts;
+thread_local std::string user_metadata;
+
+[[noreturn]] void fail(const char* what, cachalot_status rc) {
+  TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
+}
+
+void check(cachalot_status rc, const char* what) {
+  if (rc != CACHALOT_OK)
+    fail(what, rc);
+}
+
+cachalot_mempool_id to_id(MempoolId_t id) { return cachalot_mempool_id{id.first, id.second}; }
+
+bool is_default(MempoolId_t id) { return id.first == 0 && id.second == 0; }
+
+void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+void copy_stats(c10::CachingAllocator::StatArray& to, const cachalot_stat from[3]) {
+  for (size_t i = 0; i < 3; i++) // both order all, small pool, large pool
+    copy_stat(to[i], from[i]);
+}
+
+// A snapshot taken from cachalot, freed with it.
+struct Snapshot {
+  cachalot_allocator* a;
+  cachalot_snapshot_info* s = nullptr;
+  explicit Snapshot(cachalot_allocator* alloc, bool traces) : a(alloc) {
+    check(cachalot_snapshot_take(a, traces, &s), "snapshot");
+  }
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  ~Snapshot() { cachalot_snapshot_info_free(a, s); }
+};
+
+std::shared_ptr<c10::GatheredContext> gathered_of(void* ctx) {
+  return ctx ? static_cast<Ctx*>(ctx)->gathered : nullptr;
+}
+
+cda::TraceEntry::Action torch_action(cachalot_trace_action a) {
+  switch (a) {
+  case CACHALOT_TRACE_ALLOC: return cda::TraceEntry::ALLOC;
+  case CACHALOT_TRACE_FREE_REQUESTED: return cda::TraceEntry::FREE_REQUESTED;
+  case CACHALOT_TRACE_FREE_COMPLETED: return cda::TraceEntry::FREE_COMPLETED;
+  case CACHALOT_TRACE_SEGMENT_ALLOC: return cda::TraceEntry::SEGMENT_ALLOC;
+  case CACHALOT_TRACE_SEGMENT_FREE: return cda::TraceEntry::SEGMENT_FREE;
+  case CACHALOT_TRACE_SEGMENT_MAP: return cda::TraceEntry::SEGMENT_MAP;
+  case CACHALOT_TRACE_SEGMENT_UNMAP: return cda::TraceEntry::SEGMENT_UNMAP;
+  case CACHALOT_TRACE_SNAPSHOT: return cda::TraceEntry::SNAPSHOT;
+  case CACHALOT_TRACE_OOM: return cda::TraceEntry::OOM;
+  }
+  return cda::TraceEntry::SNAPSHOT;
+}
+
+// A checkpoint of a private pool (CUDA-graph trees): cachalot's pool state, owned.
+struct PoolState : cca::AllocatorState {
+  cachalot_pool_state* st = nullptr;
+  ~PoolState() override { cachalot_pool_state_free(st); }
+};
+
+void raw_delete_fn(void* ptr);
+
+class Allocator final : public cca::CUDAAllocator {
+ public:
+  Allocator(cachalot_allocator* a, int devices, std::string conf) : a_(a), devices_(devices), conf_(std::move(conf)) {}
+
+  cachalot_allocator* handle() const { return a_; }
+
+  // --- at::Allocator ---
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    void* p = nbytes ? malloc_on(device, nbytes, c10::cuda::getCurrentCUDAStream(device).stream()) : nullptr;
+    return {p, p, &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete_fn; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+  }
+
+  // --- CUDAAllocator ---
+
+  void* raw_alloc(size_t nbytes) override {
+    c10::DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return nbytes ? malloc_on(device, nbytes, c10::cuda::getCurrentCUDAStream(device).stream()) : nullptr;
+  }
+
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    c10::DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return nbytes ? malloc_on(device, nbytes, stream) : nullptr;
+  }
+
+  void raw_delete(void* ptr) override { free_ptr(ptr); }
+
+  void init(int device_count) override {
+    TORCH_CHECK(device_count <= devices_, "cachalot: PyTorch sees ", device_count, " CUDA devices, cachalot ",
+                devices_);
+    initialized_ = true;
+  }
+
+  bool initialized() override { return initialized_; }
+
+  double getMemoryFraction(c10::DeviceIndex device) override {
+    double f = 0;
+    check(cachalot_get_memory_fraction(a_, device, &f), "getMemoryFraction");
+    return f;
+  }
+
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    check(cachalot_set_memory_fraction(a_, device, fraction), "setMemoryFraction");
+  }
+
+  std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
+    Snapshot snap(a_, false);
+    std::vector<cca::StreamSegmentSize> out;
+    for (size_t i = 0; i < snap.s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = snap.s->segments[i];
+      if (seg.device != device || !seg.expandable)
+        continue;
+      auto same = [&](const cca::StreamSegmentSize& x) { return x.stream == seg.stream && x.is_small_pool == seg.small; };
+      auto it = std::find_if(out.begin(), out.end(), same);
+      if (it == out.end())
+        out.emplace_back(seg.stream, seg.small, seg.total_size);
+      else
+        it->total_size += seg.total_size;
+    }
+    return out;
+  }
+
+  void emptyCache(MempoolId_t mempool_id) override {
+    if (is_default(mempool_id)) {
+      check(cachalot_empty_cache(a_), "emptyCache");
+      return;
+    }
+    for (int d = 0; d < devices_; d++)
+      check(cachalot_empty_cache_pool(a_, d, to_id(mempool_id)), "emptyCache");
+  }
+
+  void enable(bool value) override {
+    TORCH_CHECK(value, "cachalot: enable(False) (an allocator that does not cache) is not supported");
+  }
+
+  bool isEnabled() const override { return true; }
+
+  void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) override {
+    Snapshot snap(a_, false);
+    size_t largest = 0;
+    for (size_t i = 0; i < snap.s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = snap.s->segments[i];
+      if (seg.device != device || seg.pool.first || seg.pool.second)
+        continue;
+      for (size_t k = 0; k < seg.n_blocks; k++)
+        if (seg.blocks[k].state == CACHALOT_BLOCK_FREE)
+          largest = std::max(largest, seg.blocks[k].size);
+    }
+    *largestBlock = largest;
+  }
+
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    Snapshot snap(a_, false);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+    for (size_t i = 0; i < snap.s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = snap.s->segments[i];
+      if (p >= seg.address && p < seg.address + seg.total_size) {
+        if (size)
+          *size = seg.total_size;
+        return reinterpret_cast<void*>(seg.address);
+      }
+    }
+    TORCH_CHECK(false, "cachalot: getBaseAllocation: ", ptr, " is not memory cachalot handed out");
+  }
+
+  using cca::CUDAAllocator::recordStream;
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    // Memory another allocator handed out (from_blob, a pool's own allocator) is not cachalot's to track.
+    if (!ptr.get() || ptr.get_deleter() != &raw_delete_fn)
+      return;
+    check(cachalot_record_stream(a_, ptr.get(), stream.stream()), "recordStream");
+  }
+
+  cda::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    cachalot_device_stats s;
+    check(cachalot_memory_stats(a_, device, &s), "getDeviceStats");
+    cda::DeviceStats t;
+    copy_stats(t.allocation, s.allocation);
+    copy_stats(t.segment, s.segment);
+    copy_stats(t.active, s.active);
+    copy_stats(t.inactive_split, s.inactive_split);
+    copy_stats(t.allocated_bytes, s.allocated_bytes);
+    copy_stats(t.reserved_bytes, s.reserved_bytes);
+    copy_stats(t.active_bytes, s.active_bytes);
+    copy_stats(t.inactive_split_bytes, s.inactive_split_bytes);
+    copy_stats(t.requested_bytes, s.requested_bytes);
+    copy_stat(t.oversize_allocations, s.oversize_allocations);
+    copy_stat(t.oversize_segments, s.oversize_segments);
+    t.num_alloc_retries = s.num_alloc_retries;
+    t.num_ooms = s.num_ooms;
+    t.num_sync_all_streams = s.num_sync_all_streams;
+    t.num_device_alloc = s.num_device_alloc;
+    t.num_device_free = s.num_device_free;
+    t.max_split_size = s.max_split_size;
+    return t;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check(cachalot_reset_accumulated_stats(a_, device), "resetAccumulatedStats");
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check(cachalot_reset_peak_stats(a_, device), "resetPeakStats");
+  }
+
+  cca::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces) override {
+    Snapshot snap(a_, include_traces);
+    cca::SnapshotInfo out;
+    const int when = when_.load();
+    for (size_t i = 0; i < snap.s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = snap.s->segments[i];
+      if (!is_default(mempool_id) && (seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second))
+        continue;
+      cda::SegmentInfo si;
+      si.device = static_cast<c10::DeviceIndex>(seg.device);
+      si.address = seg.address;
+      si.total_size = seg.total_size;
+      si.stream = seg.stream;
+      si.is_large = !seg.small;
+      si.is_expandable = seg.expandable;
+      si.owner_private_pool_id = MempoolId_t{seg.pool.first, seg.pool.second};
+      for (size_t k = 0; k < seg.n_blocks; k++) {
+        const cachalot_snapshot_block& b = seg.blocks[k];
+        cda::BlockInfo bi;
+        bi.size = b.size;
+        bi.requested_size = b.requested;
+        bi.allocated = b.state == CACHALOT_BLOCK_ALLOCATED;
+        bi.active = b.state != CACHALOT_BLOCK_FREE;
+        bi.context_when_allocated = gathered_of(b.context);
+        si.requested_size += b.requested;
+        if (bi.allocated)
+          si.allocated_size += b.size;
+        if (bi.active)
+          si.active_size += b.size;
+        si.blocks.push_back(std::move(bi));
+      }
+      out.segments.push_back(std::move(si));
+    }
+    out.device_traces.resize(static_cast<size_t>(devices_));
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = 0; include_traces && i < snap.s->n_trace; i++) {
+      const cachalot_trace_entry& e = snap.s->trace[i];
+      const auto action = torch_action(e.action);
+      if (skip_.count(action) || e.device < 0 || e.device >= devices_)
+        continue;
+      // PyTorch keeps stacks on alloc entries from RecordContext::ALLOC on, on free entries with ALL only
+      // (cachalot is given a free context only then).
+      const bool keep = when >= static_cast<int>(cda::RecordContext::ALLOC);
+      const Ctx* c = keep ? static_cast<const Ctx*>(e.context) : nullptr;
+      cda::TraceEntry te(action, static_cast<c10::DeviceIndex>(e.device), e.addr, e.size, e.stream, MempoolId_t{0, 0},
+                         0, c ? c->gathered : nullptr, c ? c->compile_context : "", c ? c->user_metadata : "");
+      te.time_.t_ = static_cast<time_t>(e.time_us); // PyTorch's snapshot reads microseconds here
+      out.device_traces[static_cast<size_t>(e.device)].push_back(std::move(te));
+    }
+    if (include_traces)
+      out.external_annotations = annotations_;
+    out.config_metadata = config_info();
+    return out;
+  }
+
+  void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
+                           std::function<bool(cudaStream_t)> filter) override {
+    auto f = std::make_unique<std::function<bool(cudaStream_t)>>(std::move(filter));
+    std::lock_guard<std::mutex> g(routes_mu_);
+    const auto key = std::make_pair(static_cast<int>(device), mempool_id);
+    TORCH_CHECK(!routes_.count(key), "cachalot: beginAllocateToPool: already allocating to pool (", mempool_id.first,
+                ", ", mempool_id.second, ")");
+    check(cachalot_begin_allocate_to_pool(a_, device, to_id(mempool_id), &Allocator::filter_fn, f.get()),
+          "beginAllocateToPool");
+    routes_[key] = std::move(f);
+  }
+
+  void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
+    std::lock_guard<std::mutex> g(routes_mu_);
+    check(cachalot_end_allocate_to_pool(a_, device, to_id(mempool_id)), "endAllocateToPool");
+    routes_.erase(std::make_pair(static_cast<int>(device), mempool_id));
+  }
+
+  void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
+    check(cachalot_release_pool(a_, device, to_id(mempool_id)), "releasePool");
+  }
+
+  int getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id) override {
+    int n = 0;
+    check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &n), "getPoolUseCount");
+    return n;
+  }
+
+  void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id,
+                          std::shared_ptr<cca::CUDAAllocator> allocator) override {
+    TORCH_CHECK(!allocator, "cachalot: a MemPool with an allocator of its own is not supported");
+    // A routing that takes no stream makes the pool (use count 1) or adds a use, and routes nothing.
+    check(cachalot_begin_allocate_to_pool(a_, device, to_id(mempool_id), &Allocator::no_stream, nullptr),
+          "createOrIncrefPool");
+    check(cachalot_end_allocate_to_pool(a_, device, to_id(mempool_id)), "createOrIncrefPool");
+  }
+
+  void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool use_on_oom) override {
+    // MemPool's destructor turns it off unconditionally; off is all cachalot does.
+    TORCH_CHECK(!use_on_oom, "cachalot: MemPool(use_on_oom=True) is not supported");
+  }
+
+  void setNoSplit(c10::DeviceIndex, MempoolId_t) override {
+    TORCH_CHECK(false, "cachalot: MemPool(no_split=True) is not supported");
+  }
+
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected_live_allocations) override {
+    int uses = 0;
+    check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &uses), "checkPoolLiveAllocations");
+    Snapshot snap(a_, false);
+    size_t live = 0;
+    for (size_t i = 0; i < snap.s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = snap.s->segments[i];
+      if (seg.device != device || seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second)
+        continue;
+      for (size_t k = 0; k < seg.n_blocks; k++) {
+        if (seg.blocks[k].state != CACHALOT_BLOCK_ALLOCATED)
+          continue;
+        if (!expected_live_allocations.count(reinterpret_cast<void*>(seg.blocks[k].address)))
+          return false;
+        live++;
+      }
+    }
+    return live == expected_live_allocations.size();
+  }
+
+  cca::ShareableHandle shareIpcHandle(void*) override {
+    TORCH_CHECK(false, "cachalot: shareIpcHandle (CUDA tensors sent to another process) is not supported");
+  }
+
+  std::shared_ptr<void> getIpcDevPtr(std::string) override {
+    TORCH_CHECK(false, "cachalot: getIpcDevPtr (CUDA tensors received from another process) is not supported");
+  }
+
+  bool isHistoryEnabled() override { return history_on_.load(); }
+
+  void recordHistory(bool enabled, cda::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                     cda::RecordContext when, bool clearHistory, const std::vector<std::string>& skip_actions) override {
+    TORCH_CHECK(when == cda::RecordContext::NEVER || context_recorder,
+                "cachalot: recordHistory needs a context recorder to record contexts");
+    std::lock_guard<std::mutex> g(mu_);
+    const size_t entries = std::max<size_t>(1, alloc_trace_max_entries);
+    if (!enabled) {
+      check(cachalot_record_history(a_, false, 0), "recordHistory");
+      annotations_.clear();
+      history_entries_ = 0;
+    } else if (clearHistory || history_entries_ != entries) {
+      // cachalot starts a fresh buffer; the same size asked again without clearing keeps what is there
+      check(cachalot_record_history(a_, true, entries), "recordHistory");
+      annotations_.clear();
+      history_entries_ = entries;
+    }
+    skip_.clear();
+    for (const std::string& s : skip_actions)
+      skip_.insert(cda::parseTraceEntryAction(s));
+    recorder_.store(enabled ? context_recorder : nullptr);
+    when_.store(enabled ? static_cast<int>(when) : static_cast<int>(cda::RecordContext::NEVER));
+    history_on_.store(enabled);
+  }
+
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
+    if (!history_on_.load())
+      return;
+    c10::DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    cda::AnnotationEntry ae(device, 0);
+    ae.time_.t_ = static_cast<time_t>(now_us());
+    for (const auto& kv : md)
+      ae.recordUserMetadata(kv.first, kv.second);
+    std::lock_guard<std::mutex> g(mu_);
+    annotations_.push_back(std::move(ae));
+  }
+
+  void pushCompileContext(std::string& md) override {
+    if (history_on_.load())
+      compile_contexts.push_back(md);
+  }
+
+  void popCompileContext() override {
+    if (!compile_contexts.empty())
+      compile_contexts.pop_back();
+  }
+
+  void setUserMetadata(const std::string& metadata) override { user_metadata = metadata; }
+
+  std::string getUserMetadata() override { return user_metadata; }
+
+  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> g(mu_);
+    observers_.push_back(std::move(observer));
+  }
+
+  void attachAllocatorTraceTracker(cca::AllocatorTraceTracker) override {
+    TORCH_CHECK(false, "cachalot: attachAllocatorTraceTracker (a callback at each allocator event) is not supported");
+  }
+
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+    c10::cuda::CUDAGuard guard(dev);
+    cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled)
+      (void)cudaGetLastError();
+    else
+      C10_CUDA_CHECK(err);
+  }
+
+  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream,
+                          bool p2p_enabled) override {
+    // cachalot's segments are cudaMalloc'd or cuMemMap'ped (expandable): across devices without peer access
+    // the latter need the peer copy, which serves both.
+    if (p2p_enabled || dstDevice == srcDevice)
+      return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
+  }
+
+  std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, MempoolId_t id) override {
+    auto st = std::make_shared<PoolState>();
+    check(cachalot_checkpoint_pool(a_, device, to_id(id), &st->st), "getCheckpointState");
+    return st;
+  }
+
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<cca::AllocatorState> pps) override {
+    auto st = std::dynamic_pointer_cast<PoolState>(pps);
+    TORCH_CHECK(st && st->st, "cachalot: setCheckpointPoolState: not a checkpoint of cachalot's");
+    TORCH_CHECK(st->st->device == device, "cachalot: setCheckpointPoolState: a checkpoint of device ",
+                st->st->device, ", not ", static_cast<int>(device));
+    cca::CheckpointDelta delta;
+    {
+      Snapshot snap(a_, false); // the pool's blocks handed out now: restoring frees them
+      for (size_t i = 0; i < snap.s->n_segments; i++) {
+        const cachalot_snapshot_segment& seg = snap.s->segments[i];
+        if (seg.device != device || seg.pool.first != st->st->pool.first || seg.pool.second != st->st->pool.second)
+          continue;
+        for (size_t k = 0; k < seg.n_blocks; k++)
+          if (seg.blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
+            delta.ptrs_freed.push_back(reinterpret_cast<void*>(seg.blocks[k].address));
+      }
+    }
+    void** ptrs = nullptr;
+    size_t n = 0;
+    check(cachalot_restore_pool(a_, st->st, &ptrs, &n), "setCheckpointPoolState");
+    for (size_t i = 0; i < n; i++)
+      delta.dataptrs_allocd.emplace_back(ptrs[i], ptrs[i], &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device));
+    std::free(ptrs);
+    return delta;
+  }
+
+  std::string name() override { return "cachalot"; }
+
+  // --- the calls tensors make ---
+
+  void* malloc_on(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream) {
+    CtxRef ctx(context_for(cda::RecordContext::STATE));
+    void* p = nullptr;
+    cachalot_status rc = ctx.p ? cachalot_malloc_with_context(a_, device, nbytes, stream, ctx.p, &p)
+                               : cachalot_malloc(a_, device, nbytes, stream, &p);
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY) {
+      // PyTorch's message and type: torch.OutOfMemoryError, which programs catch to shrink a batch.
+      TORCH_CHECK_WITH(OutOfMemoryError, false, cachalot_last_error());
+    }
+    if (rc != CACHALOT_OK)
+      fail("malloc", rc);
+    return p;
+  }
+
+  void free_ptr(void* ptr) {
+    if (!ptr)
+      return;
+    CtxRef ctx(context_for(cda::RecordContext::ALL));
+    cachalot_status rc = ctx.p ? cachalot_free_with_context(a_, ptr, ctx.p) : cachalot_free(a_, ptr);
+    if (rc != CACHALOT_OK)
+      fail("free", rc);
+  }
+
+  // Called by cachalot at every out-of-memory failure, with no cachalot lock held.
+  static void on_oom(int device, size_t alloc_size, size_t limit, size_t device_free, void* self) {
+    auto* me = static_cast<Allocator*>(self);
+    std::vector<cca::OutOfMemoryObserver> obs;
+    {
+      std::lock_guard<std::mutex> g(me->mu_);
+      obs = me->observers_;
+    }
+    for (const auto& o : obs)
+      o(device, alloc_size, limit, device_free);
+  }
+
+ private:
+  static bool filter_fn(cachalot_stream s, void* ctx) {
+    try {
+      return (*static_cast<std::function<bool(cudaStream_t)>*>(ctx))(s);
+    } catch (...) { // an exception must not cross cachalot's C frames
+      return false;
+    }
+  }
+
+  static bool no_stream(cachalot_stream, void*) { return false; }
+
+  static int64_t now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // A context for a call, when history records contexts at `level` (PyTorch's maybeGatherContext).
+  Ctx* context_for(cda::RecordContext level) {
+    if (when_.load(std::memory_order_relaxed) < static_cast<int>(level))
+      return nullptr;
+    cda::CreateContextFn recorder = recorder_.load();
+    if (!recorder)
+      return nullptr;
+    auto* c = new Ctx;
+    c->gathered = recorder();
+    if (!compile_contexts.empty())
+      c->compile_context = compile_contexts.back();
+    c->user_metadata = user_metadata;
+    return c;
+  }
+
+  cca::AllocatorConfigInfo config_info() {
+    cca::AllocatorConfigInfo ci{};
+    cachalot_device_stats s;
+    if (cachalot_memory_stats(a_, 0, &s) == CACHALOT_OK)
+      ci.max_split_size = s.max_split_size < 0 ? SIZE_MAX : static_cast<size_t>(s.max_split_size);
+    ci.expandable_segments = conf_.find("expandable_segments:True") != std::string::npos;
+    ci.release_lock_on_malloc = true;
+    ci.last_allocator_settings = conf_;
+    return ci;
+  }
+
+  cachalot_allocator* a_;
+  int devices_;
+  std::string conf_;
+  bool initialized_ = false;
+  std::mutex mu_; // observers, annotations, history settings
+  std::vector<cca::OutOfMemoryObserver> observers_;
+  std::vector<cda::AnnotationEntry> annotations_;
+  std::set<cda::TraceEntry::Action> skip_;
+  size_t history_entries_ = 0;
+  std::atomic<bool> history_on_{false};
+  std::atomic<int> when_{static_cast<int>(cda::RecordContext::NEVER)};
+  std::atomic<cda::CreateContextFn> recorder_{nullptr};
+  std::mutex routes_mu_;
+  std::map<std::pair<int, MempoolId_t>, std::unique_ptr<std::function<bool(cudaStream_t)>>> routes_;
+};
+
+// Lives until the process ends: tensors freed at exit still reach it.
+Allocator* instance = nullptr;
+
+void raw_delete_fn(void* ptr) { instance->free_ptr(ptr); }
+
+void set_error(char* err, size_t len, const std::string& msg) {
+  if (err && len)
+    std::snprintf(err, len, "%s", msg.c_str());
+}
+
+} // namespace
+
+extern "C" {
+
+// Makes cachalot PyTorch's CUDA allocator. conf: a CACHALOT_ALLOC_CONF string, NULL for the environment's.
+// 0 on success (also when already installed); otherwise -1 with the reason in err.
+__attribute__((visibility("default"))) int cachalot_torch_backend_install(const char* conf, char* err, size_t len) {
+  try {
+    if (instance && cca::get() == instance)
+      return 0;
+    cca::CUDAAllocator* current = cca::get();
+    if (current && current->initialized()) {
+      set_error(err, len,
+                "PyTorch's CUDA allocator (" + current->name() +
+                    ") is already in use: call cachalot.torch.install() before anything allocates CUDA memory");
+      return -1;
+    }
+    cachalot_backend* b = nullptr;
+    cachalot_status rc = cachalot_backend_cuda(&b);
+    if (rc != CACHALOT_OK) {
+      set_error(err, len, std::string("cachalot: CUDA backend: ") + cachalot_last_error());
+      return -1;
+    }
+    cachalot_allocator* a = nullptr;
+    rc = cachalot_create(b, conf, &a);
+    if (rc != CACHALOT_OK) {
+      set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
+      cachalot_backend_destroy(b);
+      return -1;
+    }
+    int devices = 0;
+    const cachalot_context_ops ops = {&ctx_retain, &ctx_release};
+    rc = cachalot_device_count(a, &devices);
+    if (rc == CACHALOT_OK)
+      rc = cachalot_set_context_ops(a, &ops);
+    if (rc == CACHALOT_OK) {
+      const char* env = std::getenv("CACHALOT_ALLOC_CONF");
+      instance = new Allocator(a, devices, conf ? conf : env ? env : "");
+      rc = cachalot_attach_oom_observer(a, &Allocator::on_oom, instance);
+    }
+    if (rc != CACHALOT_OK) {
+      set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
+      return -1;
+    }
+    cca::allocator.store(instance);
+    c10::SetAllocator(c10::DeviceType::CUDA, instance, 0);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, len, e.what());
+    return -1;
+  }
+}
+
+// The allocator the backend serves from (NULL before install): for cachalot's own calls (snapshots, stats).
+__attribute__((visibility("default"))) cachalot_allocator* cachalot_torch_backend_allocator(void) {
+  return instance ? instance->handle() : nullptr;
+}
+
+} // extern "C"
