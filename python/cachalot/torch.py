@@ -1,0 +1,150 @@
+"""cachalot as PyTorch's CUDA allocator.
+
+    import cachalot.torch
+    cachalot.torch.install()          # before anything allocates CUDA memory
+
+install() makes cachalot the allocator behind every CUDA tensor. Two routes:
+
+- "backend" (the default where it was built): libcachalot_torch_backend, a complete PyTorch CUDAAllocator
+  compiled against this torch's headers. Tensor.record_stream, torch.cuda.empty_cache, memory_stats,
+  memory_summary, reset_peak_memory_stats, set_per_process_memory_fraction (torch.OutOfMemoryError),
+  _record_memory_history + _snapshot / _dump_snapshot (with Python frames), torch.cuda.graph and MemPool
+  pools, and torch.compile(mode="reduce-overhead") all reach cachalot.
+- "pluggable" (the fallback, e.g. for a torch other than the one the backend was built against):
+  PyTorch's CUDAPluggableAllocator, which passes malloc and free only (see cachalot._pluggable for what it
+  lacks: record_stream above all).
+
+The config is a CACHALOT_ALLOC_CONF string (PyTorch's keys, SPEC-compatible): install(conf=...) or the
+environment variable; PYTORCH_CUDA_ALLOC_CONF is not read.
+"""
+import ctypes
+import json
+import os
+import warnings
+
+import torch as _torch
+
+from . import _build, _library, library_path
+
+__all__ = ["install", "route", "memory_stats", "snapshot", "empty_cache", "reset_peak_stats",
+           "release_capture_pools", "backend_unavailable"]
+
+_route = None
+_handle = None  # () -> the cachalot_allocator* the installed route serves from
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+def backend_unavailable():
+    """Why the backend route cannot be used here (a sentence), or None when it can."""
+    if not _build.TORCH_BACKEND:
+        return "this cachalot was built without the PyTorch backend (no torch with headers at build time)"
+    if _build.TORCH_VERSION != _torch.__version__:
+        return "the backend was built against torch %s, this is torch %s" % (_build.TORCH_VERSION, _torch.__version__)
+    if not os.path.exists(library_path("cachalot_torch_backend")):
+        return "%s is missing" % library_path("cachalot_torch_backend")
+    return None
+
+
+def install(conf=None, route="auto"):
+    """Makes cachalot PyTorch's CUDA allocator and returns the route in force ("backend" or "pluggable").
+
+    conf: a CACHALOT_ALLOC_CONF string (None: the environment variable's). route: "auto" (the backend
+    where it can be used, else the pluggable fallback, with a warning that says why), "backend" or
+    "pluggable". Call it before anything allocates CUDA memory; calling it again returns the route."""
+    global _route, _handle
+    if route not in ("auto", "backend", "pluggable"):
+        raise ValueError("route must be 'auto', 'backend' or 'pluggable', not %r" % (route,))
+    if _route is not None:
+        if route not in ("auto", _route):
+            raise RuntimeError("cachalot is already installed on the %s route" % _route)
+        return _route
+    why = backend_unavailable() if route != "pluggable" else "the pluggable route was asked for"
+    if why is None:
+        lib = ctypes.CDLL(library_path("cachalot_torch_backend"))
+        lib.cachalot_torch_backend_install.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.cachalot_torch_backend_allocator.restype = ctypes.c_void_p
+        err = ctypes.create_string_buffer(1024)
+        if lib.cachalot_torch_backend_install(conf.encode() if conf is not None else None, err, len(err)) != 0:
+            raise RuntimeError(err.value.decode())
+        _route, _handle = "backend", lib.cachalot_torch_backend_allocator
+        return _route
+    if route == "backend":
+        raise RuntimeError("cachalot: the PyTorch backend cannot be used: " + why)
+    if route == "auto":
+        warnings.warn("cachalot: %s; using the pluggable route, which lacks record_stream, empty_cache, "
+                      "torch.cuda's memory statistics and snapshots, and torch.compile's CUDA graphs" % why)
+    from . import _pluggable
+
+    _lib_pluggable, _handle = _pluggable.install(conf)
+    _route = "pluggable"
+    return _route
+
+
+def route():
+    """The route in force: "backend", "pluggable", or None before install()."""
+    return _route
+
+
+def _allocator():
+    if _handle is None:
+        raise RuntimeError("cachalot.torch.install() first")
+    a = _handle()
+    if not a:
+        raise RuntimeError("cachalot could not start: " + _library().cachalot_last_error().decode())
+    return a
+
+
+def _check(status, what):
+    if status != 0:
+        raise RuntimeError("%s: %s" % (what, _library().cachalot_last_error().decode()))
+
+
+def _json(name, *args):
+    lib = _library()
+    fn = getattr(lib, name)
+    out = ctypes.c_void_p()
+    _check(fn(*args, ctypes.byref(out)), name)
+    try:
+        return json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        _libc.free(out)
+
+
+def _device(device):
+    """A device index from None (the current device), an int, "cuda:1" or a torch.device."""
+    if device is None:
+        return _torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = _torch.device(device)
+    return d.index if d.index is not None else _torch.cuda.current_device()
+
+
+def memory_stats(device=None):
+    """cachalot's own stats of `device`, with torch.cuda.memory_stats()'s keys (on the backend route
+    torch.cuda.memory_stats() gives the same figures)."""
+    return _json("cachalot_memory_stats_json", ctypes.c_void_p(_allocator()), ctypes.c_int(_device(device)))
+
+
+def snapshot():
+    """cachalot's snapshot (segments, traces, settings) in torch.cuda.memory._snapshot()'s schema, with C
+    frames where stacks are recorded."""
+    return _json("cachalot_snapshot_json", ctypes.c_void_p(_allocator()))
+
+
+def empty_cache():
+    """Gives every whole free cached segment back to the device."""
+    _check(_library().cachalot_empty_cache(ctypes.c_void_p(_allocator())), "cachalot_empty_cache")
+
+
+def reset_peak_stats(device=None):
+    _check(_library().cachalot_reset_peak_stats(ctypes.c_void_p(_allocator()), ctypes.c_int(_device(device))),
+           "cachalot_reset_peak_stats")
+
+
+def release_capture_pools(device=None):
+    """Pluggable route: gives up the private pools of graph captures that are over (once their graphs are
+    destroyed). The backend route releases a graph's pool when the graph goes, as PyTorch does."""
+    _check(_library().cachalot_release_capture_pools(ctypes.c_void_p(_allocator()), ctypes.c_int(_device(device))),
+           "cachalot_release_capture_pools")
