@@ -311,8 +311,8 @@ static void test_blocks_outlive_history(void **state) {
   REFS(d, 1);
 }
 
-/* The same on the warm path's own ground: history was never on for these blocks' frees, the free is the
- * first call after history is turned off, and blocks freed on many threads' lanes would not change that. */
+/* The warm paths stay off while any block holds a context, not only while history is on: each free here
+ * comes after history was turned off and after other blocks already let go of theirs. */
 static void test_history_off_then_free_each(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
