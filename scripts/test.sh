@@ -4,7 +4,8 @@
 #   2. the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. the stress test and the lanes unit test (threads on their own streams) under ThreadSanitizer
 #   4. clang build, and a build with -Dcuda=disabled (simulated backend only), with their tests
-#   5. the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UndefinedBehaviorSanitizer), a fixed
+#   5. the Python package, pip-installed into a virtual environment, and its tests without torch
+#   6. the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UndefinedBehaviorSanitizer), a fixed
 #      number of executions each from their seed corpora
 # Each build uses -Wall -Wextra -Werror. Prints 'N passed, N failed' last.
 set -u -o pipefail
@@ -42,6 +43,15 @@ t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lun
 t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
 t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled && suite build-nocuda &&
   build-nocuda/tools/cachalot_demo >/dev/null; }
+# The Python package as a user installs it (pip, meson-python, no network) into a fresh virtual environment,
+# then its tests that need no torch and no GPU (import, version, the route install() takes).
+t_python() {
+  rm -rf build-python && /usr/bin/python3 -m venv --system-site-packages build-python/venv &&
+    build-python/venv/bin/pip install -q --no-build-isolation --no-index . >build-python.log 2>&1 ||
+    { tail -40 build-python.log; return 1; }
+  rm -f build-python.log
+  build-python/venv/bin/python tests/python/test_package.py
+}
 t_fuzz() { CC=clang build build-fuzz -Dtests=enabled -Dfuzz=enabled -Dcuda=disabled -Db_sanitize=address,undefined \
   -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link && suite build-fuzz --suite fuzz; }
 
@@ -50,6 +60,7 @@ step "asan+ubsan: unit and cli suites" t_asan
 step "tsan: stress test, lanes test" t_tsan
 step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda
+step "python package: pip install, import, version, route selection" t_python
 step "fuzzers: config, environment, snapshot reader, socket, API sequences" t_fuzz
 echo
 echo "$passed passed, $failed failed"

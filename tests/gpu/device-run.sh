@@ -15,6 +15,16 @@ rm -rf build-gpu
 meson setup build-gpu -Dcuda=enabled -Dtests=enabled -Ddeps_dir=.device >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
 ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 rc=0
+# The Python package, as a user installs it (against the torch already there), then the PyTorch backend
+# beside the native allocator.
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  PYTHONPATH="$root/.device/py" python3 -m pip install -q --no-build-isolation --no-index "$root" >"$out/pip-install.log" 2>&1 ||
+    { tail -30 "$out/pip-install.log"; rc=1; }
+  (cd /tmp && python3 -c 'import cachalot, cachalot.torch as t; print("cachalot", cachalot.__version__, "C", cachalot.version(), "backend:", t.backend_unavailable() or "available")') 2>&1 |
+    tee "$out/package.log" || rc=1
+  (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/torch_backend_test.py" "$out/backend") 2>&1 |
+    tee "$out/torch-backend.log" || rc=1
+fi
 meson test -C build-gpu --suite gpu --print-errorlogs -v 2>&1 | tee "$out/gpu-suite.log" || rc=1
 meson test -C build-gpu --no-suite gpu --no-suite soak --print-errorlogs 2>&1 | tail -12 | tee "$out/cpu-suites.log" || rc=1
 # The soak: threads x streams x graphs with patterns verified on the device, then under compute-sanitizer.
@@ -27,10 +37,10 @@ fi
 ./build-gpu/tools/cachalot_demo 2>&1 | tee "$out/demo.log" || rc=1
 # PyTorch as the reference: the same allocation sequence must give the same memory_stats.
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so.0 "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
     tee "$out/torch-compare.log" || rc=1
   # PyTorch's own viewer must render cachalot's snapshots.
-  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so "$out/viz" 2>&1 |
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so.0 "$out/viz" 2>&1 |
     tee "$out/torch-viz.log" || rc=1
   # The plug-in: a model trains bit-identically to the native allocator; torch.cuda.graph works with it.
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_plugin_test.py build-gpu "${TORCH_PLUGIN_STEPS:-50}" 2>&1 |

@@ -1,5 +1,5 @@
-"""Two-process data-parallel training (torch.distributed, NCCL, one process per GPU) with the cachalot
-plug-in, against the same run on PyTorch's native allocator: the losses must be bit-identical.
+"""Two-process data-parallel training (torch.distributed, NCCL, one process per GPU) with cachalot's
+PyTorch backend (the installed package, cachalot.torch.install()), against the same run on PyTorch's native allocator: the losses must be bit-identical.
 
     python3 tests/gpu/torch_ddp_test.py BUILD_DIR [STEPS]     (needs 2 GPUs; exits 77 with fewer)
 
@@ -14,7 +14,6 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 KEYS = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated", "num_device_alloc"]
 
@@ -22,9 +21,9 @@ KEYS = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.a
 def worker(rank, world, mode, lib, steps, port, outdir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if mode == "cachalot":
-        import cachalot_torch
+        import cachalot.torch as cachalot_torch
 
-        cachalot_torch.install(lib)
+        cachalot_torch.install(route="backend")
     from torch_plugin_test import deterministic, memory_stats, model, train
 
     torch = deterministic()

@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 
 def deterministic():
@@ -60,7 +59,7 @@ def train(torch, net, g, steps):
 def memory_stats(torch, mode, device, keys):
     """The figures `keys` of the allocator in use: cachalot's through the plug-in module, or PyTorch's."""
     if mode == "cachalot":
-        import cachalot_torch
+        import cachalot.torch as cachalot_torch
 
         st = cachalot_torch.memory_stats(device)
     else:
@@ -70,9 +69,9 @@ def memory_stats(torch, mode, device, keys):
 
 def child_train(mode, lib, steps):
     if mode == "cachalot":
-        import cachalot_torch
+        import cachalot.torch as cachalot_torch
 
-        cachalot_torch.install(lib)
+        cachalot_torch.install(route="pluggable")
     torch = deterministic()
     losses = train(torch, model(torch), torch.Generator(device="cuda").manual_seed(1), steps)
     keys = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "requested_bytes.all.peak",
@@ -81,9 +80,9 @@ def child_train(mode, lib, steps):
 
 
 def child_graph(lib):
-    import cachalot_torch
+    import cachalot.torch as cachalot_torch
 
-    cachalot_torch.install(lib)
+    cachalot_torch.install(route="pluggable")
     torch = deterministic()
     net = model(torch).eval()
     static_in = torch.randn(16, 3, 32, 32, device="cuda")

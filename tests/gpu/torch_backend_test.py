@@ -1,0 +1,385 @@
+"""The PyTorch backend (cachalot.torch, route "backend") on a real GPU, beside PyTorch's native allocator.
+
+    python3 tests/gpu/torch_backend_test.py [OUTDIR]
+
+Needs the package installed (pip install --no-build-isolation .) with the backend built. Every scenario
+runs in fresh processes (the allocator is chosen before the first CUDA allocation): once with the native
+allocator, once with cachalot's backend, and where it shows what the backend adds, once on the pluggable
+route. Each child prints one JSON line; the parent compares.
+
+  record_stream  a tensor read on a side stream, record_stream'd and deleted, then a tensor of the same
+                 size filled on the main stream: 0 wrong reads in TRIALS trials (the pluggable route, which
+                 has no record_stream hook, must show wrong reads: the test can fail)
+  stats          torch.cuda.memory_stats / memory_allocated / max_memory_reserved / memory_summary equal
+                 cachalot's own figures; reset_peak_memory_stats; get_allocator_backend names cachalot
+  history        _record_memory_history + _dump_snapshot: Python frames on blocks and trace entries, and
+                 torch.cuda._memory_viz renders the file
+  graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
+                 peak <= native's, the pools given back once the graphs are gone; a MemPool
+  compile        torch.compile(mode="reduce-overhead") with graph breaks (CUDA-graph trees), inference and
+                 training steps: outputs bit-identical to the same compiled model on the native allocator
+                 and equal to eager's
+  fraction       set_per_process_memory_fraction: torch.OutOfMemoryError where native raises it
+  train          a small transformer trains bit-identically to native
+Prints 'N passed, N failed' last.
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.abspath(__file__)
+TRIALS = int(os.environ.get("RECORD_STREAM_TRIALS", "24"))
+
+
+def setup(mode):
+    """Installs the allocator of `mode` (native: none) and returns torch, deterministic."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    if mode in ("cachalot", "pluggable"):
+        import cachalot.torch
+
+        got = cachalot.torch.install(route="backend" if mode == "cachalot" else "pluggable")
+        assert got == ("backend" if mode == "cachalot" else "pluggable"), got
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+    return torch
+
+
+# --- scenarios (children) ---
+
+def c_record_stream(torch, mode):
+    n = 8 << 20  # 32 MiB of floats
+    wrong = reused = 0
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    for t in range(TRIALS):
+        x = torch.full((n,), float(t + 1), device="cuda")
+        out = torch.empty_like(x)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # the side stream reads x well after the host moved on
+            out.copy_(x)
+        out.record_stream(side)
+        x.record_stream(side)
+        addr = x.data_ptr()
+        del x
+        z = torch.empty(n, device="cuda")
+        z.fill_(-1.0)
+        reused += z.data_ptr() == addr
+        torch.cuda.synchronize()
+        wrong += not bool((out == float(t + 1)).all())
+        del z, out
+    return {"trials": TRIALS, "wrong": wrong, "reused_at_once": reused}
+
+
+def c_stats(torch, mode):
+    import cachalot.torch
+
+    keep = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in (1, 512, 1 << 20, 3 << 20, 50 << 20)]
+    for s in (100, 4 << 20):
+        torch.empty(s, dtype=torch.uint8, device="cuda")  # freed at once: cached
+    torch.cuda.synchronize()
+    ts = torch.cuda.memory_stats()
+    cs = cachalot.torch.memory_stats()
+    diff = sorted(k for k in cs if ts.get(k) != cs[k])
+    missing = sorted(k for k in cs if k not in ts)
+    ok_calls = {
+        "memory_allocated": torch.cuda.memory_allocated() == cs["allocated_bytes.all.current"],
+        "max_memory_allocated": torch.cuda.max_memory_allocated() == cs["allocated_bytes.all.peak"],
+        "memory_reserved": torch.cuda.memory_reserved() == cs["reserved_bytes.all.current"],
+        "max_memory_reserved": torch.cuda.max_memory_reserved() == cs["reserved_bytes.all.peak"],
+    }
+    summary = torch.cuda.memory_summary()
+    del keep[4]
+    torch.cuda.reset_peak_memory_stats()
+    after = torch.cuda.memory_stats()
+    reset_ok = after["allocated_bytes.all.peak"] == after["allocated_bytes.all.current"] == cachalot.torch.memory_stats()[
+        "allocated_bytes.all.current"]
+    torch.cuda.empty_cache()
+    emptied = torch.cuda.memory_reserved() == cachalot.torch.memory_stats()["reserved_bytes.all.current"]
+    return {"keys": len(cs), "differ": diff, "missing": missing, "calls": ok_calls,
+            "summary_ok": "Allocated memory" in summary and "Reserved memory" in summary,
+            "reset_peak_ok": reset_ok, "empty_cache_ok": emptied,
+            "backend": torch.cuda.memory.get_allocator_backend()}
+
+
+def alloc_here(torch):
+    """Allocations whose frames the snapshot must show (function name and this file)."""
+    return [torch.randn(1 << k, device="cuda") for k in range(8, 22, 3)]
+
+
+def c_history(torch, mode, outdir):
+    from torch.cuda import _memory_viz
+
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    live = alloc_here(torch)
+    tmp = alloc_here(torch)
+    del tmp
+    path = os.path.join(outdir, "snapshot-%s.pickle" % mode)
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+
+    def here(frames):
+        return any(fr.get("filename", "").endswith("torch_backend_test.py") and fr.get("name") == "alloc_here"
+                   for fr in frames)
+
+    blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    traces = [e for t in snap["device_traces"] for e in t]
+    allocs = [e for e in traces if e["action"] == "alloc"]
+    frees = [e for e in traces if e["action"] in ("free_requested", "free_completed")]
+    html = _memory_viz.trace_plot(snap)
+    seg_html = _memory_viz.segment_plot(snap)
+    del live
+    return {"blocks": len(blocks), "blocks_with_frames": sum(here(b.get("frames", [])) for b in blocks),
+            "allocs": len(allocs), "allocs_with_frames": sum(here(e.get("frames", [])) for e in allocs),
+            "frees": len(frees), "html_bytes": len(html), "segment_html_bytes": len(seg_html),
+            "file": path}
+
+
+def mlp(torch):
+    return torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096),
+                               torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda().half()
+
+
+def capture(torch, net, batch, pool):
+    static_in = torch.randn(batch, 1024, device="cuda", dtype=torch.half)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture stream, as PyTorch's docs show
+        for _ in range(2):  # shared pool: graphs replay in capture order, as PyTorch requires
+            net(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool), torch.no_grad():
+        static_out = net(static_in) * 2.0
+    return g, static_in, static_out
+
+
+def c_graphs(torch, mode):
+    net = mlp(torch).eval()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_reserved()
+    result = {}
+    for kind in ("own", "shared"):
+        torch.cuda.reset_peak_memory_stats()
+        shared = torch.cuda.graph_pool_handle() if kind == "shared" else None
+        graphs = [capture(torch, net, b, shared) for b in (4096, 3072, 2048, 1024, 512)]
+        equal = True
+        for g, static_in, static_out in graphs:
+            new = torch.randn_like(static_in)
+            static_in.copy_(new)
+            g.replay()
+            with torch.no_grad():
+                want = net(new) * 2.0
+            torch.cuda.synchronize()
+            equal = equal and torch.equal(static_out, want)
+        peak = torch.cuda.max_memory_reserved()
+        del graphs, g, static_in, static_out
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        result[kind] = {"replays_equal": equal, "reserved_peak": peak,
+                        "reserved_after": torch.cuda.memory_reserved(), "reserved_before": base}
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.randn(1 << 20, device="cuda")
+    pools = [tuple(s["segment_pool_id"]) for s in torch.cuda.memory._snapshot()["segments"]
+             if s["blocks"] and any(b["state"] == "active_allocated" for b in s["blocks"])]
+    result["mempool"] = {"in_pool": tuple(pool.id) in pools, "use_count": pool.use_count()}
+    del t, pool
+    torch.cuda.empty_cache()
+    result["mempool"]["reserved_after"] = torch.cuda.memory_reserved()
+    return result
+
+
+def compiled_model(torch):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(256, 512)
+            self.b = torch.nn.Linear(512, 512)
+            self.c = torch.nn.Linear(512, 10)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            torch._dynamo.graph_break()  # several partitions: a tree of graphs sharing one pool
+            y = torch.tanh(self.b(y)) + y
+            torch._dynamo.graph_break()
+            return self.c(y)
+
+    return M().cuda()
+
+
+def c_compile(torch, mode):
+    import hashlib
+
+    try:
+        import triton  # noqa: F401
+        how = {"mode": "reduce-overhead"}
+    except ImportError:  # no triton: the graph-tree backend without inductor's kernels
+        how = {"backend": "cudagraphs"}
+    torch.use_deterministic_algorithms(False)
+    torch.manual_seed(0)
+    net = compiled_model(torch)
+    eager = compiled_model(torch)
+    eager.load_state_dict(net.state_dict())
+    f = torch.compile(net, **how)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    h = hashlib.sha256()
+    max_err = 0.0
+    with torch.no_grad():
+        for i in range(12):
+            x = torch.randn(64, 256, device="cuda", generator=g)
+            y = f(x).clone()
+            want = eager(x)
+            max_err = max(max_err, (y - want).abs().max().item())
+            h.update(bytes(y.cpu().contiguous().view(torch.uint8).flatten().tolist()))
+    # training: forward and backward through the graph trees (their checkpoint path)
+    opt = torch.optim.SGD(f.parameters(), lr=0.01)
+    losses = []
+    for i in range(10):
+        x = torch.randn(64, 256, device="cuda", generator=g)
+        t = torch.randint(0, 10, (64,), device="cuda", generator=g)
+        loss = torch.nn.functional.cross_entropy(f(x), t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item().hex())
+    torch.cuda.synchronize()
+    return {"how": how, "inference_sha": h.hexdigest(), "max_abs_err_vs_eager": max_err, "losses": losses}
+
+
+def c_fraction(torch, mode):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(0.1)
+    out = {}
+    for name, frac in (("small", 0.05), ("large", 0.2)):
+        try:
+            t = torch.empty(int(total * frac), dtype=torch.uint8, device="cuda")
+            del t
+            out[name] = "ok"
+        except torch.OutOfMemoryError as e:
+            out[name] = "OutOfMemoryError"
+            out[name + "_message"] = str(e).splitlines()[0][:160]
+        except Exception as e:  # a different error type is a failure of the comparison
+            out[name] = type(e).__name__
+    try:
+        out["get_fraction"] = torch.cuda.get_per_process_memory_fraction()
+    except AttributeError:
+        out["get_fraction"] = None
+    return out
+
+
+def c_train(torch, mode):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, dropout=0.0,
+                                             batch_first=True)
+    net = torch.nn.Sequential(torch.nn.Embedding(1000, 128), torch.nn.TransformerEncoder(layer, 2),
+                              torch.nn.Linear(128, 1000)).cuda()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    losses = []
+    for step in range(int(os.environ.get("TRAIN_STEPS", "40"))):
+        seq = 32 + 16 * (step % 4)  # lengths that vary, so blocks split and are reused
+        x = torch.randint(0, 1000, (16, seq), device="cuda", generator=g)
+        loss = torch.nn.functional.cross_entropy(net(x).flatten(0, 1), x.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item().hex())
+    torch.cuda.synchronize()
+    st = torch.cuda.memory_stats()
+    return {"losses": losses, "allocated_peak": st["allocated_bytes.all.peak"],
+            "reserved_peak": st["reserved_bytes.all.peak"]}
+
+
+def child(scenario, mode, outdir):
+    torch = setup(mode)
+    fn = globals()["c_" + scenario]
+    res = fn(torch, mode, outdir) if scenario == "history" else fn(torch, mode)
+    print(json.dumps(res))
+
+
+# --- the parent ---
+
+def run(scenario, mode, outdir):
+    p = subprocess.run([sys.executable, HERE, "--child", scenario, mode, outdir], capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        return {"error": (p.stdout + p.stderr)[-3000:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
+    os.makedirs(outdir, exist_ok=True)
+    only = os.environ.get("ONLY", "").split(",") if os.environ.get("ONLY") else None
+    passed = failed = 0
+
+    def result(name, ok, detail):
+        nonlocal passed, failed
+        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, json.dumps(detail, sort_keys=True)), flush=True)
+        passed += bool(ok)
+        failed += not ok
+
+    def want(s):
+        return only is None or s in only
+
+    if want("record_stream"):
+        n, c, p = (run("record_stream", m, outdir) for m in ("native", "cachalot", "pluggable"))
+        ok = "error" not in c and c["wrong"] == 0 and n.get("wrong") == 0 and p.get("wrong", 0) > 0
+        result("record_stream", ok, {"native": n, "cachalot": c, "pluggable (no hook)": p})
+    if want("stats"):
+        c = run("stats", "cachalot", outdir)
+        ok = ("error" not in c and not c["differ"] and not c["missing"] and all(c["calls"].values()) and
+              c["summary_ok"] and c["reset_peak_ok"] and c["empty_cache_ok"] and c["backend"] == "cachalot")
+        result("memory_stats", ok, c)
+    if want("history"):
+        n, c = (run("history", m, outdir) for m in ("native", "cachalot"))
+        ok = ("error" not in c and c["blocks"] >= 5 and c["blocks_with_frames"] == c["blocks"] and
+              c["allocs_with_frames"] >= 10 and c["frees"] >= 5 and c["html_bytes"] > 1000 and
+              c["segment_html_bytes"] > 1000)
+        result("history", ok, {"native": n, "cachalot": c})
+    if want("graphs"):
+        n, c = (run("graphs", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in c and "error" not in n
+        for kind in ("own", "shared"):
+            ok = ok and c[kind]["replays_equal"] and c[kind]["reserved_peak"] <= n[kind]["reserved_peak"]
+            ok = ok and c[kind]["reserved_after"] <= c[kind]["reserved_before"]
+        ok = ok and c["mempool"]["in_pool"] and c["mempool"]["reserved_after"] <= n["mempool"]["reserved_after"]
+        result("graphs", ok, {"native": n, "cachalot": c})
+    if want("compile"):
+        n, c = (run("compile", m, outdir) for m in ("native", "cachalot"))
+        ok = ("error" not in c and "error" not in n and c["inference_sha"] == n["inference_sha"] and
+              c["losses"] == n["losses"] and c["max_abs_err_vs_eager"] < 1e-3)
+        result("compile", ok, {"native": n, "cachalot": c})
+    if want("fraction"):
+        n, c = (run("fraction", m, outdir) for m in ("native", "cachalot"))
+        ok = ("error" not in c and c["small"] == n.get("small") == "ok" and
+              c["large"] == n.get("large") == "OutOfMemoryError" and c["get_fraction"] == n.get("get_fraction"))
+        result("fraction", ok, {"native": n, "cachalot": c})
+    if want("train"):
+        n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in c and "error" not in n and c["losses"] == n["losses"]
+        detail = {"steps": len(c.get("losses", [])), "bit_identical": ok,
+                  "native": {k: v for k, v in n.items() if k != "losses"},
+                  "cachalot": {k: v for k, v in c.items() if k != "losses"}}
+        if "losses" in c:
+            detail["last_loss"] = float.fromhex(c["losses"][-1])
+        result("train", ok, detail)
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit(main())
