@@ -165,6 +165,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
 }
 
 void cl_free_block_locked(cl_device *d, cl_block *b) {
+  cl_ctx_drop_locked(d, b->ptr); /* a block pending free keeps its context until it is free */
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
   free_block(d, NULL, b, b->seg->small, &m);
@@ -242,7 +243,6 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   }
   cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
-  cl_ctx_drop_locked(d, b->ptr);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
   cl_unlock(d);

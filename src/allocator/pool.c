@@ -342,7 +342,6 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 static void free_allocated_locked(cl_device *d, cl_block *b) {
   cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
-  cl_ctx_drop_locked(d, b->ptr);
   b->n_uses = 0;
   cl_free_block_locked(d, b);
 }

@@ -29,8 +29,10 @@ void cl_ctx_retain(cachalot_allocator *a, void *ctx) {
 }
 
 void cl_ctx_release(cachalot_allocator *a, void *ctx) {
-  atomic_fetch_sub_explicit(&a->n_ctx, 1, memory_order_relaxed);
+  /* released before the count drops: until then cachalot_set_context_ops cannot change the ops (a
+   * snapshot's contexts are released with no lock held) */
   a->ctx_ops.release(ctx);
+  atomic_fetch_sub_explicit(&a->n_ctx, 1, memory_order_release);
 }
 
 void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr) {
@@ -209,7 +211,7 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
   /* Every device in exclusive mode: no call can be keeping a context meanwhile. */
   for (int i = 0; i < a->device_count; i++)
     cl_lock(&a->devices[i]);
-  if (atomic_load_explicit(&a->n_ctx, memory_order_relaxed) != 0)
+  if (atomic_load_explicit(&a->n_ctx, memory_order_acquire) != 0)
     rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
                  "cachalot_set_context_ops: %zu context references are still kept (turn history off and free "
                  "the blocks first)",

@@ -23,6 +23,7 @@ route. Each child prints one JSON line; the parent compares.
   train          a small transformer trains bit-identically to native
 Prints 'N passed, N failed' last.
 """
+import gc
 import json
 import os
 import pickle
@@ -84,6 +85,10 @@ def c_stats(torch, mode):
     keep = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in (1, 512, 1 << 20, 3 << 20, 50 << 20)]
     for s in (100, 4 << 20):
         torch.empty(s, dtype=torch.uint8, device="cuda")  # freed at once: cached
+    raw = torch.cuda.caching_allocator_alloc(3 << 20)  # raw_alloc_with_stream, then raw_delete
+    raw_seen = torch.cuda.memory_stats()["allocation.all.current"]
+    torch.cuda.caching_allocator_delete(raw)
+    raw_ok = raw_seen == torch.cuda.memory_stats()["allocation.all.current"] + 1
     torch.cuda.synchronize()
     ts = torch.cuda.memory_stats()
     cs = cachalot.torch.memory_stats()
@@ -104,8 +109,8 @@ def c_stats(torch, mode):
     torch.cuda.empty_cache()
     emptied = torch.cuda.memory_reserved() == cachalot.torch.memory_stats()["reserved_bytes.all.current"]
     return {"keys": len(cs), "differ": diff, "missing": missing, "calls": ok_calls,
-            "summary_ok": "Allocated memory" in summary and "Reserved memory" in summary,
-            "reset_peak_ok": reset_ok, "empty_cache_ok": emptied,
+            "summary_ok": "Allocated memory" in summary and "GPU reserved memory" in summary,
+            "reset_peak_ok": reset_ok, "empty_cache_ok": emptied, "raw_alloc_ok": raw_ok,
             "backend": torch.cuda.memory.get_allocator_backend()}
 
 
@@ -183,6 +188,7 @@ def c_graphs(torch, mode):
             equal = equal and torch.equal(static_out, want)
         peak = torch.cuda.max_memory_reserved()
         del graphs, g, static_in, static_out
+        gc.collect()  # the graphs go: their pools are released by PyTorch, nothing from the program
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         result[kind] = {"replays_equal": equal, "reserved_peak": peak,
@@ -194,6 +200,7 @@ def c_graphs(torch, mode):
              if s["blocks"] and any(b["state"] == "active_allocated" for b in s["blocks"])]
     result["mempool"] = {"in_pool": tuple(pool.id) in pools, "use_count": pool.use_count()}
     del t, pool
+    gc.collect()
     torch.cuda.empty_cache()
     result["mempool"]["reserved_after"] = torch.cuda.memory_reserved()
     return result
@@ -259,6 +266,8 @@ def c_compile(torch, mode):
 def c_fraction(torch, mode):
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(0.1)
+    seen = []  # what PyTorch's out-of-memory observers are told (device, size, limit, device free)
+    torch._C._cuda_attach_out_of_memory_observer(lambda *args: seen.append(args))
     out = {}
     for name, frac in (("small", 0.05), ("large", 0.2)):
         try:
@@ -274,6 +283,8 @@ def c_fraction(torch, mode):
         out["get_fraction"] = torch.cuda.get_per_process_memory_fraction()
     except AttributeError:
         out["get_fraction"] = None
+    out["observer_calls"] = len(seen)
+    out["observer_size_ok"] = bool(seen) and seen[0][1] >= int(total * 0.2)
     return out
 
 
@@ -339,7 +350,8 @@ def main():
     if want("stats"):
         c = run("stats", "cachalot", outdir)
         ok = ("error" not in c and not c["differ"] and not c["missing"] and all(c["calls"].values()) and
-              c["summary_ok"] and c["reset_peak_ok"] and c["empty_cache_ok"] and c["backend"] == "cachalot")
+              c["summary_ok"] and c["reset_peak_ok"] and c["empty_cache_ok"] and c["raw_alloc_ok"] and
+              c["backend"] == "cachalot")
         result("memory_stats", ok, c)
     if want("history"):
         n, c = (run("history", m, outdir) for m in ("native", "cachalot"))
@@ -352,7 +364,7 @@ def main():
         ok = "error" not in c and "error" not in n
         for kind in ("own", "shared"):
             ok = ok and c[kind]["replays_equal"] and c[kind]["reserved_peak"] <= n[kind]["reserved_peak"]
-            ok = ok and c[kind]["reserved_after"] <= c[kind]["reserved_before"]
+            ok = ok and c[kind]["reserved_after"] <= n[kind]["reserved_after"]
         ok = ok and c["mempool"]["in_pool"] and c["mempool"]["reserved_after"] <= n["mempool"]["reserved_after"]
         result("graphs", ok, {"native": n, "cachalot": c})
     if want("compile"):
@@ -363,7 +375,9 @@ def main():
     if want("fraction"):
         n, c = (run("fraction", m, outdir) for m in ("native", "cachalot"))
         ok = ("error" not in c and c["small"] == n.get("small") == "ok" and
-              c["large"] == n.get("large") == "OutOfMemoryError" and c["get_fraction"] == n.get("get_fraction"))
+              c["large"] == n.get("large") == "OutOfMemoryError" and
+              abs(c["get_fraction"] - (n.get("get_fraction") or 0)) < 1e-6 and
+              c["observer_calls"] == n.get("observer_calls") == 1 and c["observer_size_ok"])
         result("fraction", ok, {"native": n, "cachalot": c})
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
