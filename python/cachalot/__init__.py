@@ -19,7 +19,10 @@ _lib = None
 
 def library_path(name="cachalot"):
     """The path of one of the package's libraries: "cachalot" (the C library), "cachalot_torch" (the
-    pluggable-allocator plug-in) or "cachalot_torch_backend" (the PyTorch backend)."""
+    pluggable-allocator plug-in) or "cachalot_torch_backend" (the PyTorch backend). The C library's file
+    is named as its SONAME, libcachalot.so.MAJOR."""
+    if name == "cachalot":
+        return os.path.join(_here, "libcachalot.so.%s" % __version__.split(".")[0])
     return os.path.join(_here, "lib%s.so" % name)
 
 

@@ -22,6 +22,7 @@ class Package(unittest.TestCase):
         self.assertEqual(cachalot.__version__, cachalot.version())
 
     def test_bundled_library_is_found_beside_the_package(self):
+        self.assertTrue(cachalot.library_path().endswith("libcachalot.so." + cachalot.__version__.split(".")[0]))
         lib = ctypes.CDLL(cachalot.library_path())
         self.assertEqual(os.path.dirname(cachalot.library_path()), os.path.dirname(cachalot.__file__))
         lib.cachalot_status_name.restype = ctypes.c_char_p
