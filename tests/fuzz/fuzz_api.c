@@ -3,11 +3,14 @@
  * from 1 B to 256 MiB, on one of three streams), free, record_stream, stream completion, kernel launches,
  * empty_cache, private-pool routing during a simulated capture (begin/end, release), injected device
  * allocation and event failures, settings changed at run time, frees of pointers cachalot does not own,
- * stats and snapshots. After every call:
+ * stats and snapshots; and what bindings use: history on and off, malloc and free with contexts (counted
+ * references), snapshots as C structures, empty_cache of one released pool. After every call:
  *   - the status is one the call may return, with a message when it is not OK;
  *   - cachalot_check passes (structure and every stat recomputed from the blocks);
- *   - reserved_bytes equals what the simulated device says it holds (nothing lost, nothing counted twice).
- * At the end everything is freed and empty_cache must give the device all of its memory back. */
+ *   - reserved_bytes equals what the simulated device says it holds (nothing lost, nothing counted twice);
+ *   - no context was released more often than it was retained.
+ * At the end everything is freed and empty_cache must give the device all of its memory back; with history
+ * off every context reference is given back, and destroy leaves none. */
 #include <cachalot/cachalot.h>
 
 #include <stdint.h>
@@ -46,6 +49,21 @@ typedef struct {
 static unsigned next(input *in) { return in->p < in->end ? *in->p++ : 0; }
 
 static size_t op_index;
+
+/* Contexts: CTXS counters; a context is a pointer to one, its value the references cachalot holds. */
+enum { CTXS = 4 };
+static long ctx_refs[CTXS];
+static void ctx_retain(void *c) { ++*(long *)c; }
+static void ctx_release(void *c) {
+  if (--*(long *)c < 0)
+    abort(); /* released more often than retained */
+}
+static long ctx_total(void) {
+  long t = 0;
+  for (int i = 0; i < CTXS; i++)
+    t += ctx_refs[i];
+  return t;
+}
 static cachalot_stream capture_stream;
 
 static bool is_capture_stream(cachalot_stream s, void *ctx) {
@@ -90,6 +108,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   if (cachalot_create(b, confs[next(&in) % (sizeof confs / sizeof confs[0])], &a) != CACHALOT_OK)
     abort();
+  memset(ctx_refs, 0, sizeof ctx_refs);
+  const cachalot_context_ops ops = {ctx_retain, ctx_release};
+  if (cachalot_set_context_ops(a, &ops) != CACHALOT_OK)
+    abort();
+  cachalot_mempool_id released = {0, 0}; /* the last pool released, for empty_cache_pool */
   cachalot_stream streams[STREAMS] = {NULL};
   for (int i = 1; i < STREAMS; i++)
     if (cachalot_sim_stream_create(b, 0, &streams[i]) != CACHALOT_OK)
@@ -101,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   while (in.p < in.end && op_index < MAX_OPS) {
     op_index++;
-    const unsigned op = next(&in) % 16;
+    const unsigned op = next(&in) % 20;
     if (trace)
       fprintf(stderr, "op %zu: %u (next bytes %02x %02x %02x %02x)\n", op_index, op, in.p < in.end ? in.p[0] : 0,
               in.p + 1 < in.end ? in.p[1] : 0, in.p + 2 < in.end ? in.p[2] : 0, in.p + 3 < in.end ? in.p[3] : 0);
@@ -181,6 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 12: /* the oldest pool that is not routing is released */
       if (n_pools > (capturing ? 1 : 0)) {
         expect_status(cachalot_release_pool(a, 0, pools[0]), "release_pool", CACHALOT_OK, CACHALOT_OK);
+        released = pools[0];
         memmove(pools, pools + 1, (size_t)(n_pools - 1) * sizeof pools[0]);
         n_pools--;
       }
@@ -199,6 +223,63 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       rc = cachalot_free(a, bad);
       expect_status(rc, "free of a foreign pointer", CACHALOT_ERROR_INVALID_POINTER, CACHALOT_OK);
       REQUIRE(rc == CACHALOT_ERROR_INVALID_POINTER || !slot[k], "free of an inner pointer succeeded");
+      break;
+    }
+    case 16: { /* malloc with a context */
+      const unsigned k = next(&in) % SLOTS;
+      const size_t n = request_size(&in);
+      cachalot_stream s = streams[next(&in) % STREAMS];
+      long *ctx = &ctx_refs[next(&in) % CTXS];
+      if (slot[k])
+        break; /* malloc with a context only into an empty slot: op 3 or 17 frees */
+      rc = cachalot_malloc_with_context(a, 0, n, s, ctx, &slot[k]);
+      expect_status(rc, "malloc_with_context", CACHALOT_ERROR_OUT_OF_MEMORY, CACHALOT_ERROR_DEVICE);
+      REQUIRE((rc == CACHALOT_OK) == (slot[k] != NULL), "malloc_with_context: pointer and status disagree");
+      break;
+    }
+    case 17: { /* free with a context */
+      const unsigned k = next(&in) % SLOTS;
+      rc = cachalot_free_with_context(a, slot[k], &ctx_refs[next(&in) % CTXS]);
+      expect_status(rc, "free_with_context", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+      if (rc == CACHALOT_OK)
+        slot[k] = NULL;
+      break;
+    }
+    case 18: { /* history: off, or on with a small ring (entries overwritten, their contexts let go) */
+      const unsigned n = next(&in) % 9;
+      expect_status(cachalot_record_history(a, n != 0, n), "record_history", CACHALOT_ERROR_OUT_OF_MEMORY,
+                    CACHALOT_OK);
+      break;
+    }
+    case 19: { /* a snapshot as C structures, holding its contexts; or empty_cache of the last released pool */
+      if (next(&in) % 2) {
+        rc = cachalot_empty_cache_pool(a, 0, released);
+        expect_status(rc, "empty_cache_pool", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+        break;
+      }
+      cachalot_snapshot_info *si = NULL;
+      rc = cachalot_snapshot_take(a, next(&in) % 2, &si);
+      expect_status(rc, "snapshot_take", CACHALOT_ERROR_OUT_OF_MEMORY, CACHALOT_OK);
+      if (rc != CACHALOT_OK)
+        break;
+      long held = 0;
+      size_t allocated = 0;
+      for (size_t i = 0; i < si->n_segments; i++)
+        for (size_t j = 0; j < si->segments[i].n_blocks; j++) {
+          held += si->segments[i].blocks[j].context != NULL;
+          allocated += si->segments[i].blocks[j].state == CACHALOT_BLOCK_ALLOCATED;
+        }
+      for (size_t i = 0; i < si->n_trace; i++)
+        held += si->trace[i].context != NULL;
+      /* (taking it may also let go of an entry its "snapshot" entry overwrote: only freeing it is exact) */
+      const long with = ctx_total();
+      size_t live = 0;
+      for (int k = 0; k < SLOTS; k++)
+        live += slot[k] != NULL;
+      REQUIRE(allocated == live, "the snapshot shows %zu allocated blocks, the program holds %zu", allocated, live);
+      cachalot_snapshot_info_free(a, si);
+      REQUIRE(ctx_total() == with - held, "the snapshot held %ld contexts, freeing it let go of %ld", held,
+              with - ctx_total());
       break;
     }
     default: { /* observers: stats, peaks, snapshots */
@@ -229,9 +310,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)cachalot_sim_stream_complete(b, streams[i]);
   REQUIRE(cachalot_empty_cache(a) == CACHALOT_OK, "final empty_cache");
   consistent(a, b);
+  REQUIRE(cachalot_record_history(a, false, 0) == CACHALOT_OK, "history off");
+  REQUIRE(ctx_total() == 0, "%ld context references kept with nothing allocated and history off", ctx_total());
   size_t used = 1;
   REQUIRE(cachalot_sim_device_used(b, 0, &used) == CACHALOT_OK && used == 0, "%zu bytes left on the device", used);
   cachalot_destroy(a);
+  REQUIRE(ctx_total() == 0, "%ld context references kept after destroy", ctx_total());
   cachalot_backend_destroy(b);
   return 0;
 }
