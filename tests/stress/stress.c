@@ -11,10 +11,15 @@
  *
  * A second test runs the same threads against small devices, where out-of-memory, the release-all retry
  * and empty_cache race with everything else; there only consistency is checked.
+ *
+ * With contexts (what the PyTorch backend does while history is on): every malloc and free carries a
+ * counted context, one thread in eight takes C-structure snapshots while the others run, and at the end
+ * every reference must be back (history off), then none after destroy.
  */
 #include <cachalot/cachalot.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,12 +96,25 @@ static void shadow_release(uintptr_t lo, cachalot_stream waits) {
   pthread_mutex_unlock(&shadow.lock);
 }
 
+/* Contexts: counters of the references cachalot holds. */
+enum { CTXS = 4 };
+static _Atomic long ctx_refs[CTXS];
+static void ctx_retain(void *c) { atomic_fetch_add((_Atomic long *)c, 1); }
+static void ctx_release(void *c) { CHECK(atomic_fetch_sub((_Atomic long *)c, 1) > 0, "a context released too often"); }
+static long ctx_total(void) {
+  long t = 0;
+  for (int i = 0; i < CTXS; i++)
+    t += atomic_load(&ctx_refs[i]);
+  return t;
+}
+
 typedef struct {
   cachalot_allocator *a;
   cachalot_backend *b;
   pthread_barrier_t *barrier;
   int id;
   bool strict; /* overlap checking on (the roomy configuration) */
+  bool contexts; /* malloc and free with contexts; history on */
   uint64_t rng;
   cachalot_stream own[DEVICES], side[DEVICES];
   struct {
@@ -135,7 +153,8 @@ static void complete_side(worker *w, int dev) {
 }
 
 static void free_one(worker *w, int k) {
-  cachalot_status s = cachalot_free(w->a, w->live[k].p);
+  cachalot_status s = w->contexts ? cachalot_free_with_context(w->a, w->live[k].p, &ctx_refs[k % CTXS])
+                                  : cachalot_free(w->a, w->live[k].p);
   CHECK(s == CACHALOT_OK, "free");
   if (w->strict)
     shadow_release((uintptr_t)w->live[k].p, w->live[k].used_side ? w->side[w->live[k].dev] : NULL);
@@ -151,7 +170,9 @@ static void *run(void *arg) {
         int dev = (int)(next_rand(&w->rng) % DEVICES);
         size_t size = random_size(&w->rng);
         void *p = NULL;
-        cachalot_status s = cachalot_malloc(w->a, dev, size, w->own[dev], &p);
+        cachalot_status s = w->contexts ? cachalot_malloc_with_context(w->a, dev, size, w->own[dev],
+                                                                       &ctx_refs[w->id % CTXS], &p)
+                                        : cachalot_malloc(w->a, dev, size, w->own[dev], &p);
         if (s == CACHALOT_ERROR_OUT_OF_MEMORY && !w->strict) {
           w->ooms++;
           continue;
@@ -172,6 +193,10 @@ static void *run(void *arg) {
         w->live[k].used_side = true;
       } else if (r < 98) {
         complete_side(w, (int)(next_rand(&w->rng) % DEVICES));
+      } else if (w->contexts && w->id == 0) { /* a snapshot while the others allocate and free */
+        cachalot_snapshot_info *si = NULL;
+        CHECK(cachalot_snapshot_take(w->a, true, &si) == CACHALOT_OK, "snapshot_take");
+        cachalot_snapshot_info_free(w->a, si);
       } else if (!w->strict) {
         CHECK(cachalot_empty_cache(w->a) == CACHALOT_OK, "empty_cache");
       }
@@ -186,12 +211,17 @@ static void *run(void *arg) {
   return NULL;
 }
 
-static void run_config(size_t capacity, bool strict, const char *conf) {
+static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool contexts) {
   cachalot_sim_options opt = {.device_count = DEVICES, .capacity_bytes = capacity, .complete_immediately = false};
   cachalot_backend *b = NULL;
   cachalot_allocator *a = NULL;
   CHECK(cachalot_backend_sim(&opt, &b) == CACHALOT_OK, "backend");
   CHECK(cachalot_create(b, conf, &a) == CACHALOT_OK, "create");
+  if (contexts) {
+    const cachalot_context_ops ops = {ctx_retain, ctx_release};
+    CHECK(cachalot_set_context_ops(a, &ops) == CACHALOT_OK, "context ops");
+    CHECK(cachalot_record_history(a, true, 256) == CACHALOT_OK, "history");
+  }
   static worker w[THREADS];
   pthread_t t[THREADS];
   pthread_barrier_t barrier;
@@ -203,6 +233,7 @@ static void run_config(size_t capacity, bool strict, const char *conf) {
     w[i].barrier = &barrier;
     w[i].id = i;
     w[i].strict = strict;
+    w[i].contexts = contexts;
     w[i].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     for (int d = 0; d < DEVICES; d++) {
       CHECK(cachalot_sim_stream_create(b, d, &w[i].own[d]) == CACHALOT_OK, "stream");
@@ -252,11 +283,20 @@ static void run_config(size_t capacity, bool strict, const char *conf) {
           (long long)st.active[0].current, used);
   }
   CHECK(cachalot_check(a) == CACHALOT_OK, "check after empty_cache");
-  printf("stress: %s capacity %zu MiB, conf '%s': %d threads x %d ops on %d devices, %ld OOMs: ok\n",
-         strict ? "strict" : "tight", capacity >> 20, conf, THREADS, ROUNDS * OPS_PER_ROUND, DEVICES, ooms);
+  if (contexts) {
+    CHECK(ctx_total() > 0, "history on: the trace holds contexts");
+    CHECK(cachalot_record_history(a, false, 0) == CACHALOT_OK, "history off");
+    CHECK(ctx_total() == 0, "%ld context references left with nothing allocated and history off", ctx_total());
+  }
+  printf("stress: %s capacity %zu MiB, conf '%s'%s: %d threads x %d ops on %d devices, %ld OOMs: ok\n",
+         strict ? "strict" : "tight", capacity >> 20, conf, contexts ? ", contexts" : "", THREADS,
+         ROUNDS * OPS_PER_ROUND, DEVICES, ooms);
   cachalot_destroy(a);
+  CHECK(ctx_total() == 0, "context references left after destroy");
   cachalot_backend_destroy(b);
 }
+
+static void run_config(size_t capacity, bool strict, const char *conf) { run_config_ctx(capacity, strict, conf, false); }
 
 int main(void) {
   run_config((size_t)64 << 30, true, "");
@@ -271,6 +311,9 @@ int main(void) {
   run_config((size_t)256 << 20, false, "expandable_segments:True,expandable_compact:True");
   run_config((size_t)256 << 20, false, "expandable_segments:True,max_split_size_mb:20,"
                                        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
+  /* contexts, as the PyTorch backend passes them while history is on */
+  run_config_ctx((size_t)64 << 30, true, "", true);
+  run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", true);
   printf("1 passed, 0 failed\n");
   return 0;
 }
