@@ -45,6 +45,11 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_end_allocate_to_pool(ca
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_allocator *a, int device,
                                                                       cachalot_mempool_id id);
 
+/* Makes pool `id` with use count 1, or gives it one more use, without routing anything to it (PyTorch's
+ * createOrIncrefPool: a MemPool made before it is allocated to). The errors of begin_allocate_to_pool
+ * about ids. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device,
+                                                                     cachalot_mempool_id id);
 /* The use count of pool `id` (CACHALOT_ERROR_INVALID_ARGUMENT when there is no such pool). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device,
                                                                         cachalot_mempool_id id, int *out);

@@ -36,7 +36,9 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history_stacks(c
  * the block is freed) and with the alloc trace entry (until the entry leaves the ring buffer or history
  * is turned off); cachalot_free_with_context keeps one with the free_requested entry. cachalot takes one
  * reference (retain) for each place it keeps a context and lets go of it (release) when the place goes;
- * the caller's own reference stays the caller's. While history is off, contexts are not kept. retain and
+ * the caller's own reference stays the caller's. While history is off, contexts are not kept: turning it
+ * off lets go of those of the trace and of the blocks (so that the lock-free warm paths, which run only
+ * while no block holds a context, come back). retain and
  * release may be called with allocator locks held, from any thread: they must not call cachalot. */
 typedef struct {
   void (*retain)(void *ctx);
@@ -113,9 +115,9 @@ typedef struct {
   cachalot_trace_entry *trace;         /* by device, oldest first within a device */
 } cachalot_snapshot_info;
 
-/* Takes the snapshot of every device (with its trace entries when include_trace), recording a "snapshot"
- * trace entry on each as the JSON snapshot does. Every context in it holds a reference until
- * cachalot_snapshot_info_free. */
+/* Takes the snapshot of every device. With include_trace: its trace entries too, after recording a
+ * "snapshot" trace entry on each device as the JSON snapshot does; without: segments and blocks only, and
+ * the history is left as it is. Every context in it holds a reference until cachalot_snapshot_info_free. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace,
                                                                        cachalot_snapshot_info **out);
 /* Lets go of the snapshot's contexts and frees it. NULL is a no-op. */

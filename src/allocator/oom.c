@@ -40,12 +40,16 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   pthread_mutex_lock(&a->meta_lock);
   const size_t n = a->n_observers;
   pthread_mutex_unlock(&a->meta_lock);
+  /* What an observer allocates is its own: the failing call's context does not go with it. */
+  void *const alloc_ctx = cl_tls_alloc_ctx;
+  cl_tls_alloc_ctx = NULL;
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&a->meta_lock);
     cl_observer o = a->observers[i];
     pthread_mutex_unlock(&a->meta_lock);
     o.fn(d->index, alloc_size, fraction_set ? allowed : device_total, device_free, o.ctx);
   }
+  cl_tls_alloc_ctx = alloc_ctx;
 
   char tried[32], total_s[32], free_s[32], allowed_s[48] = "", alloc_s[32], priv_s[96] = "", unalloc_s[32];
   cl_format_size(tried, sizeof tried, alloc_size);

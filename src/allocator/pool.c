@@ -80,43 +80,20 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
 
 static bool id_is_default(cachalot_mempool_id id) { return id.first == 0 && id.second == 0; }
 
-cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
-                                                cachalot_stream_filter filter, void *ctx) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_begin_allocate_to_pool");
-  if (rc != CACHALOT_OK)
-    return rc;
-  if (!filter)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_begin_allocate_to_pool: filter is NULL");
+static cachalot_status check_private_id(cachalot_mempool_id id, const char *who) {
   if (id_is_default(id) || (id.first != 0 && id.second != 0))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "cachalot_begin_allocate_to_pool: pool id " ID_FMT " is not a private pool id (exactly one "
-                   "half must be non-zero)", ID_ARGS(id));
-  cl_device *d = &a->devices[device];
-  cl_lock(d);
-  for (int i = 0; i < d->n_routes; i++) {
-    if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
-      cl_unlock(d);
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                     "cachalot_begin_allocate_to_pool: already allocating to pool " ID_FMT, ID_ARGS(id));
-    }
-  }
+                   "%s: pool id " ID_FMT " is not a private pool id (exactly one half must be non-zero)", who,
+                   ID_ARGS(id));
+  return CACHALOT_OK;
+}
+
+/* Pool `id` of d, made (use count 0) if it does not exist; a released pool (use count 0) is refused. */
+static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id, const char *who, cl_pool **out) {
   cl_pool *p = find_pool_locked(d, id);
-  if (p && p->use_count == 0) {
-    cl_unlock(d);
+  if (p && p->use_count == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                   "cachalot_begin_allocate_to_pool: pool " ID_FMT " was released (use count 0) and cannot be "
-                   "used again", ID_ARGS(id));
-  }
-  if (d->n_routes == d->cap_routes) {
-    int cap = d->cap_routes ? d->cap_routes * 2 : 4;
-    cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
-    if (!r) {
-      cl_unlock(d);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_begin_allocate_to_pool: host out of memory");
-    }
-    d->routes = r;
-    d->cap_routes = cap;
-  }
+                   "%s: pool " ID_FMT " was released (use count 0) and cannot be used again", who, ID_ARGS(id));
   if (!p) {
     p = calloc(1, sizeof *p);
     bool hash_oom = !p;
@@ -126,14 +103,66 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     }
     if (hash_oom) {
       free(p);
-      cl_unlock(d);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_begin_allocate_to_pool: host out of memory");
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", who);
     }
+  }
+  *out = p;
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
+                                                cachalot_stream_filter filter, void *ctx) {
+  static const char who[] = "cachalot_begin_allocate_to_pool";
+  cachalot_status rc = cl_check_device_arg(a, device, who);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (!filter)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: filter is NULL", who);
+  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock(d);
+  for (int i = 0; i < d->n_routes; i++) {
+    if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
+      cl_unlock(d);
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " ID_FMT, who, ID_ARGS(id));
+    }
+  }
+  if (d->n_routes == d->cap_routes) {
+    int cap = d->cap_routes ? d->cap_routes * 2 : 4;
+    cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
+    if (!r) {
+      cl_unlock(d);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", who);
+    }
+    d->routes = r;
+    d->cap_routes = cap;
+  }
+  cl_pool *p = NULL;
+  if ((rc = pool_for_use_locked(d, id, who, &p)) != CACHALOT_OK) {
+    cl_unlock(d);
+    return rc;
   }
   p->use_count++;
   d->routes[d->n_routes++] = (cl_route){p, filter, ctx};
   cl_unlock(d);
   return CACHALOT_OK;
+}
+
+cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  static const char who[] = "cachalot_pool_incref";
+  cachalot_status rc = cl_check_device_arg(a, device, who);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock(d);
+  cl_pool *p = NULL;
+  if ((rc = pool_for_use_locked(d, id, who, &p)) == CACHALOT_OK)
+    p->use_count++;
+  cl_unlock(d);
+  return rc;
 }
 
 cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {

@@ -120,7 +120,8 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
   for (int i = 0; i < a->device_count && ok; i++) {
     cl_device *d = &a->devices[i];
     cl_lock(d);
-    cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current, NULL);
+    if (include_trace) /* a query of the segments alone (a binding's lookup) leaves the history as it is */
+      cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current, NULL);
     ok = take_segments_locked(d, s, &cap_seg) && (!include_trace || take_trace_locked(d, s, &cap_trace));
     cl_unlock(d);
   }

@@ -165,6 +165,8 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
     cl_device *d = &a->devices[i];
     cl_lock(d);
     cl_trace_free_locked(d);
+    if (!enabled) /* blocks let go of theirs too: the warm paths stay off while any block holds one */
+      cl_ctx_detach_all_locked(d);
     if (enabled) {
       d->trace.entries = bufs[i].entries;
       d->trace.frames = bufs[i].frames;
@@ -226,17 +228,21 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
   return rc;
 }
 
+/* The thread's contexts are saved and restored, not cleared: an out-of-memory observer runs inside the
+ * call and may allocate (through any allocator) itself. */
 cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, size_t size, cachalot_stream s,
                                              void *ctx, void **out) {
+  void *const saved = cl_tls_alloc_ctx;
   cl_tls_alloc_ctx = ctx;
   cachalot_status rc = cachalot_malloc(a, device, size, s, out);
-  cl_tls_alloc_ctx = NULL;
+  cl_tls_alloc_ctx = saved;
   return rc;
 }
 
 cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
+  void *const saved = cl_tls_free_ctx;
   cl_tls_free_ctx = ctx;
   cachalot_status rc = cachalot_free(a, ptr);
-  cl_tls_free_ctx = NULL;
+  cl_tls_free_ctx = saved;
   return rc;
 }

@@ -71,7 +71,6 @@ struct CtxRef {
 };
 
 thread_local std::vector<std::string> compile_contexts;
-thread_local std::string user_metadata;
 
 [[noreturn]] void fail(const char* what, cachalot_status rc) {
   TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
@@ -139,7 +138,8 @@ void raw_delete_fn(void* ptr);
 
 class Allocator final : public cca::CUDAAllocator {
  public:
-  Allocator(cachalot_allocator* a, int devices, std::string conf) : a_(a), devices_(devices), conf_(std::move(conf)) {}
+  Allocator(cachalot_allocator* a, int devices, std::string conf)
+      : a_(a), devices_(devices), conf_(std::move(conf)), user_metadata_(static_cast<size_t>(devices)) {}
 
   cachalot_allocator* handle() const { return a_; }
 
@@ -224,12 +224,19 @@ class Allocator final : public cca::CUDAAllocator {
 
   bool isEnabled() const override { return true; }
 
+  // cuDNN asks this with *largestBlock 0 for the workspace it may use: as native, the device's free memory
+  // then, or the largest cached free block (of any pool) if that is larger.
   void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) override {
+    size_t largest = *largestBlock;
+    if (largest == 0) {
+      c10::cuda::CUDAGuard guard(device);
+      size_t total = 0;
+      C10_CUDA_CHECK(cudaMemGetInfo(&largest, &total));
+    }
     Snapshot snap(a_, false);
-    size_t largest = 0;
     for (size_t i = 0; i < snap.s->n_segments; i++) {
       const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (seg.device != device || seg.pool.first || seg.pool.second)
+      if (seg.device != device)
         continue;
       for (size_t k = 0; k < seg.n_blocks; k++)
         if (seg.blocks[k].state == CACHALOT_BLOCK_FREE)
@@ -378,10 +385,7 @@ class Allocator final : public cca::CUDAAllocator {
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
     TORCH_CHECK(!allocator, "cachalot: a MemPool with an allocator of its own is not supported");
-    // A routing that takes no stream makes the pool (use count 1) or adds a use, and routes nothing.
-    check(cachalot_begin_allocate_to_pool(a_, device, to_id(mempool_id), &Allocator::no_stream, nullptr),
-          "createOrIncrefPool");
-    check(cachalot_end_allocate_to_pool(a_, device, to_id(mempool_id)), "createOrIncrefPool");
+    check(cachalot_pool_incref(a_, device, to_id(mempool_id)), "createOrIncrefPool");
   }
 
   void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool use_on_oom) override {
@@ -458,6 +462,8 @@ class Allocator final : public cca::CUDAAllocator {
     for (const auto& kv : md)
       ae.recordUserMetadata(kv.first, kv.second);
     std::lock_guard<std::mutex> g(mu_);
+    if (annotations_.size() >= std::max<size_t>(1, history_entries_)) // a ring, as the trace's
+      annotations_.erase(annotations_.begin());
     annotations_.push_back(std::move(ae));
   }
 
@@ -471,9 +477,18 @@ class Allocator final : public cca::CUDAAllocator {
       compile_contexts.pop_back();
   }
 
-  void setUserMetadata(const std::string& metadata) override { user_metadata = metadata; }
+  // One string per device, as native keeps it: allocations of any thread on the device carry it.
+  void setUserMetadata(const std::string& metadata) override {
+    const size_t d = current_device();
+    std::lock_guard<std::mutex> g(mu_);
+    user_metadata_[d] = metadata;
+  }
 
-  std::string getUserMetadata() override { return user_metadata; }
+  std::string getUserMetadata() override {
+    const size_t d = current_device();
+    std::lock_guard<std::mutex> g(mu_);
+    return user_metadata_[d];
+  }
 
   void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -540,7 +555,7 @@ class Allocator final : public cca::CUDAAllocator {
   // --- the calls tensors make ---
 
   void* malloc_on(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream) {
-    CtxRef ctx(context_for(cda::RecordContext::STATE));
+    CtxRef ctx(context_for(cda::RecordContext::STATE, static_cast<size_t>(device)));
     void* p = nullptr;
     cachalot_status rc = ctx.p ? cachalot_malloc_with_context(a_, device, nbytes, stream, ctx.p, &p)
                                : cachalot_malloc(a_, device, nbytes, stream, &p);
@@ -556,7 +571,9 @@ class Allocator final : public cca::CUDAAllocator {
   void free_ptr(void* ptr) {
     if (!ptr)
       return;
-    CtxRef ctx(context_for(cda::RecordContext::ALL));
+    CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
+                   ? context_for(cda::RecordContext::ALL, current_device())
+                   : nullptr);
     cachalot_status rc = ctx.p ? cachalot_free_with_context(a_, ptr, ctx.p) : cachalot_free(a_, ptr);
     if (rc != CACHALOT_OK)
       fail("free", rc);
@@ -570,8 +587,17 @@ class Allocator final : public cca::CUDAAllocator {
       std::lock_guard<std::mutex> g(me->mu_);
       obs = me->observers_;
     }
-    for (const auto& o : obs)
-      o(device, alloc_size, limit, device_free);
+    // An exception must not cross cachalot's C frames (the call would not finish): the failure is reported
+    // as an out-of-memory error anyway, and the observer's own error as a warning.
+    for (const auto& o : obs) {
+      try {
+        o(device, alloc_size, limit, device_free);
+      } catch (const std::exception& e) {
+        TORCH_WARN("cachalot: an out-of-memory observer raised: ", e.what());
+      } catch (...) {
+        TORCH_WARN("cachalot: an out-of-memory observer raised");
+      }
+    }
   }
 
  private:
@@ -583,26 +609,35 @@ class Allocator final : public cca::CUDAAllocator {
     }
   }
 
-  static bool no_stream(cachalot_stream, void*) { return false; }
-
   static int64_t now_us() {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   }
 
-  // A context for a call, when history records contexts at `level` (PyTorch's maybeGatherContext).
-  Ctx* context_for(cda::RecordContext level) {
+  static size_t current_device() {
+    c10::DeviceIndex device = 0;
+    C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    return static_cast<size_t>(device);
+  }
+
+  // A context for a call on `device`, when history records contexts at `level` (PyTorch's
+  // maybeGatherContext). Called before cachalot takes any lock: the recorder may take the GIL.
+  Ctx* context_for(cda::RecordContext level, size_t device) {
     if (when_.load(std::memory_order_relaxed) < static_cast<int>(level))
       return nullptr;
     cda::CreateContextFn recorder = recorder_.load();
     if (!recorder)
       return nullptr;
-    auto* c = new Ctx;
+    auto c = std::make_unique<Ctx>();
     c->gathered = recorder();
     if (!compile_contexts.empty())
       c->compile_context = compile_contexts.back();
-    c->user_metadata = user_metadata;
-    return c;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (device < user_metadata_.size())
+        c->user_metadata = user_metadata_[device];
+    }
+    return c.release();
   }
 
   cca::AllocatorConfigInfo config_info() {
@@ -622,7 +657,8 @@ class Allocator final : public cca::CUDAAllocator {
   bool initialized_ = false;
   std::mutex mu_; // observers, annotations, history settings
   std::vector<cca::OutOfMemoryObserver> observers_;
-  std::vector<cda::AnnotationEntry> annotations_;
+  std::vector<cda::AnnotationEntry> annotations_; // a ring of history_entries_ at most
+  std::vector<std::string> user_metadata_;        // per device
   std::set<cda::TraceEntry::Action> skip_;
   size_t history_entries_ = 0;
   std::atomic<bool> history_on_{false};
@@ -674,18 +710,22 @@ __attribute__((visibility("default"))) int cachalot_torch_backend_install(const 
     }
     int devices = 0;
     const cachalot_context_ops ops = {&ctx_retain, &ctx_release};
+    const char* env = std::getenv("CACHALOT_ALLOC_CONF");
+    std::unique_ptr<Allocator> made;
     rc = cachalot_device_count(a, &devices);
-    if (rc == CACHALOT_OK)
-      rc = cachalot_set_context_ops(a, &ops);
     if (rc == CACHALOT_OK) {
-      const char* env = std::getenv("CACHALOT_ALLOC_CONF");
-      instance = new Allocator(a, devices, conf ? conf : env ? env : "");
-      rc = cachalot_attach_oom_observer(a, &Allocator::on_oom, instance);
+      made = std::make_unique<Allocator>(a, devices, conf ? conf : env ? env : "");
+      rc = cachalot_set_context_ops(a, &ops);
     }
-    if (rc != CACHALOT_OK) {
+    if (rc == CACHALOT_OK)
+      rc = cachalot_attach_oom_observer(a, &Allocator::on_oom, made.get());
+    if (rc != CACHALOT_OK) { // nothing of it was handed to PyTorch: all of it goes
       set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
+      cachalot_destroy(a);
+      cachalot_backend_destroy(b);
       return -1;
     }
+    instance = made.release();
     cca::allocator.store(instance);
     c10::SetAllocator(c10::DeviceType::CUDA, instance, 0);
     return 0;

@@ -85,6 +85,10 @@ def c_stats(torch, mode):
     keep = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in (1, 512, 1 << 20, 3 << 20, 50 << 20)]
     for s in (100, 4 << 20):
         torch.empty(s, dtype=torch.uint8, device="cuda")  # freed at once: cached
+    # cuDNN sizes its workspace with cacheInfo: a convolution must run (and pick an algorithm) as natively
+    conv = torch.nn.functional.conv2d(torch.ones(8, 3, 32, 32, device="cuda"), torch.ones(16, 3, 3, 3, device="cuda"))
+    conv_ok = bool((conv == 27.0).all())
+    del conv
     raw = torch.cuda.caching_allocator_alloc(3 << 20)  # raw_alloc_with_stream, then raw_delete
     raw_seen = torch.cuda.memory_stats()["allocation.all.current"]
     torch.cuda.caching_allocator_delete(raw)
@@ -110,7 +114,7 @@ def c_stats(torch, mode):
     emptied = torch.cuda.memory_reserved() == cachalot.torch.memory_stats()["reserved_bytes.all.current"]
     return {"keys": len(cs), "differ": diff, "missing": missing, "calls": ok_calls,
             "summary_ok": "Allocated memory" in summary and "GPU reserved memory" in summary,
-            "reset_peak_ok": reset_ok, "empty_cache_ok": emptied, "raw_alloc_ok": raw_ok,
+            "reset_peak_ok": reset_ok, "empty_cache_ok": emptied, "raw_alloc_ok": raw_ok, "conv_ok": conv_ok,
             "backend": torch.cuda.memory.get_allocator_backend()}
 
 
@@ -285,6 +289,17 @@ def c_fraction(torch, mode):
         out["get_fraction"] = None
     out["observer_calls"] = len(seen)
     out["observer_size_ok"] = bool(seen) and seen[0][1] >= int(total * 0.2)
+
+    def raising(*args):
+        raise ValueError("an observer that fails")
+
+    torch._C._cuda_attach_out_of_memory_observer(raising)  # its error must not break the allocator
+    try:
+        torch.empty(int(total * 0.2), dtype=torch.uint8, device="cuda")
+        out["raising_observer"] = "ok"
+    except Exception as e:
+        out["raising_observer"] = type(e).__name__
+    out["after_raising_observer"] = torch.ones(1 << 20, device="cuda").sum().item() == float(1 << 20)
     return out
 
 
@@ -350,7 +365,7 @@ def main():
     if want("stats"):
         c = run("stats", "cachalot", outdir)
         ok = ("error" not in c and not c["differ"] and not c["missing"] and all(c["calls"].values()) and
-              c["summary_ok"] and c["reset_peak_ok"] and c["empty_cache_ok"] and c["raw_alloc_ok"] and
+              c["summary_ok"] and c["reset_peak_ok"] and c["empty_cache_ok"] and c["raw_alloc_ok"] and c["conv_ok"] and
               c["backend"] == "cachalot")
         result("memory_stats", ok, c)
     if want("history"):
@@ -377,7 +392,8 @@ def main():
         ok = ("error" not in c and c["small"] == n.get("small") == "ok" and
               c["large"] == n.get("large") == "OutOfMemoryError" and
               abs(c["get_fraction"] - (n.get("get_fraction") or 0)) < 1e-6 and
-              c["observer_calls"] == n.get("observer_calls") == 1 and c["observer_size_ok"])
+              c["observer_calls"] == n.get("observer_calls") == 1 and c["observer_size_ok"] and
+              c["raising_observer"] == "OutOfMemoryError" and c["after_raising_observer"])
         result("fraction", ok, {"native": n, "cachalot": c})
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))

@@ -267,9 +267,9 @@ static void test_ring_overwrite_releases(void **state) {
     REFS(c[i], 1);
 }
 
-/* A block that got its context while history was on keeps it after history is turned off, until it is
- * freed: free must then take the path that lets go of it, not the warm one. */
-static void test_blocks_outlive_history(void **state) {
+/* Turning history off lets go of every context, the blocks' too, so that the warm paths (which run only
+ * while no block holds one) come back; the blocks themselves stay allocated and free as usual. */
+static void test_history_off_lets_go_of_blocks(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
   cachalot_stream s = STREAM(e.b, 0);
@@ -281,38 +281,31 @@ static void test_blocks_outlive_history(void **state) {
   REFS(c, 3);
   REFS(d, 3);
   HISTORY(e.a, false, 0);
-  REFS(c, 2);
-  REFS(d, 2);
-  STATUS(cachalot_set_context_ops(e.a, NULL), CACHALOT_ERROR_INVALID_STATE);
-  /* with history off a new block keeps nothing, even while others still hold theirs */
-  void *r = ALLOC_CTX(e.a, 0, 1000, s, &c);
-  REFS(c, 2);
-  FREE(e.a, p);
   REFS(c, 1);
-  REFS(d, 2);
+  REFS(d, 1);
+  /* nothing kept: the ops may change, and a snapshot shows no context */
+  OK(cachalot_set_context_ops(e.a, NULL));
+  OK(cachalot_set_context_ops(e.a, &OPS));
   cachalot_snapshot_info *si = TAKE(e.a, true);
   EQ(si->n_trace, 0);
-  /* the small segment: p's block, free now, then r (no context); the large: q (d), the rest */
   EQ(si->n_segments, 2);
-  for (size_t i = 0; i < 2; i++) {
-    const cachalot_snapshot_segment *sg = &si->segments[i];
-    PTR_EQ(sg->blocks[0].context, sg->small ? NULL : (void *)&d);
-  }
-  REFS(d, 3);
+  for (size_t i = 0; i < 2; i++)
+    PTR_EQ(si->segments[i].blocks[0].context, NULL);
   cachalot_snapshot_info_free(e.a, si);
+  /* with history off a new block keeps nothing */
+  void *r = ALLOC_CTX(e.a, 0, 1000, s, &c);
+  REFS(c, 1);
+  FREE(e.a, p);
   FREE(e.a, q);
-  REFS(d, 1);
-  OK(cachalot_set_context_ops(e.a, NULL));
   FREE(e.a, r);
-  /* with nothing kept, the freed blocks were cached as usual */
   EXPECT_POOLS(e.a, 0, PX(.seg = 1, .res_b = 2 * MiB), PX(.seg = 1, .res_b = 20 * MiB));
   env_free(&e);
   REFS(c, 1);
   REFS(d, 1);
 }
 
-/* The warm paths stay off while any block holds a context, not only while history is on: each free here
- * comes after history was turned off and after other blocks already let go of theirs. */
+/* History on again after off: blocks allocated before keep nothing, new ones keep theirs, and each free
+ * lets go of exactly its own. */
 static void test_history_off_then_free_each(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
@@ -321,20 +314,28 @@ static void test_history_off_then_free_each(void **state) {
   void *p[8];
   OK(cachalot_set_context_ops(e.a, &OPS));
   HISTORY(e.a, true, 4);
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 4; i++) {
     c[i] = (tctx)CTX_INIT;
     p[i] = ALLOC_CTX(e.a, 0, (size_t)(i + 1) * 512, s, &c[i]);
   }
   HISTORY(e.a, false, 0);
-  for (int i = 0; i < 8; i++) {
-    REFS(c[i], 2);
-    FREE(e.a, p[i]);
-    REFS(c[i], 1);
-    for (int k = i + 1; k < 8; k++)
-      REFS(c[k], 2);
+  HISTORY(e.a, true, 100);
+  for (int i = 4; i < 8; i++) {
+    c[i] = (tctx)CTX_INIT;
+    p[i] = ALLOC_CTX(e.a, 0, (size_t)(i + 1) * 512, s, &c[i]);
   }
+  for (int i = 0; i < 8; i++)
+    REFS(c[i], i < 4 ? 1 : 3);
+  for (int i = 0; i < 8; i++) {
+    FREE(e.a, p[i]);
+    REFS(c[i], i < 4 ? 1 : 2); /* the alloc entry stays in the ring */
+    for (int k = i + 1; k < 8; k++)
+      REFS(c[k], k < 4 ? 1 : 3);
+  }
+  HISTORY(e.a, false, 0);
+  for (int i = 0; i < 8; i++)
+    REFS(c[i], 1);
   OK(cachalot_set_context_ops(e.a, NULL));
-  /* and once none is kept, blocks come and go as before */
   void *x = ALLOC(e.a, 0, 512, s);
   FREE(e.a, x);
   EXPECT_POOLS(e.a, 0, PX(.seg = 1, .res_b = 2 * MiB), PX0);
@@ -634,14 +635,13 @@ static void test_snapshot_take_without_trace(void **state) {
   REFS(c, 1);
   OK(cachalot_set_context_ops(e.a, NULL));
 
-  /* without trace, the snapshot entry is still recorded, as the JSON snapshot does */
+  /* without trace the history is left as it is: only the second take records its "snapshot" entry */
   HISTORY(e.a, true, 100);
   si = TAKE(e.a, false);
   cachalot_snapshot_info_free(e.a, si);
   si = TAKE(e.a, true);
-  EQ(si->n_trace, 2);
+  EQ(si->n_trace, 1);
   EQ(si->trace[0].action, CACHALOT_TRACE_SNAPSHOT);
-  EQ(si->trace[1].action, CACHALOT_TRACE_SNAPSHOT);
   EQ(si->n_segments, 1);
   EQ(si->segments[0].n_blocks, 1);
   EQ(si->segments[0].blocks[0].state, CACHALOT_BLOCK_FREE);
@@ -744,6 +744,53 @@ static void test_pool_use_count(void **state) {
   STATUS(cachalot_pool_use_count(e.a, 2, id, &n), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_pool_use_count(NULL, 0, id, &n), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_pool_use_count(e.a, 0, id, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* cachalot_pool_incref: PyTorch's createOrIncrefPool (a MemPool made before anything is routed to it).
+ * It routes nothing: mallocs meanwhile go to the default pool, and nothing counts as a capture (an
+ * empty_cache still gives memory back, an out-of-memory retry still releases the cache). */
+static void test_pool_incref(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_mempool_id id = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_pool_incref(e.a, 0, id));
+  EQ(USE_COUNT(e.a, id), 1);
+  void *x = ALLOC(e.a, 0, 3 * MiB, s);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 3 * MiB, .active = 1, .active_b = 3 * MiB, .req_b = 3 * MiB, .seg = 1,
+                  .res_b = 20 * MiB, .split = 1, .split_b = 17 * MiB));
+  cachalot_snapshot_info *si = TAKE(e.a, false);
+  EQ(si->n_segments, 1);
+  EQ(si->segments[0].pool.first, 0); /* the default pool's */
+  EQ(si->segments[0].pool.second, 0);
+  cachalot_snapshot_info_free(e.a, si);
+  FREE(e.a, x);
+  EMPTY(e.a); /* not a capture: the default pool's segment goes back */
+  size_t used = 1;
+  OK(cachalot_sim_device_used(e.b, 0, &used));
+  EQ(used, 0);
+  OK(cachalot_pool_incref(e.a, 0, id));
+  EQ(USE_COUNT(e.a, id), 2);
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, id, only, s)); /* routing to it adds a use, as for any pool */
+  EQ(USE_COUNT(e.a, id), 3);
+  void *y = ALLOC(e.a, 0, 512, s); /* in the pool: its segment keeps the pool after the last release */
+  OK(cachalot_end_allocate_to_pool(e.a, 0, id));
+  for (int k = 3; k > 0; k--)
+    OK(cachalot_release_pool(e.a, 0, id));
+  STATUS(cachalot_pool_incref(e.a, 0, id), CACHALOT_ERROR_INVALID_STATE); /* released: not to be used again */
+  CONTAINS(cachalot_last_error(), "was released (use count 0)");
+  FREE(e.a, y);
+  EMPTY(e.a);
+  OK(cachalot_pool_incref(e.a, 0, id)); /* gone with its segment: the id makes a new pool, as PyTorch's does */
+  EQ(USE_COUNT(e.a, id), 1);
+  OK(cachalot_release_pool(e.a, 0, id));
+  STATUS(cachalot_pool_incref(e.a, 0, (cachalot_mempool_id){0, 0}), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_pool_incref(e.a, 0, (cachalot_mempool_id){1, 1}), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_pool_incref(e.a, 1, id), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_pool_incref(NULL, 0, id), CACHALOT_ERROR_INVALID_ARGUMENT);
   CHECK(e.a);
   env_free(&e);
 }
@@ -871,7 +918,7 @@ int main(void) {
       cmocka_unit_test(test_history_on_block_and_entries),
       cmocka_unit_test(test_history_restart_releases_entries),
       cmocka_unit_test(test_ring_overwrite_releases),
-      cmocka_unit_test(test_blocks_outlive_history),
+      cmocka_unit_test(test_history_off_lets_go_of_blocks),
       cmocka_unit_test(test_history_off_then_free_each),
       cmocka_unit_test(test_failed_malloc_keeps_nothing),
       cmocka_unit_test(test_destroy_releases_everything),
@@ -882,6 +929,7 @@ int main(void) {
       cmocka_unit_test(test_snapshot_take_arguments),
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_pool_use_count),
+      cmocka_unit_test(test_pool_incref),
       cmocka_unit_test(test_empty_cache_pool),
       cmocka_unit_test(test_empty_cache_pool_default),
       cmocka_unit_test(test_version),
