@@ -43,10 +43,19 @@ static void pool_free(cl_device *d, cl_pool *p) {
   free(p);
 }
 
+static bool routed_locked(const cl_device *d, const cl_pool *p) {
+  for (int i = 0; i < d->n_routes; i++)
+    if (d->routes[i].pool == p)
+      return true;
+  return false;
+}
+
+/* A pool still routed to stays, released or not: mallocs are sent to it until end_allocate_to_pool,
+ * which collects it then. */
 void cl_pools_collect_locked(cl_device *d) {
   cl_pool *p, *tmp;
   HASH_ITER(hh, d->pools, p, tmp) {
-    if (p->use_count == 0 && p->n_segments == 0) {
+    if (p->use_count == 0 && p->n_segments == 0 && !routed_locked(d, p)) {
       HASH_DELETE(hh, d->pools, p);
       pool_free(d, p);
     }
@@ -175,6 +184,7 @@ cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
       memmove(&d->routes[i], &d->routes[i + 1], (size_t)(d->n_routes - i - 1) * sizeof *d->routes);
       d->n_routes--;
+      cl_pools_collect_locked(d); /* a pool released while routed to goes now, if empty */
       cl_unlock(d);
       return CACHALOT_OK;
     }

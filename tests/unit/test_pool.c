@@ -225,6 +225,37 @@ static void test_no_retry_during_capture(void **state) {
   env_free(&e);
 }
 
+/* A pool released while it is still routed to stays until end_allocate_to_pool (it was collected at once,
+ * and the next routed malloc used it after it was freed), then goes with its last segment. */
+static void test_release_while_routed(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  RELEASE(e.a, p);
+  void *x = ALLOC(e.a, 0, 512, cap); /* still routed: served from p */
+  EXPECT_POOLS(e.a, 0, PX(.alloc = 1, .alloc_b = 512, .active = 1, .active_b = 512, .req_b = 512, .seg = 1,
+                          .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 512), PX0);
+  int n = -1;
+  OK(cachalot_pool_use_count(e.a, 0, p, &n));
+  EQ(n, 0);
+  END(e.a, p);
+  FREE(e.a, x);
+  EMPTY(e.a); /* freeable: its segment goes back, and the pool with it */
+  STATUS(cachalot_pool_use_count(e.a, 0, p, &n), CACHALOT_ERROR_INVALID_ARGUMENT);
+  EQ(USED(e.b, 0), 0);
+  /* released and routed with nothing allocated: it goes at end */
+  cachalot_mempool_id q = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, q, cap);
+  RELEASE(e.a, q);
+  OK(cachalot_pool_use_count(e.a, 0, q, &n));
+  END(e.a, q);
+  STATUS(cachalot_pool_use_count(e.a, 0, q, &n), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 static void expect_same_state(const cachalot_pool_state *x, const cachalot_pool_state *y) {
   EQ(x->device, y->device);
   EQ(x->pool.first, y->pool.first);
@@ -340,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_outputs_outlive_release),
       cmocka_unit_test(test_deferred_free_during_capture),
       cmocka_unit_test(test_no_retry_during_capture),
+      cmocka_unit_test(test_release_while_routed),
       cmocka_unit_test(test_checkpoint_restore),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
