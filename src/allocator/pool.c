@@ -456,6 +456,16 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   cachalot_status rc = cl_check_device_arg(a, state->device, "cachalot_restore_pool");
   if (rc != CACHALOT_OK)
     return rc;
+  if (state->n_segments && !state->segments)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_restore_pool: %zu segments but no array",
+                   state->n_segments);
+  /* Address order, each segment once (a segment named twice was re-carved twice: a crash) */
+  for (size_t i = 1; i < state->n_segments; i++)
+    if (state->segments[i].address <= state->segments[i - 1].address)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_restore_pool: segment %zu (0x%llx) does not follow segment %zu (0x%llx) in address "
+                     "order", i, (unsigned long long)state->segments[i].address, i - 1,
+                     (unsigned long long)state->segments[i - 1].address);
   cl_device *d = &a->devices[state->device];
   size_t n_alloc = 0, n_blocks = 0;
   for (size_t i = 0; i < state->n_segments; i++) {

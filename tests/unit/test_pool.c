@@ -256,6 +256,53 @@ static void test_release_while_routed(void **state) {
   env_free(&e);
 }
 
+/* A caller-built state that names one segment twice (it was re-carved twice: a null dereference), or is out
+ * of address order, or has segments but no array, is refused with nothing changed. */
+static void test_restore_refuses_bad_states(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  void *x = ALLOC(e.a, 0, 500, cap);
+  void *y = ALLOC(e.a, 0, 3 * MiB, cap);
+  cachalot_pool_state *ck = NULL;
+  OK(cachalot_checkpoint_pool(e.a, 0, p, &ck));
+  EQ(ck->n_segments, 2);
+  cachalot_device_stats before = STATS(e.a, 0);
+  cachalot_segment_state segs[2] = {ck->segments[0], ck->segments[0]};
+  cachalot_pool_state twice = *ck;
+  twice.segments = segs;
+  void **ptrs = (void **)1;
+  size_t n = 9;
+  STATUS(cachalot_restore_pool(e.a, &twice, &ptrs, &n), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "does not follow segment 0");
+  assert_null(ptrs);
+  EQ(n, 0);
+  segs[0] = ck->segments[1];
+  segs[1] = ck->segments[0];
+  STATUS(cachalot_restore_pool(e.a, &twice, &ptrs, &n), CACHALOT_ERROR_INVALID_STATE);
+  twice.segments = NULL;
+  STATUS(cachalot_restore_pool(e.a, &twice, &ptrs, &n), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "2 segments but no array");
+  cachalot_device_stats after = STATS(e.a, 0);
+  assert_memory_equal(&before, &after, sizeof before); /* nothing changed */
+  CHECK(e.a);
+  OK(cachalot_restore_pool(e.a, ck, &ptrs, &n)); /* the real one still applies */
+  EQ(n, 2);
+  assert_ptr_equal(ptrs[0], x);
+  assert_ptr_equal(ptrs[1], y);
+  free(ptrs);
+  cachalot_pool_state_free(ck);
+  FREE(e.a, x);
+  FREE(e.a, y);
+  END(e.a, p);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 static void expect_same_state(const cachalot_pool_state *x, const cachalot_pool_state *y) {
   EQ(x->device, y->device);
   EQ(x->pool.first, y->pool.first);
@@ -372,6 +419,7 @@ int main(void) {
       cmocka_unit_test(test_deferred_free_during_capture),
       cmocka_unit_test(test_no_retry_during_capture),
       cmocka_unit_test(test_release_while_routed),
+      cmocka_unit_test(test_restore_refuses_bad_states),
       cmocka_unit_test(test_checkpoint_restore),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
