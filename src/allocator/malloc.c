@@ -298,12 +298,14 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   if (!b) {
     cl_release_list rel = {0};
     bool host_oom = false;
-    if (d->fraction >= 0 && d->cfg.gc_threshold > 0) {
+    /* During a capture nothing goes back to the device (a free would break the capture, or take memory
+     * the captured work uses): no collection, no oversize release, no release-all retry. */
+    if (d->fraction >= 0 && d->cfg.gc_threshold > 0 && !cl_capturing(d)) {
       cl_garbage_collect_locked(d, &rel);
       (void)cl_release_flush_locked(d, &rel);
     }
     rc = new_memory_locked(d, p, s, small, rounded, false, &b, &host_oom);
-    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom) {
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && !cl_capturing(d)) {
       bool enough = cl_release_oversize_locked(d, p, s, small, rounded, &rel);
       (void)cl_release_flush_locked(d, &rel); /* what was marked goes back, enough or not */
       if (enough)

@@ -303,6 +303,48 @@ static void test_restore_refuses_bad_states(void **state) {
   env_free(&e);
 }
 
+/* During a capture nothing goes back to the device: not a free oversize segment of the capture's pool that
+ * the captured work uses (the oversize-release step of an out-of-memory retry gave it back), and not a
+ * default-pool segment that garbage collection would collect. */
+static void test_nothing_freed_during_capture(void **state) {
+  (void)state;
+  env e = ENV(1, 200 * MiB, "max_split_size_mb:20");
+  cachalot_stream cap = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  void *tmp = ALLOC(e.a, 0, 64 * MiB, cap); /* a temporary of the captured work, freed inside the capture */
+  FREE(e.a, tmp);
+  void *big = NULL;
+  STATUS(cachalot_malloc(e.a, 0, 150 * MiB, cap, &big), CACHALOT_ERROR_OUT_OF_MEMORY);
+  EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 1, 0);
+  EQ(USED(e.b, 0), 64 * MiB); /* the graph's segment is still there */
+  END(e.a, p);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+
+  /* garbage collection: a cached default segment, then a capture whose malloc needs a new one */
+  e = ENV(1, 200 * MiB, "garbage_collection_threshold:0.5,per_process_memory_fraction:1.0");
+  cap = STREAM(e.b, 0);
+  cachalot_stream s = STREAM(e.b, 0);
+  void *x = ALLOC(e.a, 0, 30 * MiB, s);
+  FREE(e.a, x); /* 30 MiB cached in the default pool, above half the device: collectable */
+  void *y = ALLOC(e.a, 0, 90 * MiB, s);
+  FREE(e.a, y);
+  EXPECT_COUNTERS(e.a, 0, 2, 0, 0, 0, 0);
+  p = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, p, cap);
+  void *g = ALLOC(e.a, 0, 40 * MiB, cap);
+  EXPECT_COUNTERS(e.a, 0, 3, 0, 0, 0, 0); /* nothing collected during the capture */
+  END(e.a, p);
+  FREE(e.a, g);
+  RELEASE(e.a, p);
+  EMPTY(e.a);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 static void expect_same_state(const cachalot_pool_state *x, const cachalot_pool_state *y) {
   EQ(x->device, y->device);
   EQ(x->pool.first, y->pool.first);
@@ -420,6 +462,7 @@ int main(void) {
       cmocka_unit_test(test_no_retry_during_capture),
       cmocka_unit_test(test_release_while_routed),
       cmocka_unit_test(test_restore_refuses_bad_states),
+      cmocka_unit_test(test_nothing_freed_during_capture),
       cmocka_unit_test(test_checkpoint_restore),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
