@@ -1,7 +1,7 @@
 #include "error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,18 +50,20 @@ const char *cachalot_status_name(cachalot_status s) {
   return "CACHALOT_STATUS_UNKNOWN";
 }
 
-/* The handler and its context change together, rarely; a reader takes one consistent pair. */
+/* The handler and its context change together, rarely; a reader takes one consistent pair under the lock
+ * (two buffers swapped by an index were not enough: two setters could write the same buffer, and a reader
+ * could read one a later setter was writing). Warnings are rare: a mutex costs nothing that matters. */
 typedef struct {
   cachalot_warning_handler fn;
   void *ctx;
 } warning_sink;
-static warning_sink sinks[2];
-static atomic_int current_sink;
+static warning_sink sink;
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void cachalot_set_warning_handler(cachalot_warning_handler fn, void *ctx) {
-  int next = 1 - atomic_load(&current_sink);
-  sinks[next] = (warning_sink){fn, ctx};
-  atomic_store(&current_sink, next);
+  pthread_mutex_lock(&sink_lock);
+  sink = (warning_sink){fn, ctx};
+  pthread_mutex_unlock(&sink_lock);
 }
 
 void cl_warn(const char *fmt, ...) {
@@ -70,7 +72,9 @@ void cl_warn(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  warning_sink s = sinks[atomic_load(&current_sink)];
+  pthread_mutex_lock(&sink_lock);
+  const warning_sink s = sink;
+  pthread_mutex_unlock(&sink_lock);
   if (s.fn)
     s.fn(msg, s.ctx);
   else

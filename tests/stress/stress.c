@@ -298,6 +298,74 @@ static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool 
 
 static void run_config(size_t capacity, bool strict, const char *conf) { run_config_ctx(capacity, strict, conf, false); }
 
+/* Warning handlers set from two threads while two others warn (an empty captured graph warns): each
+ * warning must reach a handler with that handler's own context. */
+enum { WARN_ROUNDS = 400 };
+static _Atomic long warn_seen, warn_mixed;
+static void handler_a(const char *m, void *ctx) {
+  (void)m;
+  atomic_fetch_add(&warn_seen, 1);
+  if (ctx != (void *)handler_a)
+    atomic_fetch_add(&warn_mixed, 1);
+}
+static void handler_b(const char *m, void *ctx) {
+  (void)m;
+  atomic_fetch_add(&warn_seen, 1);
+  if (ctx != (void *)handler_b)
+    atomic_fetch_add(&warn_mixed, 1);
+}
+static _Atomic int warners_left;
+static void *setter(void *arg) {
+  const bool a = arg != NULL;
+  while (atomic_load(&warners_left) > 0)
+    cachalot_set_warning_handler(a ? handler_a : handler_b, a ? (void *)handler_a : (void *)handler_b);
+  return NULL;
+}
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_backend *b;
+} warn_arg;
+static void *warner(void *arg) {
+  warn_arg *w = arg;
+  cachalot_stream s = NULL;
+  CHECK(cachalot_sim_stream_create(w->b, 0, &s) == CACHALOT_OK, "stream");
+  for (int i = 0; i < WARN_ROUNDS; i++) {
+    cachalot_graph *g = NULL;
+    CHECK(cachalot_graph_create(w->a, 0, false, &g) == CACHALOT_OK, "graph");
+    CHECK(cachalot_graph_capture_begin(g, s, (cachalot_mempool_id){0, 0}, CACHALOT_CAPTURE_RELAXED) == CACHALOT_OK,
+          "capture begin");
+    CHECK(cachalot_graph_capture_end(g) == CACHALOT_OK, "capture end"); /* empty: a warning */
+    cachalot_graph_destroy(g);
+  }
+  atomic_fetch_sub(&warners_left, 1);
+  return NULL;
+}
+static void warning_handlers(void) {
+  cachalot_backend *b = NULL;
+  cachalot_allocator *a = NULL;
+  CHECK(cachalot_backend_sim(NULL, &b) == CACHALOT_OK, "backend");
+  CHECK(cachalot_create(b, "", &a) == CACHALOT_OK, "create");
+  warn_arg wa = {a, b};
+  atomic_store(&warners_left, 2);
+  cachalot_set_warning_handler(handler_a, (void *)handler_a);
+  pthread_t t[4];
+  pthread_create(&t[0], NULL, setter, (void *)1);
+  pthread_create(&t[1], NULL, setter, NULL);
+  pthread_create(&t[2], NULL, warner, &wa);
+  pthread_create(&t[3], NULL, warner, &wa);
+  for (int i = 0; i < 4; i++)
+    pthread_join(t[i], NULL);
+  cachalot_set_warning_handler(NULL, NULL);
+  CHECK(atomic_load(&warn_seen) == 2 * WARN_ROUNDS, "%ld warnings reached a handler, %d expected",
+        atomic_load(&warn_seen), 2 * WARN_ROUNDS);
+  CHECK(atomic_load(&warn_mixed) == 0, "%ld warnings reached a handler with the other one's context",
+        atomic_load(&warn_mixed));
+  printf("stress: warning handlers set from 2 threads while 2 warn: %d warnings, each with its handler's context: ok\n",
+         2 * WARN_ROUNDS);
+  cachalot_destroy(a);
+  cachalot_backend_destroy(b);
+}
+
 int main(void) {
   run_config((size_t)64 << 30, true, "");
   run_config((size_t)64 << 30, true, "max_split_size_mb:20,roundup_power2_divisions:4");
@@ -311,6 +379,7 @@ int main(void) {
   run_config((size_t)256 << 20, false, "expandable_segments:True,expandable_compact:True");
   run_config((size_t)256 << 20, false, "expandable_segments:True,max_split_size_mb:20,"
                                        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
+  warning_handlers();
   /* contexts, as the PyTorch backend passes them while history is on */
   run_config_ctx((size_t)64 << 30, true, "", true);
   run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", true);
