@@ -82,7 +82,7 @@ void cl_fraction_resolve_locked(cl_device *d) {
   size_t free_bytes = 0, total = 0;
   if (b->ops->mem_info(b, d->index, &free_bytes, &total) != CACHALOT_OK)
     return; /* allowed_max stays 0: every new segment is refused, which is the safe side */
-  d->allowed_max = (size_t)(d->fraction * (double)total);
+  d->allowed_max = cl_scale_bytes(d->fraction, total);
   d->total_known = true;
 }
 
@@ -381,7 +381,7 @@ cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, 
   }
   cl_lock(d);
   d->fraction = fraction;
-  d->allowed_max = (size_t)(fraction * (double)total);
+  d->allowed_max = cl_scale_bytes(fraction, total);
   d->total_known = true;
   cl_unlock(d);
   return CACHALOT_OK;

@@ -585,6 +585,12 @@ cl_pending_event *cl_pending_new_locked(cl_device *d);
 void cl_pending_delete_locked(cl_device *d, cl_pending_event *e);
 /* Memory fraction: makes sure allowed_max is known (asks the backend once). */
 void cl_fraction_resolve_locked(cl_device *d);
+/* f x bytes, for f in [0, 1], rounded down: SIZE_MAX where the product reaches 2^64 (converting such a double
+ * to size_t is undefined, and on x86 gave 0). */
+static inline size_t cl_scale_bytes(double f, size_t bytes) {
+  const double v = f * (double)bytes;
+  return v >= 18446744073709551616.0 ? SIZE_MAX : v <= 0 ? 0 : (size_t)v;
+}
 /* Whether `bytes` more of device memory (a segment, or pages to map) stay within the memory fraction:
  * OK, or OUT_OF_MEMORY with the message (reserved bytes in transit count). */
 cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes);

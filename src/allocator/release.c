@@ -135,7 +135,7 @@ static gc_candidate *gc_candidates_locked(cl_device *d, uint64_t now, size_t *n)
 
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
   cl_fraction_resolve_locked(d);
-  const size_t threshold = (size_t)(d->cfg.gc_threshold * (double)d->allowed_max);
+  const size_t threshold = cl_scale_bytes(d->cfg.gc_threshold, d->allowed_max);
   const size_t reserved = (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
   if (reserved <= threshold)
     return;

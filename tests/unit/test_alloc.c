@@ -888,6 +888,23 @@ static void test_oom_with_fraction_message(void **state) {
 
 /* ==== §3 memory fraction and garbage collection ================================================ */
 
+/* A device of SIZE_MAX bytes with fraction 1.0 (the product is 2^64 as a double, whose conversion to size_t
+ * was undefined and gave "0 bytes allowed"), and with a garbage-collection threshold on top. */
+static void test_fraction_of_huge_device(void **state) {
+  (void)state;
+  env e = ENV(1, SIZE_MAX, "per_process_memory_fraction:1.0,garbage_collection_threshold:0.9");
+  void *x = ALLOC(e.a, 0, 1, NULL);
+  EXPECT_POOLS(e.a, 0, PX(.alloc = 1, .alloc_b = 512, .active = 1, .active_b = 512, .req_b = 1, .seg = 1,
+                          .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 512), PX0);
+  OK(cachalot_set_memory_fraction(e.a, 0, 1.0));
+  void *y = ALLOC(e.a, 0, 3 * MiB, NULL);
+  FREE(e.a, y);
+  FREE(e.a, x);
+  EMPTY(e.a);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 static void test_fraction_config_key(void **state) {
   (void)state;
   env e = ENV(1, 64 * MiB, "per_process_memory_fraction:0.5");
@@ -1420,6 +1437,7 @@ int main(void) {
       cmocka_unit_test(test_oom_message_and_retry),
       cmocka_unit_test(test_oom_with_fraction_message),
       cmocka_unit_test(test_fraction_config_key),
+      cmocka_unit_test(test_fraction_of_huge_device),
       cmocka_unit_test(test_garbage_collection),
       cmocka_unit_test(test_stats_resets),
       cmocka_unit_test(test_set_settings),
