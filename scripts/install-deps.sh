@@ -3,7 +3,7 @@
 # The CUDA toolkit is optional: with /usr/local/cuda present the CUDA backend and the gpu suite are built.
 set -eu
 pkgs="meson ninja-build pkg-config gcc clang libclang-rt-14-dev uthash-dev libcmocka-dev libcjson-dev zlib1g-dev
-  python3 python3-venv python3-mesonpy"
+  python3 python3-venv python3-mesonpy locales"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -14,6 +14,7 @@
  * space, and white space only separates tokens. */
 #include "config.h"
 
+#include "../common/c_locale.h"
 #include "../common/error.h"
 
 #include <limits.h>
@@ -131,7 +132,7 @@ static int word_double(const tok *t, double *out) {
   memcpy(buf, t->p, (size_t)t->n);
   buf[t->n] = '\0';
   char *end = NULL;
-  double v = strtod(buf, &end);
+  double v = cl_strtod_c(buf, &end);
   if (end != buf + t->n || !isfinite(v))
     return 0;
   *out = v == 0 ? 0.0 : v; /* -0 would read as "negative" to anyone testing the sign */

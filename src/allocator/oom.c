@@ -2,17 +2,19 @@
  * device holds (the message is PyTorch's, with cachalot's names). */
 #include "internal.h"
 
+#include "../common/c_locale.h"
+
 #include <stdio.h>
 
 void cl_format_size(char *buf, size_t cap, uint64_t n) {
   if (n <= 1024)
     snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
   else if (n <= 1048576)
-    snprintf(buf, cap, "%.2f KiB", (double)n / 1024.0);
+    cl_snprintf_c(buf, cap, "%.2f KiB", (double)n / 1024.0);
   else if (n <= 1073741824ull)
-    snprintf(buf, cap, "%.2f MiB", (double)n / 1048576.0);
+    cl_snprintf_c(buf, cap, "%.2f MiB", (double)n / 1048576.0);
   else
-    snprintf(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
+    cl_snprintf_c(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
 }
 
 cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {

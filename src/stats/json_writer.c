@@ -1,5 +1,7 @@
 #include "json_writer.h"
 
+#include "../common/c_locale.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +121,7 @@ void cl_json_double(cl_json *j, double v) {
     puts_(j, "null"); /* JSON has no NaN or infinity */
     return;
   }
-  snprintf(b, sizeof b, "%.17g", v);
+  cl_snprintf_c(b, sizeof b, "%.17g", v);
   puts_(j, b);
 }
 

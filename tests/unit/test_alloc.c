@@ -4,6 +4,7 @@
  * cachalot_check() and the numbers are SPEC.md's, exactly. */
 #include "helpers.h"
 
+#include <locale.h>
 #include <math.h>
 
 /* ==== §1 rounding ============================================================================== */
@@ -886,6 +887,44 @@ static void test_oom_with_fraction_message(void **state) {
   env_free(&e);
 }
 
+/* ==== numbers whatever the program's locale ====================================================== */
+
+/* A program that called setlocale(LC_ALL, "") under a decimal-comma locale: "0.8" in a config is still a
+ * number, JSON keeps its decimal points, and so does the out-of-memory message. The locale is compiled into
+ * a scratch folder with localedef (Debian's `locales` package); without it the test is skipped. */
+static void test_decimal_comma_locale(void **state) {
+  (void)state;
+  char dir[] = "/tmp/cachalot-locale-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1", dir);
+  const int built = system(cmd);
+  setenv("LOCPATH", dir, 1);
+  const bool comma = built == 0 && setlocale(LC_ALL, "de_DE.UTF-8") != NULL;
+  char probe[16];
+  snprintf(probe, sizeof probe, "%.1f", 0.5);
+  if (!comma || strcmp(probe, "0,5") != 0) {
+    setlocale(LC_ALL, "C");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
+    skip(); /* no decimal-comma locale can be made here */
+  }
+  env e = ENV(1, 64 * MiB, "garbage_collection_threshold:0.8,per_process_memory_fraction:0.5");
+  char *json = NULL;
+  OK(cachalot_snapshot_json(e.a, &json));
+  CONTAINS(json, "\"garbage_collection_threshold\":0.80000000000000004");
+  free(json);
+  void *x = NULL;
+  STATUS(cachalot_malloc(e.a, 0, 40 * MiB, NULL, &x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  CONTAINS(cachalot_last_error(), "Tried to allocate 40.00 MiB");
+  STATUS(cachalot_set_settings(e.a, "garbage_collection_threshold:0,5"), CACHALOT_ERROR_CONFIG); /* "," separates */
+  OK(cachalot_set_settings(e.a, "garbage_collection_threshold:0.5"));
+  env_free(&e);
+  setlocale(LC_ALL, "C");
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  (void)system(cmd);
+}
+
 /* ==== §3 memory fraction and garbage collection ================================================ */
 
 /* A device of SIZE_MAX bytes with fraction 1.0 (the product is 2^64 as a double, whose conversion to size_t
@@ -1438,6 +1477,7 @@ int main(void) {
       cmocka_unit_test(test_oom_with_fraction_message),
       cmocka_unit_test(test_fraction_config_key),
       cmocka_unit_test(test_fraction_of_huge_device),
+      cmocka_unit_test(test_decimal_comma_locale),
       cmocka_unit_test(test_garbage_collection),
       cmocka_unit_test(test_stats_resets),
       cmocka_unit_test(test_set_settings),
