@@ -206,12 +206,21 @@ static void free_device(cl_device *d) {
     HASH_DEL(d->events, se);
     free(se);
   }
-  cl_expandable_destroy_locked(d); /* unmaps the runs; they are freed below with the other segments */
+  /* unmaps the runs; they are freed below with the other segments */
+  const size_t kept_pages = cl_expandable_destroy_locked(d);
+  size_t kept = kept_pages, kept_segments = 0;
+  char why[160] = "";
+  if (kept)
+    snprintf(why, sizeof why, "%s", cachalot_last_error());
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
-    if (!s->expandable)
-      (void)be->ops->free(be, d->index, (void *)s->ptr);
+    if (!s->expandable && be->ops->free(be, d->index, (void *)s->ptr) != CACHALOT_OK) {
+      kept += s->size;
+      kept_segments++;
+      if (!why[0])
+        snprintf(why, sizeof why, "%s", cachalot_last_error());
+    }
     for (cl_block *b = s->head; b; b = b->next)
       free(b->uses);
     free(s->at);
@@ -219,6 +228,11 @@ static void free_device(cl_device *d) {
     s = next;
   }
   d->segments = NULL;
+  /* destroy returns nothing: say what stays on the device (a capture underway refuses frees, as CUDA does) */
+  if (kept)
+    cl_warn("cachalot_destroy: %zu bytes of device %d could not be given back and stay allocated on the device "
+            "(%zu segments, %zu bytes of mapped pages): %s",
+            kept, d->index, kept_segments, kept_pages, why);
   while (d->spare_segments) {
     s = d->spare_segments;
     d->spare_segments = s->release_next;

@@ -674,16 +674,18 @@ void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
   }
 }
 
-void cl_expandable_destroy_locked(cl_device *d) {
+size_t cl_expandable_destroy_locked(cl_device *d) {
   cachalot_backend *b = d->owner->backend;
+  size_t kept = 0;
   if (d->vranges)
     (void)b->ops->device_sync(b, d->index);
   /* every run of every kind first: a bins' two reservations go back together */
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
     for (cl_segment *run = vr->runs; run; run = run->run_next)
-      (void)unmap_pages(d, vr, run->ptr, run->ptr + run->size, NULL);
+      kept += run->ptr + run->size - unmap_pages(d, vr, run->ptr, run->ptr + run->size, NULL);
     vr->runs = NULL; /* the runs stay in the device's segment list, which destroy frees */
   }
   while (d->vranges)
     cl_vranges_release_locked(d, d->vranges->bins);
+  return kept;
 }

@@ -1007,8 +1007,8 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, size_t limit, b
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);
 /* Gives back the reservations of `bins`, which hold no run any more (its pool goes). */
 void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
-/* destroy: unmaps every run and releases every reservation. */
-void cl_expandable_destroy_locked(cl_device *d);
+/* destroy: unmaps every run and releases every reservation; returns the bytes that stayed mapped. */
+size_t cl_expandable_destroy_locked(cl_device *d);
 
 /* --- oom.c --- */
 /* Formats `n` bytes as SPEC.md §3 does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */

@@ -345,6 +345,43 @@ static void test_nothing_freed_during_capture(void **state) {
   env_free(&e);
 }
 
+/* cachalot_destroy during a global capture: the device refuses frees, as CUDA does, so memory stays on the
+ * device; destroy (which returns nothing) says so in a warning that names the bytes. Unmapping pages is no
+ * stream operation and goes through: with expandable segments nothing stays, and nothing is said. */
+static char destroy_warning[512];
+static void keep_warning(const char *m, void *ctx) {
+  (void)ctx;
+  snprintf(destroy_warning, sizeof destroy_warning, "%s", m);
+}
+static void test_destroy_during_capture_warns(void **state) {
+  (void)state;
+  const char *confs[] = {"", "", "expandable_segments:True"};
+  const size_t kept[] = {2 * MiB, 22 * MiB, 0};
+  for (int i = 0; i < 3; i++) {
+    env e = ENV(1, 0, confs[i]);
+    cachalot_stream s = STREAM(e.b, 0), cap = STREAM(e.b, 0);
+    FREE(e.a, ALLOC(e.a, 0, 512, s)); /* a cached segment (or a run of mapped pages) */
+    if (i == 1)
+      (void)ALLOC(e.a, 0, 3 * MiB, s); /* and a block still allocated: destroy gives its segment back too */
+    OK(cachalot_sim_capture_begin(e.b, cap, CACHALOT_CAPTURE_GLOBAL));
+    destroy_warning[0] = '\0';
+    cachalot_set_warning_handler(keep_warning, NULL);
+    cachalot_destroy(e.a);
+    cachalot_set_warning_handler(NULL, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "cachalot_destroy: %zu bytes", kept[i]);
+    if (kept[i]) {
+      CONTAINS(destroy_warning, want);
+      CONTAINS(destroy_warning, "could not be given back");
+    } else {
+      EQ(strlen(destroy_warning), 0);
+    }
+    OK(cachalot_sim_capture_end(e.b, cap));
+    EQ(USED(e.b, 0), kept[i]); /* what the warning named is what the device still holds */
+    cachalot_backend_destroy(e.b);
+  }
+}
+
 static void expect_same_state(const cachalot_pool_state *x, const cachalot_pool_state *y) {
   EQ(x->device, y->device);
   EQ(x->pool.first, y->pool.first);
@@ -463,6 +500,7 @@ int main(void) {
       cmocka_unit_test(test_release_while_routed),
       cmocka_unit_test(test_restore_refuses_bad_states),
       cmocka_unit_test(test_nothing_freed_during_capture),
+      cmocka_unit_test(test_destroy_during_capture_warns),
       cmocka_unit_test(test_checkpoint_restore),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
