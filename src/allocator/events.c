@@ -26,6 +26,18 @@ static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
 
 /* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
  * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
+bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
+  cachalot_backend *be = d->owner->backend;
+  for (uint32_t i = 0; i < b->n_uses; i++) {
+    bool capturing = false;
+    uint64_t id = 0;
+    /* a query that fails counts as not capturing: the event record then reports what is wrong */
+    if (be->ops->stream_capture_info(be, d->index, b->uses[i], &capturing, &id) == CACHALOT_OK && capturing)
+      return true;
+  }
+  return false;
+}
+
 cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   enum { INLINE = 8 };
   cl_pending_event *inline_buf[INLINE];
@@ -91,8 +103,9 @@ void cl_insert_deferred_events_locked(cl_device *d) {
   size_t kept = 0;
   for (size_t i = 0; i < d->n_deferred; i++) {
     cl_block *b = d->deferred[i];
-    /* a block whose events cannot be had now stays deferred: never reused early */
-    if (cl_insert_events_locked(d, b) != CACHALOT_OK)
+    /* a block whose events cannot be had now stays deferred: never reused early; nor can they while a
+     * stream that used it is being captured (on another device: this one is not capturing) */
+    if (cl_uses_capturing_locked(d, b) || cl_insert_events_locked(d, b) != CACHALOT_OK)
       d->deferred[kept++] = b;
   }
   d->n_deferred = kept;

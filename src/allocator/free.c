@@ -219,9 +219,10 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
-  if (b->n_uses > 0 && cl_capturing(d)) {
-    /* Recording an event now would be captured into the graph: the block waits, PENDING without events,
-     * until no capture is underway (SPEC.md §5). */
+  if (b->n_uses > 0 && (cl_capturing(d) || cl_uses_capturing_locked(d, b))) {
+    /* Recording an event now would be captured into the graph (this device's capture, or another
+     * device's on a stream that used the block): the block waits, PENDING without events, until no
+     * capture is underway (SPEC.md §5). */
     if (d->n_deferred == d->cap_deferred) {
       size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
       cl_block **nd = realloc(d->deferred, cap * sizeof *nd);

@@ -801,6 +801,9 @@ CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
 /* --- events.c --- */
 /* Records an event per stream use of `b` and makes it PENDING; all or nothing. */
 cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b);
+/* Whether a stream that used b (its record_stream streams, of any device) is being captured now: an event
+ * recorded there would become part of the captured graph and never complete. */
+bool cl_uses_capturing_locked(cl_device *d, const cl_block *b);
 /* Records the events of blocks freed during a capture, once no capture is underway. */
 void cl_insert_deferred_events_locked(cl_device *d);
 /* Polls outstanding events in order per stream and frees the blocks whose events all completed. */

@@ -620,7 +620,7 @@ static cachalot_status sim_stream_capture_info(cachalot_backend *b, int device, 
     return st;
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
+  st = resolve_any_stream_locked(sim, device, s, &stream); /* any device's stream: CUDA's handles are */
   if (st == CACHALOT_OK) {
     /* An invalidated capture counts as capturing with id 0, as cudaStreamGetCaptureInfo reports it. */
     *capturing = stream->capture != NULL;
