@@ -232,9 +232,37 @@ static void graph_pool_wins_and_forget(void **state) {
   env_free(&e);
 }
 
+/* A block used by a stream and freed there once a capture of it has begun, before the capture's first malloc
+ * (the interposer's captured cudaFreeAsync: record_stream, then free): no capture is routed yet, but the
+ * event would be recorded into the capture and never complete (empty_cache failing for good, the block's
+ * memory lost). It waits until the capture is over. */
+static void free_on_captured_stream_before_first_malloc(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "detect_captures:True");
+  cachalot_stream s = STREAM(e.b, 0), a = STREAM(e.b, 0);
+  void *x = ALLOC(e.a, 0, 1000, a);
+  capture_begin(&e, s);
+  OK(cachalot_record_stream(e.a, x, s));
+  FREE(e.a, x);
+  void *y = ALLOC(e.a, 0, 1000, s); /* the capture's first malloc: its own pool, never x */
+  assert_ptr_not_equal(y, x);
+  FREE(e.a, y);
+  capture_end(&e, s);
+  OK(cachalot_forget_stream(e.a, s));
+  OK(cachalot_release_capture_pools(e.a, 0));
+  OK(cachalot_sim_stream_complete(e.b, s));
+  EMPTY(e.a);
+  OK(cachalot_sim_stream_complete(e.b, s));
+  EMPTY(e.a);
+  EQ(STATS(e.a, 0).reserved_bytes[0].current, 0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(capture_gets_its_own_pool),
+      cmocka_unit_test(free_on_captured_stream_before_first_malloc),
       cmocka_unit_test(without_detection_the_cache_is_used),
       cmocka_unit_test(side_streams_and_second_capture),
       cmocka_unit_test(routing_ends_and_key),
