@@ -9,20 +9,28 @@
  * variables set no thread is started and no file is touched.
  *
  * Live allocators are kept in a registry guarded by `reg_lock`; a request is served with the lock held,
- * so cachalot_destroy (which leaves the registry first) never races with one. */
+ * so cachalot_destroy (which leaves the registry first) never races with one.
+ *
+ * Hostile or slow clients: each connection is served on a thread of its own (at most MAX_CLIENTS at once;
+ * one more waits for a slot, up to the time limit, then is answered "busy"), with a time limit on every read
+ * and write, so an idle client, or one that never reads its answer, holds nobody else up. Paths: a regular file or nothing at a snapshot path is
+ * replaced through a temporary file and a rename; anything else there (a symlink, a FIFO, a device) is
+ * written through, never replaced; a socket path holding anything but a socket is left alone. */
 #include "../allocator/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-enum { MAX_LIVE = 64 };
+enum { MAX_LIVE = 64, MAX_CLIENTS = 8, IO_TIMEOUT_MS = 2000, MAX_REQUEST = 128, MAX_DRAIN = 65536 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static cachalot_allocator *live[MAX_LIVE];
@@ -55,14 +63,24 @@ bool cl_export_expand_path(const char *in, char *out, size_t cap) {
   return o > 0;
 }
 
-/* Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a file. */
+/* Writes `text` to `path`. A regular file (or nothing) there is replaced through a temporary file and a
+ * rename, so a reader never sees half a file; anything else (a symlink, a FIFO, a device) is written
+ * through, as a shell redirection would, instead of being replaced by a regular file. */
 static bool write_file(const char *path, const char *text) {
+  const size_t n = strlen(text);
+  struct stat st;
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+      return false;
+    bool ok = fwrite(text, 1, n, f) == n;
+    return (fclose(f) == 0) && ok;
+  }
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f)
     return false;
-  size_t n = strlen(text);
   bool ok = fwrite(text, 1, n, f) == n;
   ok = fclose(f) == 0 && ok;
   if (ok)
@@ -92,7 +110,7 @@ void cl_export_on_oom(cachalot_allocator *a) {
 
 static void at_exit(void) {
   pthread_mutex_lock(&reg_lock);
-  for (int i = 0; i < n_live; i++) {
+  for (int i = 0; exit_path[0] && i < n_live; i++) { /* (registered for the socket alone too) */
     char path[600];
     if (i == 0)
       snprintf(path, sizeof path, "%s", exit_path);
@@ -105,26 +123,38 @@ static void at_exit(void) {
     unlink(socket_path);
 }
 
-/* One request: a line of text in, JSON (or an error object) out. */
+/* One request: a line of text in, JSON (or an error object) out. A line longer than MAX_REQUEST - 1 bytes
+ * is read to its end (up to MAX_DRAIN, within the time limit) and answered with an error: closing with
+ * unread input would reset the connection before the client reads the answer. */
 static void serve(int fd) {
-  char req[128];
-  size_t n = 0;
-  while (n < sizeof req - 1) {
+  char req[MAX_REQUEST];
+  size_t n = 0, extra = 0;
+  bool line = false;
+  while (!line && n < sizeof req - 1) {
     ssize_t r = read(fd, req + n, sizeof req - 1 - n);
     if (r <= 0)
       break;
+    line = memchr(req + n, '\n', (size_t)r) != NULL;
     n += (size_t)r;
-    if (memchr(req, '\n', n))
-      break;
   }
   req[n] = '\0';
+  while (!line && n == sizeof req - 1 && extra < MAX_DRAIN) {
+    char sink[512];
+    ssize_t r = read(fd, sink, sizeof sink);
+    if (r <= 0)
+      break;
+    line = memchr(sink, '\n', (size_t)r) != NULL;
+    extra += (size_t)r;
+  }
   char cmd[16] = "";
   int idx = 0, device = 0;
-  int got = sscanf(req, "%15s %d %d", cmd, &idx, &device);
+  int got = extra ? 0 : sscanf(req, "%15s %d %d", cmd, &idx, &device);
   char *out = NULL;
-  char small[160];
+  char small[200];
   pthread_mutex_lock(&reg_lock);
-  if (got >= 1 && !strcmp(cmd, "list")) {
+  if (extra) {
+    snprintf(small, sizeof small, "{\"error\":\"request longer than %d bytes\"}", MAX_REQUEST - 1);
+  } else if (got >= 1 && !strcmp(cmd, "list")) {
     snprintf(small, sizeof small, "{\"allocators\":%d,\"pid\":%ld}", n_live, (long)getpid());
   } else if (got >= 1 && (!strcmp(cmd, "snapshot") || !strcmp(cmd, "stats")) && idx >= 0 && idx < n_live) {
     cachalot_status rc = !strcmp(cmd, "snapshot") ? cachalot_snapshot_json(live[idx], &out)
@@ -151,21 +181,55 @@ static void serve(int fd) {
 
 void cl_export_serve(int fd) { serve(fd); }
 
+static _Atomic int n_clients;
+
+static void *client_thread(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  serve(fd);
+  close(fd);
+  atomic_fetch_sub(&n_clients, 1);
+  return NULL;
+}
+
 static void *socket_thread(void *arg) {
   int srv = (int)(intptr_t)arg;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   for (;;) {
-    int fd = accept(srv, NULL, NULL);
+    int fd = accept4(srv, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR)
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        if (errno != EINTR && errno != ECONNABORTED)
+          usleep(10000); /* out of descriptors or memory: let the clients being served finish */
         continue;
+      }
+      pthread_attr_destroy(&attr);
       return NULL;
     }
     struct ucred cred;
     socklen_t len = sizeof cred;
     /* The socket file is 0600 already; the credential check also holds if someone loosened it. */
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid())
-      serve(fd);
-    close(fd);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
+      close(fd);
+      continue;
+    }
+    /* every read and write of this client gives up after the time limit */
+    const struct timeval tv = {IO_TIMEOUT_MS / 1000, (IO_TIMEOUT_MS % 1000) * 1000};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    /* all slots taken: wait for one (a slow client holds its slot for the time limit at most) */
+    for (int waited = 0; atomic_load(&n_clients) >= MAX_CLIENTS && waited < IO_TIMEOUT_MS; waited++)
+      usleep(1000);
+    pthread_t t;
+    if (atomic_fetch_add(&n_clients, 1) >= MAX_CLIENTS ||
+        pthread_create(&t, &attr, client_thread, (void *)(intptr_t)fd) != 0) {
+      atomic_fetch_sub(&n_clients, 1);
+      static const char busy[] = "{\"error\":\"busy: too many clients at once, try again\"}";
+      (void)send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(fd);
+    }
   }
 }
 
@@ -183,8 +247,17 @@ static void start_socket(const char *path) {
     return;
   }
   memcpy(addr.sun_path, tmp, (size_t)n + 1);
-  unlink(tmp);
-  unlink(path);
+  /* Only a socket (a stale one of an earlier run) is replaced: a file the variable points at by mistake
+   * is not deleted. */
+  struct stat st;
+  if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    close(srv);
+    cl_warn("CACHALOT_SNAPSHOT_SOCKET: %s exists and is not a socket: not replaced, no socket served", path);
+    socket_path[0] = '\0';
+    return;
+  }
+  if (lstat(tmp, &st) == 0 && S_ISSOCK(st.st_mode))
+    unlink(tmp);
   if (bind(srv, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(tmp, 0600) != 0 || rename(tmp, path) != 0 ||
       listen(srv, 8) != 0) {
     cl_warn("CACHALOT_SNAPSHOT_SOCKET: cannot serve on %s: %s", path, strerror(errno));

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -199,6 +200,122 @@ static void test_env_too_long(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int connect_to(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* Hostile clients and paths (issue 17 items 13-15), in a child: an idle client and one that never reads a
+ * large answer hold nobody else up; a request over 127 bytes gets the error object, not a reset; the
+ * socket variable pointing at a regular file leaves the file alone; the at-exit path a symlink is written
+ * through, the link kept; with the socket variable alone nothing is written at exit. */
+static int child_hostile(int step) {
+  char path[160], target[160], link[160];
+  cachalot_sim_options o = {1, 64 * GiB, false};
+  cachalot_backend *b;
+  cachalot_allocator *a;
+  if (step == 0) { /* socket at a regular file */
+    snprintf(path, sizeof path, "%s/precious", dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs("keep me", f) < 0 || fclose(f) != 0)
+      return 20;
+    setenv("CACHALOT_SNAPSHOT_SOCKET", path, 1);
+    if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a))
+      return 21;
+    char *text = slurp(path);
+    return text && !strcmp(text, "keep me") ? 0 : 22;
+  }
+  if (step == 1) { /* at-exit path a symlink; a second allocator; then exit */
+    snprintf(target, sizeof target, "%s/target.json", dir);
+    snprintf(link, sizeof link, "%s/link.json", dir);
+    if (symlink(target, link) != 0)
+      return 30;
+    setenv("CACHALOT_SNAPSHOT_AT_EXIT", link, 1);
+    if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a))
+      return 31;
+    return 0;
+  }
+  /* step 2: the socket alone, under slow and hostile clients */
+  snprintf(path, sizeof path, "%s/sock", dir);
+  setenv("CACHALOT_SNAPSHOT_SOCKET", path, 1);
+  cachalot_allocator *a2;
+  if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a) || cachalot_create(b, "", &a2))
+    return 40;
+  for (int i = 0; i < 4000; i++) { /* a snapshot of ~1 MB: more than a socket buffer holds */
+    void *p;
+    if (cachalot_malloc(a, 0, 512 + 512 * (size_t)(i % 7), NULL, &p))
+      return 41;
+  }
+  int idle = connect_to(path); /* connects, says nothing */
+  int deaf = connect_to(path); /* asks, never reads */
+  if (idle < 0 || deaf < 0 || write(deaf, "snapshot\n", 9) != 9)
+    return 42;
+  usleep(100000);
+  double t0 = now_s();
+  char *r = ask(path, "list\n");
+  if (!r || !strstr(r, "\"allocators\":2") || now_s() - t0 > 1.0)
+    return 43; /* answered at once, not after the others' time limits */
+  char longreq[300];
+  memset(longreq, 'x', sizeof longreq);
+  longreq[sizeof longreq - 2] = '\n';
+  longreq[sizeof longreq - 1] = '\0';
+  r = ask(path, longreq);
+  if (!r || !strstr(r, "request longer than 127 bytes"))
+    return 44;
+  close(idle);
+  close(deaf);
+  return 0; /* exit: the socket alone writes no snapshot */
+}
+
+static void test_hostile_clients_and_paths(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  for (int step = 0; step < 3; step++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      unsetenv("CACHALOT_SNAPSHOT_ON_OOM");
+      unsetenv("CACHALOT_SNAPSHOT_AT_EXIT");
+      unsetenv("CACHALOT_SNAPSHOT_SOCKET");
+      if (chdir(dir) != 0)
+        exit(99);
+      int rc = child_hostile(step);
+      fflush(NULL);
+      exit(rc);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  char path[200];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/link.json", dir);
+  assert_int_equal(lstat(path, &st), 0);
+  assert_true(S_ISLNK(st.st_mode)); /* written through, not replaced */
+  snprintf(path, sizeof path, "%s/target.json", dir);
+  char *text = slurp(path);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"segments\":["));
+  snprintf(path, sizeof path, "%s/.1", dir); /* no stray file of the second allocator */
+  assert_int_not_equal(lstat(path, &st), 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_no_thread_without_env(void **state) {
   (void)state;
   pid_t pid = fork();
@@ -224,6 +341,7 @@ int main(void) {
       cmocka_unit_test(test_env_triggers),
       cmocka_unit_test(test_no_thread_without_env),
       cmocka_unit_test(test_env_too_long),
+      cmocka_unit_test(test_hostile_clients_and_paths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
