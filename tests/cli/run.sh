@@ -231,13 +231,67 @@ t plot_no_such_dir 1 plot cachalot_small.json -o no_such_dir/out.html
 t plot_onto_directory 1 plot cachalot_small.json -o .
 if ls ./.tmp.* >/dev/null 2>&1; then fail plot_onto_directory "temporary file left"; else passed=$((passed + 1)); fi
 
+# OUT that is not a regular file is written through, never replaced by a renamed temporary file (issue 17
+# item 10; as root, -o /dev/full turned the device into a regular file): a symbolic link stays a link and
+# its file gets the page, a FIFO stays a FIFO and its reader gets the page, and a write that fails (a
+# link to /dev/full) exits 1 with the reason. The same for replay's -o, plain and gzip'ed.
+# is_link NAME PATH TARGET: PATH must still be a symbolic link to TARGET.
+is_link() {
+  if [ -L "$2" ] && [ "$(readlink "$2")" = "$3" ]; then
+    passed=$((passed + 1))
+  else
+    fail "$1" "$2 is no longer a link to $3 but a $(stat -c %F "$2" 2>/dev/null)"
+  fi
+}
+echo old >linked.html
+ln -s linked.html link.html
+t plot_through_link 0 plot cachalot_small.json -o link.html
+is_link plot_through_link link.html linked.html
+page_ok plot_through_link_page linked.html '<h2>Device 0</h2>'
+mkfifo fifo.html
+timeout 60 cat fifo.html >from_fifo.html &
+reader=$!
+t plot_into_fifo 0 plot cachalot_small.json -o fifo.html
+if [ -p fifo.html ]; then
+  wait $reader
+  passed=$((passed + 1))
+  page_ok plot_into_fifo_page from_fifo.html '<h2>Device 0</h2>'
+else
+  kill $reader 2>/dev/null
+  wait $reader 2>/dev/null
+  fail plot_into_fifo "fifo.html is no longer a FIFO but a $(stat -c %F fifo.html)"
+fi
+echo old >replayed_target.json
+ln -s replayed_target.json replayed_link.json
+t replay_out_through_link 0 replay trace_small.json -o replayed_link.json
+is_link replay_out_through_link replayed_link.json replayed_target.json
+grep -q '"segments"' replayed_target.json && passed=$((passed + 1)) ||
+  fail replay_out_through_link "replayed_target.json does not hold the snapshot"
+if [ -c /dev/full ]; then
+  ln -s /dev/full full.html
+  t plot_full_device 1 plot cachalot_small.json -o full.html
+  is_link plot_full_device full.html /dev/full
+  ln -s /dev/full full.json
+  t replay_out_full_device 1 replay trace_small.json -o full.json
+  is_link replay_out_full_device full.json /dev/full
+  ln -s /dev/full full.json.gz
+  t replay_out_gz_full_device 1 replay trace_small.json -o full.json.gz
+  is_link replay_out_gz_full_device full.json.gz /dev/full
+  if ls ./*.tmp.* >/dev/null 2>&1; then fail plot_full_device "temporary file left: $(ls ./*.tmp.*)"; fi
+else
+  echo "skip plot_full_device: no /dev/full"
+fi
+
 t plot_cachalot 0 plot cachalot_small.json -o out.html
 page_ok plot_cachalot_page out.html 'Memory snapshot: <span class="mono">cachalot_small.json</span>' \
   '<h2>Device 0</h2>' '<h2>Device 1</h2>' 'max_split_size_mb:40' '<polyline' 'peak reserved 26.00 MiB' \
   'peak allocated 9.82 MiB' '1 OOM' 'stream 140000000000000' '<title>active_pending_free block 0x7f0000400000'
-# Written again over the old page: replaced, not appended to.
+# Written again over the old page: replaced, not appended to, and the file keeps its mode.
+chmod 600 out.html
 t plot_cachalot_again 0 plot cachalot_small.json -o out.html
 [ "$(grep -c '<!DOCTYPE html>' out.html)" = 1 ] && passed=$((passed + 1)) || fail plot_cachalot_again "not replaced"
+[ "$(stat -c %a out.html)" = 600 ] && passed=$((passed + 1)) ||
+  fail plot_cachalot_again "the mode of out.html became $(stat -c %a out.html)"
 # The whole page of the small fixture, to standard output.
 t plot_cachalot_html 0 plot cachalot_small.json -o -
 t plot_device1 0 plot cachalot_small.json --device 1 -o d1.html

@@ -75,6 +75,8 @@ static const char help[] =
     "      --csv FILE          also write the results as CSV\n"
     "      --json FILE         also write the results as JSON\n"
     "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
+    "                          (a regular FILE is replaced atomically; a device or a FIFO is written\n"
+    "                          through, and a symbolic link stays a link)\n"
     "  -v, --verbose           progress on standard error\n"
     "  -h, --help              this text\n"
     "`alloc_bench svg IN.csv OUT.svg` draws the chart of a CSV written by --csv: one group of bars per\n"

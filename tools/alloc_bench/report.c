@@ -1,6 +1,8 @@
 /* alloc_bench: the results as a table, CSV and JSON, and the CSV read back (for `alloc_bench svg`). */
 #include "bench.h"
 
+#include "../common/outfile.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -166,21 +168,30 @@ static void csv_i64(FILE *f, int64_t v) {
     fprintf(f, "%" PRId64, v);
 }
 
-static int close_file(FILE *f, const char *path, char err[AB_ERR_LEN]) {
-  bool bad = ferror(f) != 0;
-  if (fclose(f) != 0 || bad) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+/* The outputs are written as common/outfile.h says: a regular file atomically, anything else through. */
+static FILE *open_output(tool_out *o, const char *path, char err[AB_ERR_LEN]) {
+  char why[256];
+  if (tool_out_open(o, path, why, sizeof why) != 0) {
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    return NULL;
+  }
+  return o->f;
+}
+
+static int close_output(tool_out *o, const char *path, char err[AB_ERR_LEN]) {
+  char why[256];
+  if (tool_out_close(o, true, why, sizeof why) != 0) {
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
     return -1;
   }
   return 0;
 }
 
 int ab_write_csv(const char *path, const ab_results *res, char err[AB_ERR_LEN]) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, strerror(errno));
+  tool_out o;
+  FILE *f = open_output(&o, path, err);
+  if (f == NULL)
     return -1;
-  }
   fprintf(f, "%s\n", csv_header);
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
@@ -204,7 +215,7 @@ int ab_write_csv(const char *path, const ab_results *res, char err[AB_ERR_LEN]) 
     csv_field(f, r->note);
     fputc('\n', f);
   }
-  return close_file(f, path, err);
+  return close_output(&o, path, err);
 }
 
 /* Splits one CSV record (RFC 4180 quoting; no newlines inside fields) in place into at most max fields. */
@@ -358,11 +369,10 @@ static void json_i64(FILE *f, const char *key, int64_t v) {
 }
 
 int ab_write_json(const char *path, const ab_results *res, const char *config, char err[AB_ERR_LEN]) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, strerror(errno));
+  tool_out o;
+  FILE *f = open_output(&o, path, err);
+  if (f == NULL)
     return -1;
-  }
   fprintf(f, "{\"tool\": \"alloc_bench\", \"config\": %s, \"rows\": [", config);
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
@@ -386,5 +396,5 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
     fputc('}', f);
   }
   fputs("\n]}\n", f);
-  return close_file(f, path, err);
+  return close_output(&o, path, err);
 }

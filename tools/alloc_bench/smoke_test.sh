@@ -3,6 +3,7 @@
 # workload on the simulated device with tiny sizes, the CSV / JSON / SVG outputs and `alloc_bench svg`.
 # Usage: smoke_test.sh ALLOC_BENCH WORKDIR
 set -u -o pipefail
+export LC_ALL=C # strerror texts, the same everywhere
 bench=$1
 dir=$2
 rm -rf "$dir"
@@ -76,6 +77,28 @@ if command -v python3 >/dev/null; then
   python3 -m json.tool "$dir/out.json" >/dev/null || fail "out.json is not valid JSON"
 fi
 grep -q '^<svg ' "$dir/out.svg" && tail -1 "$dir/out.svg" | grep -q '^</svg>$' || fail "out.svg is not an SVG document"
+
+# Outputs that are not regular files are written through (issue 17 item 10): a symbolic link stays a
+# link, and a write that fails (a link to /dev/full) exits 1 naming the reason, for each output.
+echo old >"$dir/target.csv"
+ln -s target.csv "$dir/link.csv"
+"$bench" --allocators cachalot-sim --workload pair --ops 20 --repeat 1 --csv "$dir/link.csv" >/dev/null 2>&1 ||
+  fail "--csv through a symbolic link exited $?"
+[ -L "$dir/link.csv" ] || fail "--csv replaced the symbolic link link.csv"
+grep -q '^pair-4KiB,cachalot-sim,ok,' "$dir/target.csv" || fail "--csv did not write through the link"
+if [ -c /dev/full ]; then
+  for opt in --csv --json --svg; do
+    ln -sf /dev/full "$dir/full$opt"
+    "$bench" --allocators cachalot-sim --workload pair --ops 20 --repeat 1 "$opt" "$dir/full$opt" \
+      >/dev/null 2>"$dir/full.err"
+    rc=$?
+    [ "$rc" = 1 ] || fail "$opt to /dev/full exited $rc, expected 1"
+    grep -q "cannot write $dir/full$opt: No space left on device" "$dir/full.err" ||
+      fail "$opt to /dev/full: $(cat "$dir/full.err")"
+    [ -L "$dir/full$opt" ] || fail "$opt replaced the link to /dev/full"
+  done
+fi
+ls "$dir"/*.tmp.* >/dev/null 2>&1 && fail "temporary files left: $(ls "$dir"/*.tmp.*)"
 
 # The chart from the CSV.
 "$bench" svg "$dir/out.csv" "$dir/from_csv.svg" || fail "alloc_bench svg exited $?"

@@ -5,6 +5,8 @@
  * Plain SVG 1.1 with no script, no font or anything else fetched. */
 #include "bench.h"
 
+#include "../common/outfile.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -120,13 +122,16 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
   int height = TOP + (int)lines * (BAR_H + BAR_GAP) + (int)groups.n * GROUP_GAP + 40;
   int width = LABEL_W + PLOT_W + VALUE_W;
 
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, strerror(errno));
+  /* As common/outfile.h says: a regular file is replaced atomically, anything else written through. */
+  tool_out o;
+  char why[256];
+  if (tool_out_open(&o, path, why, sizeof why) != 0) {
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
     free(groups.names);
     free(allocs.names);
     return -1;
   }
+  FILE *f = o.f;
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -226,9 +231,8 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
   fputs("</svg>\n", f);
   free(groups.names);
   free(allocs.names);
-  bool bad = ferror(f) != 0;
-  if (fclose(f) != 0 || bad) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s", path);
+  if (tool_out_close(&o, true, why, sizeof why) != 0) {
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
     return -1;
   }
   return 0;

@@ -1,8 +1,6 @@
 /* alloc_snapshot: helpers shared by the subcommands (see cli.h). */
 #include "cli.h"
 
-#include <zlib.h>
-
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -191,31 +189,4 @@ int as_finish_stdout(const char *cmd, int status) {
   if (fflush(stdout) != 0 || ferror(stdout))
     return as_failure(cmd, "cannot write to standard output: %s", strerror(errno));
   return status;
-}
-
-int as_write_output(const char *cmd, const char *path, const char *text, size_t len) {
-  size_t plen = strlen(path);
-  bool ok;
-  if (strcmp(path, "-") == 0) {
-    ok = fwrite(text, 1, len, stdout) == len && fputc('\n', stdout) != EOF;
-  } else if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0) {
-    gzFile gz = gzopen(path, "wb");
-    ok = gz != NULL;
-    /* gzwrite takes an unsigned count: write in pieces of at most 1 GiB. */
-    for (size_t off = 0; ok && off < len;) {
-      unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
-      ok = gzwrite(gz, text + off, n) == (int)n;
-      off += n;
-    }
-    if (gz != NULL && gzclose(gz) != Z_OK)
-      ok = false;
-  } else {
-    FILE *f = fopen(path, "w");
-    ok = f != NULL && fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
-    if (f != NULL && fclose(f) != 0)
-      ok = false;
-  }
-  if (!ok)
-    return as_failure(cmd, "%s: cannot write the output", strcmp(path, "-") == 0 ? "standard output" : path);
-  return AS_EXIT_OK;
 }

@@ -66,7 +66,9 @@ void as_table_free(as_table *t);
 int as_finish_stdout(const char *cmd, int status);
 
 /* Writes `len` bytes of `text` and a newline to `path`: standard output for "-", gzip'ed when the name
- * ends in ".gz", else a plain file. AS_EXIT_OK, or AS_EXIT_FAILURE after a message naming the path. */
+ * ends in ".gz", else a plain file; a regular file is replaced atomically, anything else written through
+ * (common/outfile.h). AS_EXIT_OK, or AS_EXIT_FAILURE after a message naming the path. In output.c, apart
+ * from the helpers above, which the snapshot fuzzer links without it. */
 int as_write_output(const char *cmd, const char *path, const char *text, size_t len);
 
 #endif

@@ -19,7 +19,9 @@ static const char usage[] =
     "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
     "  plot FILE       one self-contained HTML page: the segment map and memory over time\n"
     "\n"
-    "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input).\n"
+    "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input). An output (-o) that is a regular\n"
+    "file is replaced atomically; anything else (a device, a FIFO) is written through, and a symbolic\n"
+    "link stays a link.\n"
     "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
     "'alloc_snapshot COMMAND --help' describes a command.\n";
 

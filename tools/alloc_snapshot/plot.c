@@ -6,10 +6,8 @@
  * anything; tooltips are SVG <title> elements. Every text that comes from the input (the file name, the
  * allocator's config string) is escaped. The polylines are downsampled to at most 4 points per pixel
  * column (first, lowest, highest and last value of the column), so a trace of millions of entries stays
- * a page a browser draws at once and every peak is still drawn at its height. The page is written to a
- * temporary file beside OUT and renamed onto it, so OUT is never half written. */
-#include <errno.h>
-#include <fcntl.h>
+ * a page a browser draws at once and every peak is still drawn at its height. OUT is written as
+ * common/outfile.h says: a regular file is replaced atomically, anything else written through. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -17,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "../common/outfile.h"
 #include "cli.h"
 #include "reader.h"
 #include "summary.h"
@@ -42,8 +40,9 @@ static const char help[] =
     "Hovering a block shows its address, size and requested size.\n"
     "\n"
     "options:\n"
-    "  -o OUT.html   where to write the page (required; '-' is standard output); OUT is replaced\n"
-    "                atomically (written beside it, then renamed)\n"
+    "  -o OUT.html   where to write the page (required; '-' is standard output); a regular file\n"
+    "                is replaced atomically (written beside it, then renamed), anything else (a\n"
+    "                device, a FIFO) is written through; a symbolic link stays a link\n"
     "  --device N    only device N (default: every device with segments or trace entries)\n"
     "  -h, --help    this text\n"
     "\n"
@@ -1058,32 +1057,6 @@ static int write_page(page *p, const char *input, const as_snapshot *snap, const
   return 0;
 }
 
-/* Opens a temporary file beside `path` (so that rename() is atomic), with the mode a new file would get. */
-static FILE *open_temp(const char *path, char **tmp_path) {
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 16);
-  if (tmp == NULL)
-    return NULL;
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    free(tmp);
-    return NULL;
-  }
-  mode_t mask = umask(0);
-  umask(mask);
-  (void)fchmod(fd, 0666 & ~mask);
-  FILE *f = fdopen(fd, "w");
-  if (f == NULL) {
-    close(fd);
-    unlink(tmp);
-    free(tmp);
-    return NULL;
-  }
-  *tmp_path = tmp;
-  return f;
-}
-
 int as_cmd_plot(int argc, char **argv) {
   static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                            {"device", required_argument, NULL, 'd'},
@@ -1158,35 +1131,21 @@ int as_cmd_plot(int argc, char **argv) {
                       len ? list : "the file holds nothing on any device");
   }
 
-  char *tmp = NULL;
-  page p = {to_stdout ? stdout : open_temp(out, &tmp)};
-  if (p.f == NULL) {
-    int e = errno;
+  tool_out o = {0};
+  char why[256];
+  if (!to_stdout && tool_out_open(&o, out, why, sizeof why) != 0) {
     as_snapshot_free(&snap);
-    return as_failure("plot", "%s: cannot create the output: %s", out, strerror(e));
+    return as_failure("plot", "%s: cannot create the output: %s", out, why);
   }
+  page p = {to_stdout ? stdout : o.f};
   int status = AS_EXIT_OK;
   if (write_page(&p, input_name, &snap, devices, n_devices) != 0)
     status = as_failure("plot", "out of host memory");
   as_snapshot_free(&snap);
   if (to_stdout)
     return as_finish_stdout("plot", status);
-  bool ok = status == AS_EXIT_OK && fflush(p.f) == 0 && !ferror(p.f) && fsync(fileno(p.f)) == 0;
-  int e = errno;
-  if (fclose(p.f) != 0 && ok) {
-    ok = false;
-    e = errno;
-  }
-  if (ok && rename(tmp, out) != 0) {
-    ok = false;
-    e = errno;
-  }
-  if (!ok) {
-    unlink(tmp);
-    free(tmp);
-    return status != AS_EXIT_OK ? status : as_failure("plot", "%s: cannot write the output: %s", out, strerror(e));
-  }
-  free(tmp);
+  if (tool_out_close(&o, status == AS_EXIT_OK, why, sizeof why) != 0)
+    return status != AS_EXIT_OK ? status : as_failure("plot", "%s: cannot write the output: %s", out, why);
   printf("wrote %s (", out);
   if (n_devices == 0)
     printf("nothing on any device");

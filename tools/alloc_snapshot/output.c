@@ -1,0 +1,66 @@
+/* alloc_snapshot: the output files of dump and replay -o (see cli.h). */
+#include "cli.h"
+
+#include <zlib.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/outfile.h"
+
+/* gzwrite takes an unsigned count: the text goes in pieces of at most 1 GiB. */
+static bool write_gz(FILE *f, const char *text, size_t len, int *err) {
+  /* zlib writes to the descriptor itself, past the FILE, so tool_out_close still flushes (nothing),
+   * syncs and renames the same file. */
+  int fd = dup(fileno(f));
+  gzFile gz = fd >= 0 ? gzdopen(fd, "wb") : NULL;
+  if (gz == NULL) {
+    *err = errno;
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  bool ok = true;
+  for (size_t off = 0; ok && off < len;) {
+    unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
+    ok = gzwrite(gz, text + off, n) == (int)n;
+    off += n;
+  }
+  ok = ok && gzputc(gz, '\n') == '\n';
+  *err = errno;
+  if (gzclose(gz) != Z_OK && ok) {
+    ok = false;
+    *err = errno;
+  }
+  return ok;
+}
+
+int as_write_output(const char *cmd, const char *path, const char *text, size_t len) {
+  if (strcmp(path, "-") == 0) {
+    if (fwrite(text, 1, len, stdout) != len || fputc('\n', stdout) == EOF)
+      return as_failure(cmd, "cannot write to standard output: %s", strerror(errno));
+    return AS_EXIT_OK;
+  }
+  tool_out o;
+  char why[256];
+  if (tool_out_open(&o, path, why, sizeof why) != 0)
+    return as_failure(cmd, "%s: cannot create the output: %s", path, why);
+  size_t plen = strlen(path);
+  int err = 0;
+  bool ok;
+  if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0) {
+    ok = write_gz(o.f, text, len, &err);
+  } else {
+    ok = fwrite(text, 1, len, o.f) == len && fputc('\n', o.f) != EOF;
+    err = errno;
+  }
+  if (!ok) {
+    tool_out_close(&o, false, why, sizeof why);
+    return as_failure(cmd, "%s: cannot write the output: %s", path, strerror(err ? err : EIO));
+  }
+  if (tool_out_close(&o, true, why, sizeof why) != 0)
+    return as_failure(cmd, "%s: cannot write the output: %s", path, why);
+  return AS_EXIT_OK;
+}
