@@ -144,9 +144,28 @@ t trailing 1 show trailing.json
 t top_array 1 show top_array.json
 t no_segments 1 show no_segments.json
 t deep_nesting 1 show deep_nesting.json
+# Not JSON, though cJSON alone took each of them (issue 17 item 11): control bytes between tokens or raw
+# in a string (an escape sequence for the terminal), a NUL escaped into a string (which cut
+# "small\u0000large" to "small"), a number with a leading zero. The bad_block_*, bad_allocated_size and
+# bad_segment_wraps fixtures are snapshots whose blocks do not fit their segment (`show` said 1 TiB was
+# allocated in a 2 MiB segment).
+printf '{"segments": [\000]}' >bad_control_byte.json
+printf '{"segments": [],\f"device_traces": []}' >bad_form_feed.json
+printf '{"segments": [], "allocator_settings": {"CACHALOT_ALLOC_CONF": "max_split_size_mb:40\033[2J"}}' \
+  >bad_control_in_string.json
+printf '%s' '{"segments": [{"device": 0, "address": 0, "total_size": 2097152, "segment_type": "small\u0000large", "blocks": []}]}' \
+  >bad_nul_escape.json
+printf '%s' '{"segments": [{"device": 01, "address": 0, "total_size": 2097152, "blocks": []}]}' >bad_leading_zero.json
 for f in bad_*.json; do
   t "${f%.json}" 1 show "$f"
 done
+# gzip: data after the last member is refused (zlib's gzread dropped it silently); members one after
+# another (cat a.gz b.gz) are one file.
+# gz_trailing.json.gz is cachalot_small.json gzip'ed and "garbage", gz_zeros.json.gz the same with 512
+# zero bytes (tar's padding), gz_members.json.gz its first 1000 bytes and the rest, each gzip'ed.
+t gz_trailing 1 show gz_trailing.json.gz
+t gz_zeros 1 show gz_zeros.json.gz
+t gz_members 0 show gz_members.json.gz
 t bad_in_diff_b 1 diff cachalot_small.json bad_state.json
 t bad_in_segments 1 segments bad_pool_id.json
 t bad_in_replay 1 replay bad_missing_size.json
@@ -335,6 +354,46 @@ if [ -f "$real_trace" ]; then
   fi
 else
   echo "skip plot_gpt: $real_trace not found"
+fi
+
+# --- dump against a fake process: the whole reply must be one JSON object (issue 17 item 11: a reply
+#     was cut at its first NUL, and anything after the object was ignored, and the rest written out) ---
+# serve_once SOCKET HEX: answers one request on SOCKET with the bytes HEX, in the background ($server).
+serve_once() {
+  python3 -c '
+import os, socket, sys
+path, reply = sys.argv[1], bytes.fromhex(sys.argv[2])
+s = socket.socket(socket.AF_UNIX)
+s.bind(path + ".tmp")
+s.listen(1)
+os.rename(path + ".tmp", path)  # there only once it listens
+s.settimeout(30)
+c, _ = s.accept()
+c.recv(4096)
+c.sendall(reply)
+c.close()
+os.unlink(path)
+' "$1" "$2" &
+  server=$!
+  for _ in $(seq 200); do [ -S "$1" ] && break; sleep 0.05; done
+}
+if command -v python3 >/dev/null; then
+  hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
+  serve_once fake.sock "$(hex '{"segments": []}')00$(hex 'garbage')"
+  t dump_reply_nul 1 dump --socket fake.sock -o reply_nul.json
+  wait $server
+  no_file dump_reply_nul reply_nul.json
+  serve_once fake.sock "$(hex '{"segments": []} {"error": "second"}')"
+  t dump_reply_trailing 1 dump --socket fake.sock -o reply_trailing.json
+  wait $server
+  no_file dump_reply_trailing reply_trailing.json
+  serve_once fake.sock "$(hex '{"segments": [], "device_traces": []}')0a"
+  t dump_reply_ok 0 dump --socket fake.sock -o reply_ok.json
+  wait $server
+  cmp -s reply_ok.json <(printf '{"segments": [], "device_traces": []}\n\n') && passed=$((passed + 1)) ||
+    fail dump_reply_ok "reply_ok.json is not the reply: $(head -c 100 reply_ok.json)"
+else
+  echo "skip dump_reply_*: no python3"
 fi
 
 # --- tools/snapshot_pickle_to_json.py: PyTorch's .pickle snapshots to JSON, data only ---

@@ -1,5 +1,6 @@
 /* alloc_snapshot dump: the snapshot (or stats) of a live process that runs with
- * CACHALOT_SNAPSHOT_SOCKET=PATH, asked for over that UNIX socket. The reply is checked to be JSON
+ * CACHALOT_SNAPSHOT_SOCKET=PATH, asked for over that UNIX socket. The whole reply is checked to be one
+ * JSON object (strict JSON, as the reader reads files: a NUL or anything after the object is refused)
  * before it is written, so a file never holds half an answer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "reader.h"
 
 static const char help[] =
     "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE]\n"
@@ -28,8 +30,8 @@ static const char help[] =
 
 enum { MAX_REPLY = 1 << 30 };
 
-/* Sends `req` and reads the whole reply into a malloc'ed string. NULL after a message. */
-static char *ask(const char *path, const char *req, int *status) {
+/* Sends `req` and reads the whole reply, `*len` bytes, into a malloc'ed buffer. NULL after a message. */
+static char *ask(const char *path, const char *req, size_t *len_out, int *status) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof addr.sun_path) {
     *status = as_usage_error("dump", "socket path too long: %s", path);
@@ -81,12 +83,20 @@ static char *ask(const char *path, const char *req, int *status) {
     ssize_t r = read(fd, buf + n, cap - 1 - n);
     if (r < 0 && errno == EINTR)
       continue;
-    if (r <= 0)
+    if (r < 0) {
+      /* A connection reset mid-answer is no end of the answer: what came before it may parse. */
+      *status = as_failure("dump", "%s: cannot read the reply: %s", path, strerror(errno));
+      free(buf);
+      close(fd);
+      return NULL;
+    }
+    if (r == 0)
       break;
     n += (size_t)r;
   }
   close(fd);
   buf[n] = '\0';
+  *len_out = n;
   return buf;
 }
 
@@ -129,18 +139,24 @@ int as_cmd_dump(int argc, char **argv) {
   else
     snprintf(req, sizeof req, "snapshot %llu\n", (unsigned long long)allocator);
   int status = AS_EXIT_OK;
-  char *reply = ask(sock, req, &status);
+  size_t len = 0;
+  char *reply = ask(sock, req, &len, &status);
   if (!reply)
     return status;
-  cJSON *doc = cJSON_Parse(reply);
+  /* cJSON_Parse stopped at the first NUL and took what came before it for the whole reply. */
+  char name[160], why[AS_ERR_LEN];
+  snprintf(name, sizeof name, "%s: the reply (%zu bytes)", sock, len);
+  cJSON *doc = as_json_parse(name, reply, len, why);
   cJSON *err = doc ? cJSON_GetObjectItemCaseSensitive(doc, "error") : NULL;
-  if (!doc || !cJSON_IsObject(doc))
-    status = as_failure("dump", "%s: the reply is not a JSON object (%zu bytes)", sock, strlen(reply));
+  if (!doc)
+    status = as_failure("dump", "%s", why);
+  else if (!cJSON_IsObject(doc))
+    status = as_failure("dump", "%s: the reply is not a JSON object (%zu bytes)", sock, len);
   else if (err)
     status = as_failure("dump", "%s: the process answered: %s", sock,
                         cJSON_IsString(err) ? err->valuestring : "an error");
   else
-    status = as_write_output("dump", out, reply, strlen(reply));
+    status = as_write_output("dump", out, reply, len);
   cJSON_Delete(doc);
   free(reply);
   return strcmp(out, "-") == 0 ? as_finish_stdout("dump", status) : status;

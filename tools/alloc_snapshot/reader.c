@@ -259,12 +259,29 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
   s->blocks = calloc(n ? n : 1, sizeof *s->blocks);
   if (s->blocks == NULL)
     return fail(c, "out of host memory for %zu blocks", n);
+  if (s->total_size > UINT64_MAX - s->address) {
+    size_t old = path_push(c, "total_size", 0);
+    fail(c, "the segment at 0x%llx of %llu bytes ends past the end of the address space",
+         (unsigned long long)s->address, (unsigned long long)s->total_size);
+    path_pop(c, old);
+    return -1;
+  }
+  uint64_t seg_end = s->address + s->total_size;
   size_t old = path_push(c, "blocks", 0);
   uint64_t next = s->address, allocated = 0, active = 0, requested = 0;
   for (const cJSON *jb = blocks->child; jb != NULL; jb = jb->next) {
     size_t old_i = path_push(c, NULL, s->n_blocks);
     as_block *b = &s->blocks[s->n_blocks];
     int r = parse_block(c, jb, next, b);
+    /* Blocks tile their segment in address order: a block outside it, or over the one before, made
+     * `show` report 1 TiB allocated in a 2 MiB segment. */
+    if (r == 0 && b->address < next)
+      r = fail(c, "the block at 0x%llx begins before %s (0x%llx)", (unsigned long long)b->address,
+               s->n_blocks == 0 ? "its segment" : "the end of the block before it", (unsigned long long)next);
+    else if (r == 0 && (b->address > seg_end || b->size > seg_end - b->address))
+      r = fail(c, "the block at 0x%llx of %llu bytes ends past its segment (0x%llx + %llu bytes)",
+               (unsigned long long)b->address, (unsigned long long)b->size, (unsigned long long)s->address,
+               (unsigned long long)s->total_size);
     path_pop(c, old_i);
     if (r) {
       path_pop(c, old);
@@ -286,6 +303,14 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
       get_u64(c, js, "active_size", false, active, &s->active_size) ||
       get_u64(c, js, "requested_size", false, requested, &s->requested_size))
     return -1;
+  bool allocated_over = s->allocated_size > s->total_size;
+  if (allocated_over || s->active_size > s->total_size) {
+    old = path_push(c, allocated_over ? "allocated_size" : "active_size", 0);
+    fail(c, "%llu bytes in a segment of %llu bytes",
+         (unsigned long long)(allocated_over ? s->allocated_size : s->active_size), (unsigned long long)s->total_size);
+    path_pop(c, old);
+    return -1;
+  }
   return 0;
 }
 
@@ -412,44 +437,135 @@ static size_t depth_at(const char *data, size_t off) {
   return depth;
 }
 
-int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapshot *out, char err[AS_ERR_LEN]) {
+/* A number as RFC 8259 writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static bool json_number(const char *p, size_t n) {
+  size_t i = 0;
+  if (i < n && p[i] == '-')
+    i++;
+  if (i < n && p[i] == '0')
+    i++;
+  else if (i < n && p[i] >= '1' && p[i] <= '9')
+    while (i < n && p[i] >= '0' && p[i] <= '9')
+      i++;
+  else
+    return false;
+  if (i < n && p[i] == '.') {
+    size_t digits = ++i;
+    while (i < n && p[i] >= '0' && p[i] <= '9')
+      i++;
+    if (i == digits)
+      return false;
+  }
+  if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+    i++;
+    if (i < n && (p[i] == '+' || p[i] == '-'))
+      i++;
+    size_t digits = i;
+    while (i < n && p[i] >= '0' && p[i] <= '9')
+      i++;
+    if (i == digits)
+      return false;
+  }
+  return i == n;
+}
+
+/* cJSON takes every byte up to 0x20 for white space, keeps control bytes inside strings, reads numbers
+ * with strtod ("01", "1.") and cuts a string at an escaped NUL: it read `{"segments": [\0]}` as a
+ * snapshot. This finds the first such byte of a text cJSON has parsed (so its strings are closed), or
+ * returns SIZE_MAX; *why says what is wrong there. */
+static size_t not_strict_json(const char *data, size_t len, const char **why) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)data[i];
+    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r')
+      continue;
+    if (ch < 0x20) {
+      *why = "a control byte between tokens (only space, tab, newline and carriage return may be there)";
+      return i;
+    }
+    if (ch == '"') {
+      for (i++; i < len && data[i] != '"'; i++) {
+        ch = (unsigned char)data[i];
+        if (ch < 0x20) {
+          *why = "a control byte inside a string (JSON wants it escaped)";
+          return i;
+        }
+        if (ch == '\\' && i + 1 < len) {
+          if (data[i + 1] == 'u' && i + 6 <= len && memcmp(data + i + 2, "0000", 4) == 0) {
+            *why = "\\u0000 in a string (its NUL would cut the string short)";
+            return i;
+          }
+          i++;
+        }
+      }
+    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+      size_t n = 0;
+      while (i + n < len && data[i + n] != '\0' && strchr("0123456789+-.eE", data[i + n]) != NULL)
+        n++;
+      if (!json_number(data + i, n)) {
+        *why = "a number JSON does not allow (a leading zero, or a point or exponent without digits)";
+        return i;
+      }
+      i += n - 1;
+    }
+  }
+  return SIZE_MAX;
+}
+
+cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]) {
   ctx c = {.name = name, .err = err};
-  memset(out, 0, sizeof *out);
   err[0] = '\0';
   size_t first = 0;
   while (first < len && (data[first] == ' ' || data[first] == '\t' || data[first] == '\n' || data[first] == '\r'))
     first++;
-  if (first == len)
-    return fail(&c, len == 0 ? "empty file" : "no JSON in the file (only white space)");
+  if (first == len) {
+    fail(&c, len == 0 ? "empty file" : "no JSON in the file (only white space)");
+    return NULL;
+  }
   const char *end = NULL;
   /* With a length, cJSON never reads past data + len, so data needs no NUL at its end. The nesting
    * limit (CJSON_NESTING_LIMIT, 1000) bounds its recursion. */
-  out->root = cJSON_ParseWithLengthOpts(data, len, &end, false);
-  if (out->root == NULL) {
-    size_t off = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : 0, line, col;
+  cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, false);
+  size_t line, col;
+  if (root == NULL) {
+    size_t off = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : 0;
     line_col(data, off, &line, &col);
+    unsigned char ch = off < len ? (unsigned char)data[off] : 0;
     /* cJSON reports an error at the end as the last byte. */
     if (off + 1 >= len)
-      return fail(&c, "not valid JSON: the text ends early (truncated file?) at line %zu, column %zu", line, col);
-    if (depth_at(data, off) >= CJSON_NESTING_LIMIT)
-      return fail(&c, "not valid JSON: nested deeper than %d levels at line %zu, column %zu", CJSON_NESTING_LIMIT,
-                  line, col);
-    unsigned char ch = (unsigned char)data[off];
-    if (ch >= 0x20 && ch < 0x7f)
-      return fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, '%c')", line, col, off, ch);
-    return fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)", line, col, off, ch);
+      fail(&c, "not valid JSON: the text ends early (truncated file?) at line %zu, column %zu", line, col);
+    else if (depth_at(data, off) >= CJSON_NESTING_LIMIT)
+      fail(&c, "not valid JSON: nested deeper than %d levels at line %zu, column %zu", CJSON_NESTING_LIMIT, line,
+           col);
+    else if (ch >= 0x20 && ch < 0x7f)
+      fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, '%c')", line, col, off, ch);
+    else
+      fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)", line, col, off, ch);
+    return NULL;
   }
   /* Anything after the value other than white space means this is not one JSON document. */
   size_t rest = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : len;
   while (rest < len && (data[rest] == ' ' || data[rest] == '\t' || data[rest] == '\n' || data[rest] == '\r'))
     rest++;
-  if (rest < len) {
-    size_t line, col;
-    line_col(data, rest, &line, &col);
-    fail(&c, "not valid JSON: text after the end of the document at line %zu, column %zu", line, col);
-    as_snapshot_free(out);
+  const char *why = "text after the end of the document";
+  size_t bad = rest < len ? rest : not_strict_json(data, len, &why);
+  if (bad == SIZE_MAX)
+    return root;
+  line_col(data, bad, &line, &col);
+  unsigned char ch = (unsigned char)data[bad];
+  if (ch >= 0x20 && ch < 0x7f)
+    fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, '%c'): %s", line, col, bad, ch, why);
+  else
+    fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x): %s", line, col, bad, ch, why);
+  cJSON_Delete(root);
+  return NULL;
+}
+
+int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapshot *out, char err[AS_ERR_LEN]) {
+  ctx c = {.name = name, .err = err};
+  memset(out, 0, sizeof *out);
+  out->root = as_json_parse(name, data, len, err);
+  if (out->root == NULL)
     return -1;
-  }
   const cJSON *root = out->root, *segs = NULL, *traces = NULL;
   int r = 0;
   if (!cJSON_IsObject(root))
@@ -486,37 +602,61 @@ int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapsho
   return 0;
 }
 
-/* zlib's message without the "<fd:3>: " it puts first for a gzdopen'ed file. */
-static const char *gz_message(gzFile gz, int *zerr) {
-  const char *msg = gzerror(gz, zerr);
-  if (msg == NULL)
-    return "unknown error";
-  const char *colon = msg[0] == '<' ? strstr(msg, ">: ") : NULL;
-  return colon ? colon + 3 : msg;
+/* Reads all of fd into a malloc'ed buffer; more than AS_MAX_INPUT_BYTES is refused. */
+static int read_fd(int fd, const char *name, char **data, size_t *len, char err[AS_ERR_LEN]) {
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) {
+    snprintf(err, AS_ERR_LEN, "%s: out of host memory", name);
+    return -1;
+  }
+  for (;;) {
+    if (n == cap) {
+      if (cap >= AS_MAX_INPUT_BYTES) {
+        snprintf(err, AS_ERR_LEN, "%s: larger than %zu MiB: refused", name, AS_MAX_INPUT_BYTES >> 20);
+        break;
+      }
+      size_t ncap = cap * 2 > AS_MAX_INPUT_BYTES ? AS_MAX_INPUT_BYTES : cap * 2;
+      char *grown = realloc(buf, ncap);
+      if (grown == NULL) {
+        snprintf(err, AS_ERR_LEN, "%s: out of host memory after %zu bytes", name, n);
+        break;
+      }
+      buf = grown;
+      cap = ncap;
+    }
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      snprintf(err, AS_ERR_LEN, "%s: cannot read: %s", name, strerror(errno));
+      break;
+    }
+    if (got == 0) {
+      *data = buf;
+      *len = n;
+      return 0;
+    }
+    n += (size_t)got;
+  }
+  free(buf);
+  return -1;
 }
 
-/* Reads the whole (decompressed) file into a malloc'ed buffer. gzread passes a file that is not gzip'ed
- * through unchanged, so one path serves both. */
-static int read_all(const char *path, const char *name, char **data, size_t *len, char err[AS_ERR_LEN]) {
-  *data = NULL;
-  *len = 0;
-  int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(err, AS_ERR_LEN, "%s: cannot open: %s", name, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    snprintf(err, AS_ERR_LEN, "%s: is a directory, not a snapshot file", name);
-    close(fd);
-    return -1;
-  }
-  gzFile gz = gzdopen(fd, "rb");
-  if (gz == NULL) {
+static bool gzip_magic(const unsigned char *p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+
+/* Inflates every gzip member of in[0..in_len). gzread stopped at the first member's end when what
+ * followed was not gzip, and the rest of the file was silently dropped: here it is an error. */
+static int gunzip(const char *name, const unsigned char *in, size_t in_len, char **data, size_t *len,
+                  char err[AS_ERR_LEN]) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
     snprintf(err, AS_ERR_LEN, "%s: cannot read: out of host memory", name);
-    close(fd);
     return -1;
   }
+  z.next_in = (Bytef *)in;
+  z.avail_in = (uInt)in_len; /* at most AS_MAX_INPUT_BYTES */
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
   int rc = -1;
@@ -540,27 +680,27 @@ static int read_all(const char *path, const char *name, char **data, size_t *len
       buf = grown;
       cap = ncap;
     }
-    size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n; /* gzread takes an unsigned count */
-    int got = gzread(gz, buf + n, (unsigned)want);
-    if (got < 0) {
-      int zerr = 0;
-      const char *msg = gz_message(gz, &zerr);
-      if (zerr == Z_ERRNO)
-        snprintf(err, AS_ERR_LEN, "%s: cannot read: %s", name, strerror(errno));
-      else
-        snprintf(err, AS_ERR_LEN, "%s: corrupt gzip data: %s", name, msg);
+    z.next_out = (Bytef *)buf + n;
+    z.avail_out = (uInt)(cap - n);
+    int r = inflate(&z, Z_NO_FLUSH);
+    n = cap - z.avail_out;
+    if (r == Z_STREAM_END) {
+      if (z.avail_in == 0)
+        break;
+      if (!gzip_magic(z.next_in, z.avail_in)) {
+        snprintf(err, AS_ERR_LEN, "%s: %u bytes after the end of the gzip data (from byte %zu): not a snapshot",
+                 name, z.avail_in, in_len - z.avail_in);
+        goto done;
+      }
+      inflateReset(&z); /* the next member of a concatenation (`cat a.gz b.gz`) */
+    } else if (r == Z_BUF_ERROR && z.avail_out > 0) {
+      snprintf(err, AS_ERR_LEN, "%s: corrupt or truncated gzip data: unexpected end of file", name);
+      goto done;
+    } else if (r != Z_OK && r != Z_BUF_ERROR) {
+      snprintf(err, AS_ERR_LEN, "%s: corrupt gzip data: %s", name,
+               r == Z_MEM_ERROR ? "out of host memory" : z.msg != NULL ? z.msg : "invalid data");
       goto done;
     }
-    if (got == 0)
-      break;
-    n += (size_t)got;
-  }
-  /* A gzip stream cut short reads as a plain end of file with an error left behind: look for it. */
-  int zerr = Z_OK;
-  const char *msg = gz_message(gz, &zerr);
-  if (zerr != Z_OK && zerr != Z_STREAM_END) {
-    snprintf(err, AS_ERR_LEN, "%s: corrupt or truncated gzip data: %s", name, msg);
-    goto done;
   }
   *data = buf;
   *len = n;
@@ -568,7 +708,36 @@ static int read_all(const char *path, const char *name, char **data, size_t *len
   rc = 0;
 done:
   free(buf);
-  gzclose(gz); /* closes fd too */
+  inflateEnd(&z);
+  return rc;
+}
+
+/* Reads the whole file, decompressed when it starts with gzip's magic bytes, into a malloc'ed buffer. */
+static int read_all(const char *path, const char *name, char **data, size_t *len, char err[AS_ERR_LEN]) {
+  *data = NULL;
+  *len = 0;
+  int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, AS_ERR_LEN, "%s: cannot open: %s", name, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(err, AS_ERR_LEN, "%s: is a directory, not a snapshot file", name);
+    close(fd);
+    return -1;
+  }
+  char *raw = NULL;
+  size_t raw_len = 0;
+  int rc = read_fd(fd, name, &raw, &raw_len, err);
+  close(fd);
+  if (rc != 0 || !gzip_magic((const unsigned char *)raw, raw_len)) {
+    *data = raw;
+    *len = raw_len;
+    return rc;
+  }
+  rc = gunzip(name, (const unsigned char *)raw, raw_len, data, len, err);
+  free(raw);
   return rc;
 }
 

@@ -1,9 +1,12 @@
 /* alloc_snapshot: a snapshot file as a checked model (SPEC.md §7, torch.cuda.memory._snapshot()).
  *
- * Reads cachalot's and PyTorch's snapshot JSON, plain or gzip'ed (zlib reads both), and checks every
- * field it uses for its type and range before anything looks at it, so that a malformed file is an
- * error message and never a crash: the input is bounded (AS_MAX_INPUT_BYTES after decompression), cJSON
- * bounds the nesting depth, every number must be a finite integer in range, every size sum saturates.
+ * Reads cachalot's and PyTorch's snapshot JSON, plain or gzip'ed (one gzip member or several, nothing
+ * after them), as strict JSON (as_json_parse), and checks every field it uses for its type and range
+ * before anything looks at it, so that a malformed file is an error message and never a crash: the
+ * input is bounded (AS_MAX_INPUT_BYTES after decompression), cJSON bounds the nesting depth, every
+ * number must be a finite integer in range, every size sum saturates. A segment must fit the address
+ * space, its blocks lie inside it in address order without overlapping, and its allocated and active
+ * sizes be at most its total size.
  * Keys the model does not use are ignored (frames, compile_context, external_annotations, ...), so newer
  * PyTorch versions still load; a key it uses with the wrong type is an error naming the key's path.
  *
@@ -90,6 +93,11 @@ int as_snapshot_load(const char *path, as_snapshot *out, char err[AS_ERR_LEN]);
  * `data` need not end in a NUL and may hold any bytes. */
 int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapshot *out, char err[AS_ERR_LEN]);
 void as_snapshot_free(as_snapshot *s);
+
+/* `len` bytes of JSON as RFC 8259 has it, and nothing after it but white space: what cJSON alone lets
+ * through (control bytes between tokens, raw ones in strings, "01", "\u0000") is refused too. The tree,
+ * or NULL with a message that starts with `name` in err. */
+cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]);
 
 const char *as_block_state_name(as_block_state s);
 const char *as_action_name(as_action a);
