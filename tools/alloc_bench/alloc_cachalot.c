@@ -65,7 +65,24 @@ static void cl_close(ab_alloc *base) {
 
 static const char *conf = "";
 
-void ab_cachalot_set_conf(const char *c) { conf = c; }
+int ab_cachalot_set_conf(const char *c, char err[AB_ERR_LEN]) {
+  /* Checked at once, on a simulated device (always there), as alloc_snapshot replay checks --conf: a
+   * bad string is a usage error (exit 2), not a failure of every cachalot row (exit 1). */
+  cachalot_sim_options opt = {.device_count = 1, .capacity_bytes = (size_t)1 << 30, .complete_immediately = true};
+  cachalot_backend *b = NULL;
+  cachalot_allocator *a = NULL;
+  cachalot_status st = cachalot_backend_sim(&opt, &b);
+  if (st == CACHALOT_OK)
+    st = cachalot_create(b, c, &a);
+  if (st == CACHALOT_ERROR_CONFIG)
+    snprintf(err, AB_ERR_LEN, "%s", cachalot_last_error());
+  cachalot_destroy(a);
+  cachalot_backend_destroy(b);
+  if (st == CACHALOT_ERROR_CONFIG)
+    return -1;
+  conf = c;
+  return 0;
+}
 
 static int cl_open(ab_alloc **out, int n_streams, bool sim, const ab_allocator *vt, char err[AB_ERR_LEN]) {
   *out = NULL;

@@ -118,8 +118,9 @@ struct ab_allocator {
 };
 
 extern const ab_allocator ab_cachalot, ab_cachalot_sim, ab_cuda_async, ab_cuda_malloc;
-/* The CACHALOT_ALLOC_CONF string the cachalot rows' allocators are made with (default ""). */
-void ab_cachalot_set_conf(const char *conf);
+/* The CACHALOT_ALLOC_CONF string the cachalot rows' allocators are made with (default ""): 0, or -1 with
+ * the library's message in err when the string is not a valid config (conf is kept only when valid). */
+int ab_cachalot_set_conf(const char *conf, char err[AB_ERR_LEN]);
 
 #ifdef ALLOC_BENCH_HAVE_CUDA
 /* CUDA helpers shared by the allocators (alloc_cuda.c). */
@@ -161,8 +162,8 @@ ab_row *ab_results_add(ab_results *r);
 void ab_results_free(ab_results *r);
 
 const char *ab_status_name(ab_row_status s);
-/* The table on `out`. */
-void ab_print_table(FILE *out, const ab_results *r);
+/* The table on `out`; `why_none` ends it when no row ran. */
+void ab_print_table(FILE *out, const ab_results *r, const char *why_none);
 int ab_write_csv(const char *path, const ab_results *r, char err[AB_ERR_LEN]);
 /* `config` is a JSON object's text (the run's settings), inserted as is. */
 int ab_write_json(const char *path, const ab_results *r, const char *config, char err[AB_ERR_LEN]);

@@ -18,7 +18,8 @@
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
     "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--trace FILE]...\n"
-    "                   [--pin CPU] [--seed S] [--conf STRING] [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
+    "                   [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING] [--csv FILE] [--json FILE]\n"
+    "                   [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
     "\n"
     "Benchmarks device-memory allocators on the same pre-generated operation sequences, side by side.\n"
@@ -37,7 +38,7 @@ static const char help[] =
     "           seed, its own cap of 1000 live and --streams streams of its own); threads start\n"
     "           together; ns/op = wall time from start to the last thread's end / all threads' ops\n"
     "  replay   the alloc / free_requested entries of PyTorch memory snapshot traces (--trace FILE,\n"
-    "           repeatable; default the *.json.gz of ../shared/traces); rows replay-NAME\n"
+    "           repeatable; default the *.json.gz and *.json of --trace-dir); rows replay-NAME\n"
     "  graph    a random-1MiB sequence of --graph-ops calls (at most 100 live) captured into a CUDA\n"
     "           graph (cachalot: cachalot_graph on a pool shared by the row's captures;\n"
     "           cudaMallocAsync: stream capture of cudaMallocFromPoolAsync / cudaFreeAsync), then\n"
@@ -68,10 +69,13 @@ static const char help[] =
     "      --graph-ops N       allocator calls captured per graph (default 1000)\n"
     "      --replays K         graph launches per timed pass (default 100)\n"
     "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces)\n"
+    "      --trace-dir DIR     where the default traces are (default ../shared/traces, else the source\n"
+    "                          tree's sibling shared/traces)\n"
     "      --seed S            the seed of the random sequences (default 1)\n"
     "      --pin CPU           run on CPU number CPU, and mt's thread i on the i-th CPU after it that the\n"
     "                          process may use: on a shared host, timings move far less between runs\n"
-    "      --conf STRING       CACHALOT_ALLOC_CONF for the cachalot rows (default: none, the defaults)\n"
+    "      --conf STRING       CACHALOT_ALLOC_CONF for the cachalot rows (default: none, the defaults);\n"
+    "                          checked before anything runs\n"
     "      --csv FILE          also write the results as CSV\n"
     "      --json FILE         also write the results as JSON\n"
     "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
@@ -83,7 +87,7 @@ static const char help[] =
     "row name, one bar per allocator, log scale, whiskers from min to max.\n"
     "\n"
     "Exit status: 0 done (skipped and n/a rows included), 1 a row failed or a check found a problem, or\n"
-    "a file could not be read or written, 2 usage error.\n";
+    "a file could not be read or written, 2 usage error (an empty list, a bad --conf string too).\n";
 
 enum { WL_PAIR, WL_RANDOM, WL_MT, WL_REPLAY, WL_GRAPH, WL_COUNT };
 static const char *const wl_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph"};
@@ -102,6 +106,7 @@ typedef struct {
   char **traces;
   size_t n_traces;
   bool traces_given, verbose;
+  const char *trace_dir; /* --trace-dir; NULL: the default places */
   int pin; /* the first CPU to run on, -1 when not pinned */
   const char *csv, *json, *svg;
 } config;
@@ -184,6 +189,12 @@ static int parse_workloads(const char *list, config *c) {
       c->workload[i] = true;
   }
   free(copy);
+  /* "" and ",," name nothing: running nothing and exiting 0 would pass for a benchmark that ran. */
+  bool any = false;
+  for (int i = 0; i < WL_COUNT; i++)
+    any |= c->workload[i];
+  if (rc == 0 && !any)
+    rc = usage_error("--workload names no workload (pair, random, mt, replay, graph or all)");
   return rc;
 }
 
@@ -620,12 +631,17 @@ static void trace_name(const char *path, char *out, size_t len) {
   snprintf(out, len, "replay-%s", tmp);
 }
 
+static const char source_traces[] = ALLOC_BENCH_TRACE_DIR;
+
 static void workload_replay(ab_results *res, const config *c) {
   if (c->n_traces == 0) {
     for (int i = 0; i < c->n_alloc; i++) {
       ab_row *r = new_row(res, "replay", c->alloc[i], "ns/op", 0, c);
       r->status = AB_ROW_SKIPPED;
-      snprintf(r->note, sizeof r->note, "no trace: give --trace FILE (none in ../shared/traces)");
+      snprintf(r->note, sizeof r->note, "no trace found in %s%s%s: give --trace FILE or --trace-dir DIR",
+               c->trace_dir != NULL ? c->trace_dir : "../shared/traces",
+               c->trace_dir == NULL && source_traces[0] != '\0' ? " or " : "",
+               c->trace_dir == NULL ? source_traces : "");
     }
     return;
   }
@@ -694,10 +710,11 @@ static int add_trace(config *c, const char *path) {
   return 0;
 }
 
-/* The default traces: *.json.gz and *.json of ../shared/traces (from the current directory, else from
- * the source tree's sibling folder). */
+/* The default traces: *.json.gz and *.json of --trace-dir, else of ../shared/traces (from the current
+ * directory, else from the source tree's sibling folder). */
 static void default_traces(config *c) {
-  const char *dirs[] = {"../shared/traces", ALLOC_BENCH_TRACE_DIR};
+  const char *dirs[] = {c->trace_dir != NULL ? c->trace_dir : "../shared/traces",
+                        c->trace_dir != NULL ? "" : source_traces};
   for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && c->n_traces == 0; d++) {
     if (dirs[d][0] == '\0')
       continue;
@@ -716,6 +733,29 @@ static void default_traces(config *c) {
 }
 
 /* ---- output ---- */
+
+/* Whether row r was skipped because its allocator cannot run here (its note is the allocator's reason). */
+static bool skipped_for_allocator(const config *c, const ab_row *r) {
+  for (int i = 0; i < c->n_alloc; i++)
+    if (c->skip[i][0] != '\0' && strcmp(c->alloc[i]->name, r->allocator) == 0 && strcmp(c->skip[i], r->note) == 0)
+      return true;
+  return false;
+}
+
+/* What the table says when no row ran: the one reason that is not an allocator's (`-w replay` without a
+ * trace said every allocator was skipped), else that the allocators were. */
+static const char *why_none_ran(const config *c, const ab_results *res) {
+  const char *other = NULL;
+  for (size_t k = 0; k < res->n; k++) {
+    const ab_row *r = &res->rows[k];
+    if (r->status != AB_ROW_SKIPPED || skipped_for_allocator(c, r))
+      continue;
+    if (other != NULL && strcmp(other, r->note) != 0)
+      return "every row was skipped, for the reasons above";
+    other = r->note;
+  }
+  return other != NULL ? other : "every selected allocator was skipped";
+}
 
 static void json_str(char *buf, size_t len, const char *s) {
   size_t k = 0;
@@ -804,7 +844,18 @@ int main(int argc, char **argv) {
               .pin = -1};
   parse_workloads("all", &c);
   parse_allocators("all", &c);
-  enum { OPT_GRAPH_OPS = 256, OPT_REPLAYS, OPT_TRACE, OPT_SEED, OPT_CSV, OPT_JSON, OPT_SVG, OPT_PIN, OPT_CONF };
+  enum {
+    OPT_GRAPH_OPS = 256,
+    OPT_REPLAYS,
+    OPT_TRACE,
+    OPT_TRACE_DIR,
+    OPT_SEED,
+    OPT_CSV,
+    OPT_JSON,
+    OPT_SVG,
+    OPT_PIN,
+    OPT_CONF
+  };
   static const struct option longopts[] = {{"workload", required_argument, NULL, 'w'},
                                            {"workloads", required_argument, NULL, 'w'},
                                            {"allocators", required_argument, NULL, 'a'},
@@ -816,6 +867,7 @@ int main(int argc, char **argv) {
                                            {"graph-ops", required_argument, NULL, OPT_GRAPH_OPS},
                                            {"replays", required_argument, NULL, OPT_REPLAYS},
                                            {"trace", required_argument, NULL, OPT_TRACE},
+                                           {"trace-dir", required_argument, NULL, OPT_TRACE_DIR},
                                            {"seed", required_argument, NULL, OPT_SEED},
                                            {"pin", required_argument, NULL, OPT_PIN},
                                            {"conf", required_argument, NULL, OPT_CONF},
@@ -874,6 +926,11 @@ int main(int argc, char **argv) {
         rc = usage_error("out of host memory");
       c.traces_given = true;
       break;
+    case OPT_TRACE_DIR:
+      if (optarg[0] == '\0')
+        rc = usage_error("--trace-dir wants a directory, not an empty string");
+      c.trace_dir = optarg;
+      break;
     case OPT_SEED:
       if (!parse_count(optarg, 0, UINT64_MAX, &v))
         rc = usage_error("--seed wants a non-negative integer, not '%s'", optarg);
@@ -884,9 +941,12 @@ int main(int argc, char **argv) {
         rc = usage_error("--pin wants a CPU number from 0 to %d, not '%s'", CPU_SETSIZE - 1, optarg);
       c.pin = (int)v;
       break;
-    case OPT_CONF:
-      ab_cachalot_set_conf(optarg);
+    case OPT_CONF: {
+      char why[AB_ERR_LEN];
+      if (ab_cachalot_set_conf(optarg, why) != 0)
+        rc = usage_error("--conf: %s", why);
       break;
+    }
     case OPT_CSV:
       c.csv = optarg;
       break;
@@ -956,20 +1016,19 @@ int main(int argc, char **argv) {
   for (int i = 0; i < c.n_alloc; i++)
     if (c.skip[i][0] != '\0')
       printf("skipped (left out of the table): %s: %s\n", c.alloc[i]->name, c.skip[i]);
-  /* Rows skipped for another reason than their allocator (replay without a trace): once per workload. */
+  /* Rows skipped for another reason than their allocator (replay without a trace), even where the
+   * allocator cannot run either: once per workload. */
   for (size_t k = 0; k < res.n; k++) {
     const ab_row *r = &res.rows[k];
-    bool alloc_skipped = false, seen = false;
-    for (int i = 0; i < c.n_alloc; i++)
-      alloc_skipped |= c.skip[i][0] != '\0' && strcmp(c.alloc[i]->name, r->allocator) == 0;
+    bool seen = false;
     for (size_t j = 0; j < k; j++)
       seen |= res.rows[j].status == AB_ROW_SKIPPED && strcmp(res.rows[j].workload, r->workload) == 0 &&
               strcmp(res.rows[j].note, r->note) == 0;
-    if (r->status == AB_ROW_SKIPPED && !alloc_skipped && !seen)
+    if (r->status == AB_ROW_SKIPPED && !skipped_for_allocator(&c, r) && !seen)
       printf("skipped (left out of the table): %s: %s\n", r->workload, r->note);
   }
   putchar('\n');
-  ab_print_table(stdout, &res);
+  ab_print_table(stdout, &res, why_none_ran(&c, &res));
 
   char err[AB_ERR_LEN];
   if (c.csv != NULL && ab_write_csv(c.csv, &res, err) != 0) {

@@ -110,7 +110,7 @@ static void print_line(FILE *out, const size_t width[COLS], char cells[COLS][CEL
   fprintf(out, "%s\n", line);
 }
 
-void ab_print_table(FILE *out, const ab_results *res) {
+void ab_print_table(FILE *out, const ab_results *res, const char *why_none) {
   size_t width[COLS];
   char cells[COLS][CELL];
   for (int i = 0; i < COLS; i++)
@@ -140,7 +140,7 @@ void ab_print_table(FILE *out, const ab_results *res) {
     shown++;
   }
   if (shown == 0)
-    fputs("(no row ran: every selected allocator was skipped)\n", out);
+    fprintf(out, "(no row ran: %s)\n", why_none);
 }
 
 /* ---- CSV ---- */

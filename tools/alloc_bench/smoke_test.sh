@@ -23,6 +23,31 @@ for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators n
   [ "$rc" = 2 ] || fail "'$args' exited $rc, expected 2"
   grep -q '^alloc_bench: ' "$dir/bad.err" || fail "'$args' printed no message on stderr"
 done
+# Lists that name nothing and a bad --conf are usage errors, before anything runs (issue 17 item 12:
+# -w "" and -w ,, ran nothing and exited 0; --conf garbage failed every cachalot row with exit 1, where
+# alloc_snapshot replay --conf garbage exits 2).
+for list in "" ",,"; do
+  "$bench" --workload "$list" >"$dir/bad.out" 2>"$dir/bad.err"
+  rc=$?
+  [ "$rc" = 2 ] || fail "--workload '$list' exited $rc, expected 2"
+  grep -q '^alloc_bench: --workload names no workload' "$dir/bad.err" || fail "--workload '$list': $(cat "$dir/bad.err")"
+  [ -s "$dir/bad.out" ] && fail "--workload '$list' ran: $(head -3 "$dir/bad.out")"
+done
+"$bench" --allocators cachalot-sim --workload pair --ops 20 --repeat 1 --conf garbage >"$dir/bad.out" 2>"$dir/bad.err"
+rc=$?
+[ "$rc" = 2 ] || fail "--conf garbage exited $rc, expected 2 (as alloc_snapshot replay --conf garbage)"
+grep -q "^alloc_bench: --conf: CACHALOT_ALLOC_CONF: unknown key 'garbage'" "$dir/bad.err" ||
+  fail "--conf garbage: $(head -c 300 "$dir/bad.err")"
+[ -s "$dir/bad.out" ] && fail "--conf garbage ran: $(head -3 "$dir/bad.out")"
+"$bench" --allocators cachalot-sim --workload pair --ops 20 --repeat 1 --conf max_split_size_mb:20 >/dev/null 2>&1 ||
+  fail "--conf max_split_size_mb:20 exited $?"
+# replay without a trace says that no trace was found, not that every allocator was skipped.
+mkdir -p "$dir/no_traces"
+"$bench" --allocators cachalot-sim --workload replay --trace-dir "$dir/no_traces" >"$dir/notrace.out" 2>&1 ||
+  fail "replay without a trace exited $?"
+grep -q "^(no row ran: no trace found in $dir/no_traces: give --trace FILE or --trace-dir DIR)" "$dir/notrace.out" ||
+  fail "replay without a trace: $(cat "$dir/notrace.out")"
+grep -q "allocator was skipped" "$dir/notrace.out" && fail "replay without a trace blames the allocators"
 "$bench" svg only-one-arg >/dev/null 2>&1
 [ $? = 2 ] || fail "svg with one argument: expected exit 2"
 
