@@ -278,6 +278,7 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
       cachalot_status rc = cl_release_all_locked(d);
       if (rc != CACHALOT_OK && result == CACHALOT_OK)
         result = rc;
+      cl_lanes_rest_locked(d); /* streams with nothing left cost exclusive mode nothing from now on */
     }
     cl_unlock(d);
   }

@@ -352,8 +352,13 @@ typedef struct {
 } cl_lane_stat;
 
 /* The per-stream part of a device. Invariants: `stream` never changes; the lane is in its device's
- * `lanes` array and lane index from creation until destroy; `bins` is the default pool's free index of
- * `stream` once it exists; `spare` holds block metadata (linked through next) owned by nobody else. */
+ * `all_lanes` array and lane index from creation until destroy, and in `lanes` (the lock order) unless it
+ * is `dormant`; `bins` is the default pool's free index of `stream` once it exists (NULL while dormant);
+ * `spare` holds block metadata (linked through next) owned by nobody else.
+ * Dormant: at empty_cache, a lane no segment refers to (its stream has nothing cached or allocated) leaves
+ * the lock order, gives its spares, its default-pool bins and their reservations back, and is skipped by
+ * exclusive mode, so that what exclusive mode costs does not grow with the streams ever seen. Its warm
+ * paths find no bins and go to exclusive mode, which wakes it (cl_lane_get_locked). */
 struct cl_lane {
   _Alignas(64) cl_spin lock;
   cachalot_stream stream;
@@ -361,6 +366,8 @@ struct cl_lane {
   cl_bins *bins;
   cl_block *spare;
   size_t n_spare;
+  bool dormant; /* written in exclusive mode, with the lane's lock held */
+  bool busy;    /* scratch of cl_lanes_rest_locked */
   cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */
   cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
 };
@@ -395,8 +402,10 @@ struct cl_device {
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
   _Alignas(64) pthread_mutex_t lock;
   cl_pool default_pool;
-  cl_lane **lanes;             /* every lane, in lock order */
+  cl_lane **lanes;             /* every lane that is not dormant, in lock order */
   size_t n_lanes, cap_lanes;
+  cl_lane **all_lanes;         /* every lane, dormant or not: freed at destroy */
+  size_t n_all_lanes, cap_all_lanes;
   _Atomic(cl_lane_index *) lane_index;
   cl_segment *spare_segments;  /* segments given back, kept (linked through release_next): the page map
                                   may still be read through by a racing free of a stale pointer */
@@ -866,6 +875,9 @@ void cl_unlock(cl_device *d);
 /* The lane of `s`, made on first use (exclusive mode). NULL on host OOM. */
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s);
 void cl_lanes_destroy_locked(cl_device *d);
+/* empty_cache: lanes of streams with no segment left go dormant (see cl_lane), and empty per-stream event
+ * queues go. */
+void cl_lanes_rest_locked(cl_device *d);
 /* The lane of `s` if it exists, without a lock. */
 static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
   cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_acquire);

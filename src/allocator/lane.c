@@ -273,18 +273,18 @@ void cl_lane_trim(cl_lane *ln, bool small) {
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
 static bool index_add_locked(cl_device *d, cl_lane *ln) {
   cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_relaxed);
-  if (!t || (d->n_lanes + 1) * 2 > t->mask + 1) {
+  if (!t || (d->n_all_lanes + 1) * 2 > t->mask + 1) {
     size_t cap = t ? (t->mask + 1) * 2 : LANE_INDEX_INITIAL;
     cl_lane_index *bigger = calloc(1, sizeof *bigger + cap * sizeof bigger->slot[0]);
     if (!bigger)
       return false;
     bigger->mask = cap - 1;
     bigger->older = t;
-    for (size_t i = 0; i < d->n_lanes; i++) {
-      size_t j = cl_lane_hash(d->lanes[i]->stream) & bigger->mask;
+    for (size_t i = 0; i < d->n_all_lanes; i++) { /* dormant lanes too: their streams find them again */
+      size_t j = cl_lane_hash(d->all_lanes[i]->stream) & bigger->mask;
       while (atomic_load_explicit(&bigger->slot[j], memory_order_relaxed))
         j = (j + 1) & bigger->mask;
-      atomic_store_explicit(&bigger->slot[j], d->lanes[i], memory_order_relaxed);
+      atomic_store_explicit(&bigger->slot[j], d->all_lanes[i], memory_order_relaxed);
     }
     atomic_store_explicit(&d->lane_index, bigger, memory_order_release);
     t = bigger;
@@ -296,18 +296,35 @@ static bool index_add_locked(cl_device *d, cl_lane *ln) {
   return true;
 }
 
+/* Room for one more entry in an array of lane pointers. */
+static bool lanes_reserve(cl_lane ***v, size_t n, size_t *cap) {
+  if (n < *cap)
+    return true;
+  size_t c = *cap ? *cap * 2 : 8;
+  cl_lane **nv = realloc(*v, c * sizeof *nv);
+  if (!nv)
+    return false;
+  *v = nv;
+  *cap = c;
+  return true;
+}
+
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   cl_lane *ln = cl_lane_find(d, s);
-  if (ln)
+  if (ln && !ln->dormant)
     return ln;
-  if (d->n_lanes == d->cap_lanes) {
-    size_t cap = d->cap_lanes ? d->cap_lanes * 2 : 8;
-    cl_lane **lanes = realloc(d->lanes, cap * sizeof *lanes);
-    if (!lanes)
-      return NULL;
-    d->lanes = lanes;
-    d->cap_lanes = cap;
+  if (!lanes_reserve(&d->lanes, d->n_lanes, &d->cap_lanes))
+    return NULL;
+  if (ln) {
+    /* Wake it: back into the lock order, locked as exclusive mode holds every lane (a warm path may hold
+     * it for a moment: it finds no bins and lets go). Its stats shares were folded before it slept. */
+    cl_spin_lock(&ln->lock);
+    ln->dormant = false;
+    d->lanes[d->n_lanes++] = ln;
+    return ln;
   }
+  if (!lanes_reserve(&d->all_lanes, d->n_all_lanes, &d->cap_all_lanes))
+    return NULL;
   ln = aligned_alloc(_Alignof(cl_lane), sizeof *ln);
   if (!ln)
     return NULL;
@@ -317,13 +334,58 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   /* Exclusive mode holds every lane: the new one is born locked, and cl_unlock releases it and hands it
    * its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
-  d->lanes[d->n_lanes] = ln;
   if (!index_add_locked(d, ln)) {
     free(ln);
     return NULL;
   }
-  d->n_lanes++;
+  d->lanes[d->n_lanes++] = ln;
+  d->all_lanes[d->n_all_lanes++] = ln;
   return ln;
+}
+
+void cl_lanes_rest_locked(cl_device *d) {
+  /* A malloc that dropped the lock around its device allocation holds its lane and free index, for a
+   * segment not yet in the list: resting must wait for another time (the stress test found it). */
+  if (d->inflight)
+    return;
+  for (size_t i = 0; i < d->n_lanes; i++)
+    d->lanes[i]->busy = false;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    cl_seg_lane(s)->busy = true;
+  size_t kept = 0;
+  for (size_t i = 0; i < d->n_lanes; i++) {
+    cl_lane *ln = d->lanes[i];
+    if (ln->busy) {
+      d->lanes[kept++] = ln;
+      continue;
+    }
+    /* No segment of its stream is left in any pool: nothing refers to its default-pool bins */
+    cl_bins *bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    if (bins) {
+      HASH_DEL(d->default_pool.bins, bins);
+      if (d->default_pool.last_bins == bins)
+        d->default_pool.last_bins = NULL;
+      cl_vranges_release_locked(d, bins);
+      free(bins);
+    }
+    ln->bins = NULL;
+    while (ln->spare) {
+      cl_block *b = ln->spare;
+      ln->spare = b->next;
+      cl_block_delete_locked(d, b);
+    }
+    ln->n_spare = 0;
+    ln->dormant = true;
+    cl_spin_unlock(&ln->lock); /* out of the lock order: cl_unlock no longer lets go of it */
+  }
+  d->n_lanes = kept;
+  cl_stream_events *se, *tmp;
+  HASH_ITER(hh, d->events, se, tmp) {
+    if (!se->head) {
+      HASH_DEL(d->events, se);
+      free(se);
+    }
+  }
 }
 
 void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln) {
@@ -341,15 +403,16 @@ void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln) {
 }
 
 void cl_lanes_destroy_locked(cl_device *d) {
-  for (size_t i = 0; i < d->n_lanes; i++) {
-    cl_lane *ln = d->lanes[i];
+  for (size_t i = 0; i < d->n_all_lanes; i++) {
+    cl_lane *ln = d->all_lanes[i];
     for (cl_block *b = ln->spare; b; b = b->next)
       free(b->uses);
     free(ln);
   }
   free(d->lanes);
-  d->lanes = NULL;
-  d->n_lanes = d->cap_lanes = 0;
+  free(d->all_lanes);
+  d->lanes = d->all_lanes = NULL;
+  d->n_lanes = d->cap_lanes = d->n_all_lanes = d->cap_all_lanes = 0;
   cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_relaxed);
   while (t) {
     cl_lane_index *older = t->older;

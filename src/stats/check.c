@@ -167,7 +167,7 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
     if (!s->head || s->head->prev || s->head->ptr != s->ptr)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
                      dev, (unsigned long long)s->ptr);
-    if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream ||
+    if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream || s->lane->dormant ||
         s->bins != cl_bins_get_locked(s->pool, s->stream, false))
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
                      dev, (unsigned long long)s->ptr);
@@ -266,8 +266,23 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
   if (n_segments != d->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
                    d->n_segments, n_segments);
+  size_t n_dormant = 0;
+  for (size_t i = 0; i < d->n_all_lanes; i++) {
+    const cl_lane *ln = d->all_lanes[i];
+    if (cl_lane_find(d, ln->stream) != ln)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
+    if (ln->dormant && (ln->bins || ln->spare)) /* (its lock may be held: a warm path on its way out) */
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: a dormant lane holds a free index or spares", dev);
+    n_dormant += ln->dormant;
+  }
+  if (n_dormant + d->n_lanes != d->n_all_lanes)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu lanes, %zu dormant, %zu in lock order",
+                   dev, d->n_all_lanes, n_dormant, d->n_lanes);
   for (size_t i = 0; i < d->n_lanes; i++) {
     const cl_lane *ln = d->lanes[i];
+    if (ln->dormant)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a dormant lane is in the lock order", dev);
     if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
     if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))

@@ -5,6 +5,8 @@
  * their own streams must leave exact totals behind. */
 #include "helpers.h"
 
+#include "allocator/internal.h"
+
 #include <pthread.h>
 
 static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
@@ -264,11 +266,61 @@ static void threads_leave_exact_totals(void **state) {
   env_free(&e);
 }
 
+/* Many streams used once each (issue 17 item 7: after 5,000 of them every exclusive-mode call took
+ * 1,500 times longer, for good): at empty_cache the lanes of streams with nothing left go dormant, with
+ * their free indexes and event queues, so exclusive mode walks none of them; a stream used again wakes
+ * its lane. */
+static void streams_come_and_go(void **state) {
+  (void)state;
+  enum { N = 2000 };
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream *s = malloc(N * sizeof *s);
+  assert_non_null(s);
+  cachalot_stream keep = STREAM(e.b, 0);
+  void *held = ALLOC(e.a, 0, 4096, keep); /* a stream that keeps a segment keeps its lane */
+  for (int i = 0; i < N; i++) { /* (cachalot_check once at the end: after each step it would be N^2) */
+    s[i] = STREAM(e.b, 0);
+    void *p = NULL;
+    OK(cachalot_malloc(e.a, 0, 1000 + (size_t)i, s[i], &p));
+    if (i % 2)
+      OK(cachalot_record_stream(e.a, p, keep)); /* an event queue of `keep`'s, and one free more */
+    OK(cachalot_free(e.a, p));
+    OK(cachalot_forget_stream(e.a, s[i]));
+  }
+  CHECK(e.a);
+  EQ(d->n_lanes, N + 1);
+  OK(cachalot_sim_stream_complete(e.b, keep));
+  EMPTY(e.a);
+  EQ(d->n_lanes, 1); /* only `keep`'s */
+  EQ(d->n_all_lanes, N + 1);
+  EQ(HASH_COUNT(d->default_pool.bins), 1);
+  EQ(HASH_COUNT(d->events), 0);
+  EQ(USED(e.b, 0), 2 * MiB);
+  void *p = ALLOC(e.a, 0, 1000, s[17]); /* wakes its lane */
+  EQ(d->n_lanes, 2);
+  FREE(e.a, p);
+  p = ALLOC(e.a, 0, 1000, s[17]); /* its warm path again */
+  FREE(e.a, p);
+  cachalot_stream fresh = STREAM(e.b, 0);
+  p = ALLOC(e.a, 0, 1000, fresh);
+  EQ(d->n_all_lanes, N + 2);
+  FREE(e.a, p);
+  FREE(e.a, held);
+  EMPTY(e.a);
+  EQ(d->n_lanes, 0);
+  EQ(USED(e.b, 0), 0);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  free(s);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(serial_streams_match_one_counter),
       cmocka_unit_test(warm_path_peak_between_reads),
       cmocka_unit_test(threads_leave_exact_totals),
+      cmocka_unit_test(streams_come_and_go),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
