@@ -257,6 +257,58 @@ static void free_device(cl_device *d) {
   free(d->chunks);
 }
 
+/* Fork: a child of a process that used cachalot holds copies of its books, of device memory that is not
+ * its own, and of locks other threads may have held; CUDA cannot be used there at all. The child handler
+ * marks every live allocator and turns its warm paths off (their flag is read on every call anyway), so
+ * each call of the child goes to a slow path that fails with a message, at no cost to the parent. */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static cachalot_allocator **watched;
+static size_t n_watched, cap_watched;
+
+static void fork_prepare(void) { pthread_mutex_lock(&fork_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&fork_lock); }
+static void fork_child(void) {
+  for (size_t i = 0; i < n_watched; i++) {
+    cachalot_allocator *a = watched[i];
+    atomic_store_explicit(&a->forked, true, memory_order_relaxed);
+    for (int k = 0; k < a->device_count; k++)
+      atomic_store_explicit(&a->devices[k].warm, 0, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&fork_lock);
+}
+static void fork_register(void) { (void)pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void fork_watch(cachalot_allocator *a, bool add) {
+  pthread_once(&fork_once, fork_register);
+  pthread_mutex_lock(&fork_lock);
+  if (add) {
+    if (n_watched == cap_watched) {
+      size_t cap = cap_watched ? cap_watched * 2 : 8;
+      cachalot_allocator **v = realloc(watched, cap * sizeof *v);
+      if (v) {
+        watched = v;
+        cap_watched = cap;
+      }
+    }
+    if (n_watched < cap_watched) /* (host out of memory: this one is not watched; nothing else changes) */
+      watched[n_watched++] = a;
+  } else {
+    for (size_t i = 0; i < n_watched; i++)
+      if (watched[i] == a) {
+        watched[i] = watched[--n_watched];
+        break;
+      }
+  }
+  pthread_mutex_unlock(&fork_lock);
+}
+
+cachalot_status cl_forked_fail(const char *who) {
+  return cl_fail(CACHALOT_ERROR_DEVICE,
+                 "%s: this process was forked after cachalot was used; CUDA cannot be used in a forked child "
+                 "(start the child with spawn, or fork before using CUDA)", who);
+}
+
 cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_create: out is NULL");
@@ -300,6 +352,7 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     atomic_store_explicit(&d->warm, CL_WARM_MALLOC | CL_WARM_FREE, memory_order_relaxed);
   }
   cl_export_register(a);
+  fork_watch(a, true);
   *out = a;
   return CACHALOT_OK;
 }
@@ -338,6 +391,7 @@ void cachalot_destroy(cachalot_allocator *a) {
   if (!a)
     return;
   cl_export_unregister(a);
+  fork_watch(a, false);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
     cl_lock(&a->devices[i]);

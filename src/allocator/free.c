@@ -11,6 +11,8 @@
 cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalot_stream s) {
   cl_device *d;
   cl_block *b;
+  if (a && cl_forked(a))
+    return cl_forked_fail("cachalot_record_stream");
   /* A stream no event can be recorded on would make every later free of the block fail: refuse it now. */
   if (a && a->backend->ops->stream_check(a->backend, s) != CACHALOT_OK) {
     cl_error_prefix("cachalot_record_stream: ");
@@ -211,6 +213,8 @@ slow:
 
 /* Everything but the warm path, in exclusive mode. */
 static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a, void *ptr, cl_warm_result warm) {
+  if (CL_UNLIKELY(cl_forked(a)))
+    return cl_forked_fail("cachalot_free");
   while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
     if ((warm = free_fast(a, ptr)) == CL_WARM_DONE)
       return CACHALOT_OK;
@@ -267,6 +271,8 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
 cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
   if (!a)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_empty_cache: allocator is NULL");
+  if (cl_forked(a))
+    return cl_forked_fail("cachalot_empty_cache");
   cachalot_status result = CACHALOT_OK;
   if (atomic_load_explicit(&a->n_auto, memory_order_relaxed))
     cl_autocapture_poll(a); /* a detected capture that is over no longer counts as one underway */

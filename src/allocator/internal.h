@@ -515,9 +515,17 @@ struct cachalot_allocator {
   size_t n_observers, cap_observers;
   char *conf_raw;
   bool trace_stacks; /* record C call stacks with alloc/free entries (under meta_lock) */
+  _Atomic bool forked;          /* this is a child forked after the allocator was made: every call fails */
   cachalot_context_ops ctx_ops; /* how contexts are kept and let go (under meta_lock to change) */
   _Atomic size_t n_ctx;         /* context references held, in blocks, trace entries and snapshots */
 };
+
+/* In a child forked after `a` was made: CACHALOT_ERROR_DEVICE with the message, for `who`. CUDA cannot be
+ * used in a forked child, and the parent's locks and memory are not the child's (allocator.c). */
+cachalot_status cl_forked_fail(const char *who);
+static inline bool cl_forked(const cachalot_allocator *a) {
+  return atomic_load_explicit(&a->forked, memory_order_relaxed);
+}
 
 /* --- export (src/stats/export.c): snapshots driven by environment variables --- */
 void cl_export_register(cachalot_allocator *a);

@@ -279,6 +279,10 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
 /* Everything but the warm path, in exclusive mode. */
 static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_t size, cachalot_stream s,
                                                              void **out, cl_warm_result warm) {
+  if (CL_UNLIKELY(cl_forked(d->owner))) {
+    *out = NULL;
+    return cl_forked_fail("cachalot_malloc");
+  }
   while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
     if ((warm = malloc_fast(d, size, s, out)) == CL_WARM_DONE)
       return CACHALOT_OK;

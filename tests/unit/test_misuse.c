@@ -7,6 +7,8 @@
 #include "allocator/backend/backend.h" /* to build a backend that is not the simulator */
 
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* The allocator still works, and nothing it holds changed: a malloc/free round trip on a fresh stream
  * moves the stats and brings them back. */
@@ -426,9 +428,47 @@ static void test_status_names(void **state) {
   assert_non_null(cachalot_last_error());
 }
 
+/* A child forked after the allocator was used: every call fails with a message that says why, the warm
+ * paths too (a cached block would otherwise be handed out: the parent's device memory, no CUDA context in
+ * the child); the parent goes on as before. */
+static void test_forked_child_fails_clearly(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  void *keep = ALLOC(e.a, 0, 1000, s);
+  FREE(e.a, ALLOC(e.a, 0, 1000, s)); /* a cached block the warm path would hand out */
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *p = (void *)1;
+    int rc = 0;
+    if (cachalot_malloc(e.a, 0, 1000, s, &p) != CACHALOT_ERROR_DEVICE || p)
+      rc = 1;
+    else if (!strstr(cachalot_last_error(), "forked after cachalot was used"))
+      rc = 2;
+    else if (cachalot_free(e.a, keep) != CACHALOT_ERROR_DEVICE)
+      rc = 3;
+    else if (cachalot_empty_cache(e.a) != CACHALOT_ERROR_DEVICE)
+      rc = 4;
+    else if (cachalot_record_stream(e.a, keep, s) != CACHALOT_ERROR_DEVICE)
+      rc = 5;
+    _exit(rc);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  void *p = ALLOC(e.a, 0, 1000, s); /* the parent: the warm path as before */
+  FREE(e.a, p);
+  FREE(e.a, keep);
+  EMPTY(e.a);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_pointers),
+      cmocka_unit_test(test_forked_child_fails_clearly),
       cmocka_unit_test(test_addresses_above_the_page_map),
       cmocka_unit_test(test_null_allocator_and_out_pointers),
       cmocka_unit_test(test_device_out_of_range),

@@ -5,6 +5,8 @@
 
 #include <cachalot/cachalot.h>
 
+#include "../common/cuda_hint.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,11 +30,13 @@ static int probe_sim(char err[AB_ERR_LEN]) {
   return 0;
 }
 
+static const char sim_hint[] = "-a cachalot-sim runs cachalot on a simulated device";
+
 static int probe_cuda(char err[AB_ERR_LEN]) {
   cachalot_backend *b = NULL;
   cachalot_status st = cachalot_backend_cuda(&b);
   if (st != CACHALOT_OK) {
-    snprintf(err, AB_ERR_LEN, "%s", cachalot_last_error());
+    tool_cuda_hint(err, AB_ERR_LEN, cachalot_last_error(), sim_hint);
     return -1;
   }
   cachalot_backend_destroy(b);
@@ -104,7 +108,13 @@ static int cl_open(ab_alloc **out, int n_streams, bool sim, const ab_allocator *
     st = cachalot_backend_cuda(&c->b);
   }
   if (st != CACHALOT_OK) {
-    fail(err, sim ? "cachalot_backend_sim" : "cachalot_backend_cuda", st);
+    if (sim) {
+      fail(err, "cachalot_backend_sim", st);
+    } else {
+      char msg[AB_ERR_LEN];
+      tool_cuda_hint(msg, sizeof msg, cachalot_last_error(), sim_hint);
+      snprintf(err, AB_ERR_LEN, "cachalot_backend_cuda: %s: %.400s", cachalot_status_name(st), msg);
+    }
     cl_close(&c->base);
     return -1;
   }

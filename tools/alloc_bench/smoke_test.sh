@@ -135,6 +135,13 @@ printf 'a,b\n1,2\n' >"$dir/notours.csv"
 # The default allocator selection runs where allocators are missing (no GPU: skipped, exit 0).
 "$bench" --workload pair --ops 50 --repeat 1 >"$dir/default.txt" 2>&1 || fail "the default selection exited $?"
 grep -q '^pair-4KiB ' "$dir/default.txt" || fail "the default selection printed no pair-4KiB row"
+# Without a GPU, cachalot's row is skipped with the flag that runs it here, not the C API's
+# cachalot_backend_sim() (issue 17).
+if grep -q '^skipped (left out of the table): cachalot: ' "$dir/default.txt"; then
+  grep -q '^skipped (left out of the table): cachalot: .*; -a cachalot-sim runs cachalot on a simulated device$' \
+    "$dir/default.txt" || fail "no -a cachalot-sim hint: $(grep '^skipped.*: cachalot: ' "$dir/default.txt")"
+  grep -q 'cachalot_backend_sim' "$dir/default.txt" && fail "the C API is advised: $(grep -m1 cachalot_backend_sim "$dir/default.txt")"
+fi
 
 if [ "$fails" = 0 ]; then
   echo "alloc_bench smoke test: OK"

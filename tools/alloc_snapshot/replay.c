@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "cli.h"
+#include "../common/cuda_hint.h"
 #include "reader.h"
 
 static const char help[] =
@@ -451,7 +452,12 @@ int as_cmd_replay(int argc, char **argv) {
     st = cachalot_backend_cuda(&r.b);
   }
   if (st != CACHALOT_OK) {
-    rc = as_failure("replay", "cannot use the %s backend: %s", backend, cachalot_last_error());
+    char msg[AS_ERR_LEN];
+    if (sim)
+      snprintf(msg, sizeof msg, "%s", cachalot_last_error());
+    else
+      tool_cuda_hint(msg, sizeof msg, cachalot_last_error(), "--backend sim replays on a simulated device");
+    rc = as_failure("replay", "cannot use the %s backend: %s", backend, msg);
     goto out;
   }
   int count = 0;
