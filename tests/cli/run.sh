@@ -390,6 +390,26 @@ if command -v python3 >/dev/null; then
   t dump_reply_trailing 1 dump --socket fake.sock -o reply_trailing.json
   wait $server
   no_file dump_reply_trailing reply_trailing.json
+  # a process that accepts and never answers: dump gives up after its time limit, with a message
+  python3 -c '
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind("silent.sock.tmp")
+s.listen(1)
+os.rename("silent.sock.tmp", "silent.sock")
+s.settimeout(30)
+c, _ = s.accept()
+time.sleep(4)
+os.unlink("silent.sock")
+' &
+  silent=$!
+  for _ in $(seq 200); do [ -S silent.sock ] && break; sleep 0.05; done
+  t dump_silent 1 dump --socket silent.sock --timeout 1 -o silent.json
+  grep -q "no reply for 1 s: gave up" "$work/.err" && passed=$((passed + 1)) ||
+    fail dump_silent "no 'gave up' message: $(head -c 200 "$work/.err")"
+  wait $silent
+  no_file dump_silent silent.json
+  t dump_bad_timeout 2 dump --socket silent.sock --timeout 0
   serve_once fake.sock "$(hex '{"segments": [], "device_traces": []}')0a"
   t dump_reply_ok 0 dump --socket fake.sock -o reply_ok.json
   wait $server

@@ -40,6 +40,7 @@ static const char *const confs[] = {
      "per_process_memory_fraction:0.9"),
     "release_lock_on_cudamalloc:False,roundup_power2_divisions:[1:4,>:2]",
     "expandable_segments:True,release_lock_on_cudamalloc:False",
+    "detect_captures:True",
 };
 
 typedef struct {
@@ -124,7 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   while (in.p < in.end && op_index < MAX_OPS) {
     op_index++;
-    const unsigned op = next(&in) % 20;
+    const unsigned op = next(&in) % 22;
     if (trace)
       fprintf(stderr, "op %zu: %u (next bytes %02x %02x %02x %02x)\n", op_index, op, in.p < in.end ? in.p[0] : 0,
               in.p + 1 < in.end ? in.p[1] : 0, in.p + 2 < in.end ? in.p[2] : 0, in.p + 3 < in.end ? in.p[3] : 0);
@@ -280,6 +281,86 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       cachalot_snapshot_info_free(a, si);
       REQUIRE(ctx_total() == with - held, "the snapshot held %ld contexts, freeing it let go of %ld", held,
               with - ctx_total());
+      break;
+    }
+    case 20: { /* a caller-built pool state: a checkpoint of a pool, one field changed, restored */
+      if (!n_pools)
+        break;
+      cachalot_pool_state *st = NULL;
+      rc = cachalot_checkpoint_pool(a, 0, pools[next(&in) % (unsigned)n_pools], &st);
+      expect_status(rc, "checkpoint_pool", CACHALOT_ERROR_INVALID_ARGUMENT, CACHALOT_ERROR_OUT_OF_MEMORY);
+      if (rc != CACHALOT_OK)
+        break;
+      enum { MAX_SEGS = 64 };
+      uintptr_t lo[MAX_SEGS], hi[MAX_SEGS]; /* the pool's segments, before any change */
+      const size_t n_segs = st->n_segments < MAX_SEGS ? st->n_segments : MAX_SEGS;
+      for (size_t i = 0; i < n_segs; i++) {
+        lo[i] = st->segments[i].address;
+        hi[i] = lo[i] + st->segments[i].size;
+      }
+      if (st->n_segments > MAX_SEGS) {
+        cachalot_pool_state_free(st);
+        break;
+      }
+      const unsigned what = next(&in) % 6, k = next(&in);
+      cachalot_segment_state overwritten = {0}; /* the duplicate's victim, put back before the state is freed */
+      if (st->n_segments) {
+        cachalot_segment_state *sg = &st->segments[k % st->n_segments];
+        switch (what) {
+        case 0: sg->address += 512 * (next(&in) % 3); break;
+        case 1: sg->size ^= (size_t)1 << (next(&in) % 30); break;
+        case 2: if (sg->n_blocks) sg->blocks[k % sg->n_blocks].size += 512; break;
+        case 3: if (sg->n_blocks) sg->blocks[k % sg->n_blocks].allocated ^= 1; break;
+        case 4: /* a segment named twice */
+          if (st->n_segments > 1) {
+            overwritten = st->segments[(k + 1) % st->n_segments];
+            st->segments[(k + 1) % st->n_segments] = *sg;
+          }
+          break;
+        default: break; /* unchanged */
+        }
+      }
+      void **ptrs = NULL;
+      size_t n = 0;
+      /* a capture may be underway: restoring a pool's blocks is refused then only if some are pending */
+      rc = cachalot_restore_pool(a, st, &ptrs, &n);
+      expect_status(rc, "restore_pool", CACHALOT_ERROR_INVALID_STATE, CACHALOT_ERROR_INVALID_ARGUMENT);
+      if (rc == CACHALOT_OK) {
+        /* every block the program held in that pool was freed and the checkpoint's re-made: the program
+         * no longer owns its slots there; it adopts the restored pointers where it can */
+        for (int s2 = 0; s2 < SLOTS; s2++)
+          for (size_t i = 0; slot[s2] && i < n_segs; i++)
+            if ((uintptr_t)slot[s2] >= lo[i] && (uintptr_t)slot[s2] < hi[i])
+              slot[s2] = NULL;
+        for (size_t i = 0; i < n; i++) {
+          int s2 = 0;
+          while (s2 < SLOTS && slot[s2])
+            s2++;
+          if (s2 < SLOTS)
+            slot[s2] = ptrs[i];
+          else
+            expect_status(cachalot_free(a, ptrs[i]), "free of a restored block", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+        }
+      }
+      free(ptrs);
+      if (overwritten.blocks)
+        st->segments[(k + 1) % st->n_segments] = overwritten;
+      cachalot_pool_state_free(st);
+      break;
+    }
+    case 21: { /* a stream goes (forgotten after its work completes) and a new one comes */
+      const unsigned k = 1 + next(&in) % (STREAMS - 1);
+      if (capturing)
+        break; /* deferred frees may still record on it */
+      bool used = false;
+      for (int s2 = 0; s2 < SLOTS; s2++)
+        used |= slot[s2] != NULL; /* (blocks of any stream may have it among their uses) */
+      if (used)
+        break; /* a stream must outlive its blocks' uses: only swap with nothing allocated */
+      (void)cachalot_sim_stream_complete(b, streams[k]);
+      expect_status(cachalot_empty_cache(a), "empty_cache", CACHALOT_ERROR_DEVICE, CACHALOT_OK);
+      expect_status(cachalot_forget_stream(a, streams[k]), "forget_stream", CACHALOT_OK, CACHALOT_OK);
+      REQUIRE(cachalot_sim_stream_create(b, 0, &streams[k]) == CACHALOT_OK, "stream create");
       break;
     }
     default: { /* observers: stats, peaks, snapshots */

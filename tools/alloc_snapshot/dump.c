@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,7 +17,7 @@
 #include "reader.h"
 
 static const char help[] =
-    "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE]\n"
+    "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE] [--timeout S]\n"
     "\n"
     "Asks a live process for its snapshot JSON, over the UNIX socket it serves when started with\n"
     "CACHALOT_SNAPSHOT_SOCKET=PATH (only the same user may connect).\n"
@@ -25,10 +26,12 @@ static const char help[] =
     "  -o FILE          write there ('-' or none: standard output; FILE.gz is gzip'ed)\n"
     "  --allocator N    which of the process's allocators (0: the oldest live one; default 0)\n"
     "  --stats DEVICE   the memory_stats JSON of DEVICE instead of the snapshot\n"
+    "  --timeout S      give up when the process sends nothing for S seconds (default 30)\n"
     "\n"
     "Exit status: 0 success, 1 no answer (no such socket, refused, not JSON, an error reply), 2 usage error.\n";
 
-enum { MAX_REPLY = 1 << 30 };
+enum { MAX_REPLY = 1 << 30, REPLY_TIMEOUT_S = 30 };
+static int reply_timeout_s = REPLY_TIMEOUT_S;
 
 /* Sends `req` and reads the whole reply, `*len` bytes, into a malloc'ed buffer. NULL after a message. */
 static char *ask(const char *path, const char *req, size_t *len_out, int *status) {
@@ -48,6 +51,11 @@ static char *ask(const char *path, const char *req, size_t *len_out, int *status
       close(fd);
     return NULL;
   }
+  /* A process that never answers (stopped, or its server stuck) must not hang the command: each read and
+   * write gives up after REPLY_TIMEOUT_S seconds without progress. */
+  const struct timeval tv = {reply_timeout_s, 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   size_t len = strlen(req), off = 0;
   while (off < len) {
     ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL); /* a peer that hangs up is an error, not a kill */
@@ -85,7 +93,11 @@ static char *ask(const char *path, const char *req, size_t *len_out, int *status
       continue;
     if (r < 0) {
       /* A connection reset mid-answer is no end of the answer: what came before it may parse. */
-      *status = as_failure("dump", "%s: cannot read the reply: %s", path, strerror(errno));
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        *status = as_failure("dump", "%s: no reply for %d s: gave up (is the process stopped?)", path,
+                             reply_timeout_s);
+      else
+        *status = as_failure("dump", "%s: cannot read the reply: %s", path, strerror(errno));
       free(buf);
       close(fd);
       return NULL;
@@ -104,6 +116,7 @@ int as_cmd_dump(int argc, char **argv) {
   static const struct option longopts[] = {{"socket", required_argument, NULL, 's'},
                                             {"allocator", required_argument, NULL, 'a'},
                                             {"stats", required_argument, NULL, 'S'},
+                                            {"timeout", required_argument, NULL, 't'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
   const char *sock = NULL, *out = "-";
@@ -123,6 +136,13 @@ int as_cmd_dump(int argc, char **argv) {
       if (!as_parse_u64(optarg, 1000, &device))
         return as_usage_error("dump", "--stats expects a device number, got '%s'", optarg);
       break;
+    case 't': {
+      uint64_t t = 0;
+      if (!as_parse_u64(optarg, 86400, &t) || t == 0)
+        return as_usage_error("dump", "--timeout expects seconds from 1 to 86400, got '%s'", optarg);
+      reply_timeout_s = (int)t;
+      break;
+    }
     case 'h':
       fputs(help, stdout);
       return as_finish_stdout("dump", AS_EXIT_OK);
