@@ -5,7 +5,7 @@
  *   block     a run of a segment: FREE (cached, in a free index), ALLOCATED (handed out) or PENDING
  *             (freed by the program, waiting for events on the streams that used it).
  *   kind      small (segments of 2 MiB for rounded sizes <= 1 MiB) or large.
- *   pool      where a request is served from: a device's default pool, or (later) a private pool. A pool
+ *   pool      where a request is served from: a device's default pool, or a private pool (pool.c). A pool
  *             owns free indexes per (stream, kind); requests on stream S only see S's index.
  *   bins      the free index of one (pool, stream): per kind, size classes of treaps (struct cl_bins).
  *   vrange    with expandable_segments: the address space reserved for one (pool, stream, kind), backed
@@ -582,7 +582,6 @@ void cl_pools_destroy_locked(cl_device *d);
 /* Bytes of free blocks held in private pools (for the OOM message). */
 uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
 /* Calls fn on every pool of the device, default first. */
-void cl_pools_for_each_locked(cl_device *d, void (*fn)(cl_pool *p, void *ctx), void *ctx);
 
 /* --- allocator.c --- */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);

@@ -1,6 +1,6 @@
 /* Lanes: the per-stream part of a device, and exclusive mode over all of them.
  *
- * The warm paths (malloc.c, events.c) lock one lane. Everything else runs in exclusive mode, which takes the device
+ * The warm paths (malloc.c, free.c) lock one lane. Everything else runs in exclusive mode, which takes the device
  * lock and then every lane in creation order; the warm paths never wait for the device lock while
  * holding a lane, so the order cannot deadlock.
  *

@@ -73,12 +73,6 @@ void cl_pools_destroy_locked(cl_device *d) {
   d->n_routes = d->cap_routes = 0;
 }
 
-void cl_pools_for_each_locked(cl_device *d, void (*fn)(cl_pool *p, void *ctx), void *ctx) {
-  fn(&d->default_pool, ctx);
-  for (cl_pool *p = d->pools; p; p = p->hh.next)
-    fn(p, ctx);
-}
-
 uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
   uint64_t sum = 0;
   for (const cl_pool *p = d->pools; p; p = p->hh.next)

@@ -38,10 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether `b` is a simulated backend, so that the cachalot_sim_* controls and sim-only paths apply.
- * Declared here until the prototype moves to backend.h. */
-bool cl_backend_is_sim(const cachalot_backend *b);
-
 /* uthash's default reaction to a failed host allocation is exit(); with HASH_NONFATAL_OOM it instead
  * leaves the element out and calls this, which sets the `oom` flag every adding function declares, so
  * the failure comes back to the caller as a status. */
@@ -210,7 +206,8 @@ static const cl_backend_ops sim_ops;
  * backend, as in CUDA; zero-initialized to GLOBAL, CUDA's default. */
 static _Thread_local cachalot_capture_mode sim_thread_mode = CACHALOT_CAPTURE_GLOBAL;
 
-bool cl_backend_is_sim(const cachalot_backend *b) { return b && b->ops == &sim_ops; }
+/* Whether `b` is a simulated backend, so that the cachalot_sim_* controls apply. */
+static bool backend_is_sim(const cachalot_backend *b) { return b && b->ops == &sim_ops; }
 
 static struct sim_backend *sim_of(cachalot_backend *b) { return (struct sim_backend *)b; }
 
@@ -223,7 +220,7 @@ static uintptr_t handle_bits(cachalot_stream s) { return (uintptr_t)(void *)s; }
 static cachalot_status sim_check(cachalot_backend *b, const char *fn) {
   if (!b)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: backend is NULL", fn);
-  if (!cl_backend_is_sim(b))
+  if (!backend_is_sim(b))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: not a simulated backend (it is \"%s\")", fn,
                    b->ops->name);
   return CACHALOT_OK;
