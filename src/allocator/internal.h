@@ -450,6 +450,11 @@ static inline void cl_segment_link_locked(cl_device *d, cl_segment *s) {
   d->n_segments++;
   s->pool->n_segments++;
 }
+/* qsort order of segment pointers: by address. */
+static inline int cl_segment_cmp_addr(const void *x, const void *y) {
+  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
+  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
+}
 static inline void cl_segment_unlink_locked(cl_device *d, cl_segment *s) {
   if (s->prev)
     s->prev->next = s->next;

@@ -266,11 +266,6 @@ cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cac
 
 /* --- checkpoint / restore --- */
 
-static int cmp_segment_addr(const void *x, const void *y) {
-  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
-  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
-}
-
 /* The pool's segments (not being released), in address order, in a malloc'ed array. */
 static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment ***out, size_t *n) {
   *out = NULL;
@@ -284,7 +279,7 @@ static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment
   for (cl_segment *s = d->segments; s; s = s->next)
     if (s->pool == p && !s->releasing)
       v[k++] = s;
-  qsort(v, k, sizeof *v, cmp_segment_addr);
+  qsort(v, k, sizeof *v, cl_segment_cmp_addr);
   *out = v;
   *n = k;
   return CACHALOT_OK;

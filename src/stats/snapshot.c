@@ -30,11 +30,6 @@ static const char *block_state_name(const cl_block *b) {
   }
 }
 
-static int cmp_segment(const void *x, const void *y) {
-  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
-  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
-}
-
 static void write_empty_frames(cl_json *j) {
   cl_json_key(j, "frames");
   cl_json_begin_array(j);
@@ -138,7 +133,7 @@ static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
   size_t n = 0;
   for (cl_segment *s = d->segments; s; s = s->next)
     v[n++] = s;
-  qsort(v, n, sizeof *v, cmp_segment);
+  qsort(v, n, sizeof *v, cl_segment_cmp_addr);
   for (size_t i = 0; i < n; i++)
     write_segment(j, d->index, v[i]);
   free(v);

@@ -18,11 +18,6 @@ static const cachalot_trace_action public_action[] = {
     [CL_TRACE_SNAPSHOT] = CACHALOT_TRACE_SNAPSHOT,
 };
 
-static int cmp_segment(const void *x, const void *y) {
-  const cl_segment *a = *(cl_segment *const *)x, *b = *(cl_segment *const *)y;
-  return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
-}
-
 static void *keep(cachalot_allocator *a, void *ctx) {
   if (ctx)
     cl_ctx_retain(a, ctx);
@@ -56,7 +51,7 @@ static bool take_segments_locked(cl_device *d, cachalot_snapshot_info *out, size
   size_t n = 0;
   for (cl_segment *s = d->segments; s; s = s->next)
     v[n++] = s;
-  qsort(v, n, sizeof *v, cmp_segment);
+  qsort(v, n, sizeof *v, cl_segment_cmp_addr);
   cachalot_allocator *a = d->owner;
   bool ok = true;
   for (size_t i = 0; i < n && ok; i++) {
