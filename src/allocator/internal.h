@@ -851,6 +851,8 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
  * segment of the default pool and of freeable private pools, and drops the pools left empty. Returns the
  * first failure (of the wait or of a device free); what could not be freed stays cached. */
 cachalot_status cl_release_all_locked(cl_device *d);
+/* empty_cache of one freeable private pool: its whole free segments (and the device's free pages). */
+cachalot_status cl_release_pool_locked(cl_device *d, const cl_pool *p);
 /* malloc step 4: garbage collection of aged whole free large segments of the default pool. */
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out);
 /* malloc step 6: frees oversize cached blocks of (pool, stream, kind). True when enough was marked. */

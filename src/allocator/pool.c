@@ -236,28 +236,7 @@ cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cac
     cl_unlock(d);
     return CACHALOT_OK;
   }
-  rc = cl_sync_all_events_locked(d);
-  cl_release_list rel = {0};
-  bool expandable = false;
-  for (cl_segment *s = d->segments, *next; s; s = next) {
-    next = s->next;
-    if (s->pool != p)
-      continue;
-    if (s->expandable)
-      expandable = true;
-    else if (!s->releasing && s->head == s->tail && s->head->state == CL_FREE)
-      cl_mark_release_locked(d, s, &rel);
-  }
-  cachalot_status freed = cl_release_flush_locked(d, &rel);
-  if (rc == CACHALOT_OK)
-    rc = freed;
-  if (expandable) { /* its pages are unmapped with everything else's: more than asked, never less */
-    bool synced = false;
-    cachalot_status unmapped = cl_unmap_all_locked(d, &synced);
-    if (rc == CACHALOT_OK)
-      rc = unmapped;
-  }
-  cl_pools_collect_locked(d);
+  rc = cl_release_pool_locked(d, p);
   cl_unlock(d);
   if (rc != CACHALOT_OK)
     cl_error_prefix("cachalot_empty_cache_pool: ");

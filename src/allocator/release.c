@@ -73,22 +73,36 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   return result;
 }
 
-cachalot_status cl_release_all_locked(cl_device *d) {
+/* The whole free segments of `only` (NULL: of the default pool and of every freeable private pool) go back,
+ * and the device's free pages of expandable runs are unmapped (only when `only` has runs: unmapping is per
+ * device, so one pool's pages go with everything else's, more than asked, never less). */
+static cachalot_status release_locked(cl_device *d, const cl_pool *only) {
   cachalot_status synced = cl_sync_all_events_locked(d);
   cl_release_list rel = {0};
+  bool expandable = false;
   for (cl_segment *s = d->segments, *next; s; s = next) {
     next = s->next;
     /* a private pool still in use keeps its segments: a graph may replay into them */
-    bool eligible = cl_pool_is_default(d, s->pool) || s->pool->use_count == 0;
-    if (eligible && segment_is_free(s))
+    bool eligible = only ? s->pool == only : cl_pool_is_default(d, s->pool) || s->pool->use_count == 0;
+    if (!eligible)
+      continue;
+    expandable |= s->expandable;
+    if (segment_is_free(s))
       cl_mark_release_locked(d, s, &rel);
   }
   cachalot_status freed = cl_release_flush_locked(d, &rel);
-  bool device_synced = false;
-  cachalot_status unmapped = cl_unmap_all_locked(d, &device_synced);
+  cachalot_status unmapped = CACHALOT_OK;
+  if (!only || expandable) {
+    bool device_synced = false;
+    unmapped = cl_unmap_all_locked(d, &device_synced);
+  }
   cl_pools_collect_locked(d);
   return synced != CACHALOT_OK ? synced : freed != CACHALOT_OK ? freed : unmapped;
 }
+
+cachalot_status cl_release_all_locked(cl_device *d) { return release_locked(d, NULL); }
+
+cachalot_status cl_release_pool_locked(cl_device *d, const cl_pool *p) { return release_locked(d, p); }
 
 /* What garbage collection may give back: a whole free segment of the large default pool, or the whole
  * pages of a free block in one of its expandable runs; `age` counts the lookups since it became free. */
