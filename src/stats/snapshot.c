@@ -2,7 +2,7 @@
  * in the schema of torch.cuda.memory._snapshot() (SPEC.md §7), so PyTorch's viewer reads it. Each device
  * is written under its lock, so a device's segments and trace are one consistent moment. */
 #include "../allocator/internal.h"
-#include "json_writer.h"
+#include "../common/json_writer.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * for the native allocator (122 of them), dot-joined and sorted in strcmp order, as PyTorch (and
  * Python's sorted()) gives them. The stats are copied under the device lock and written outside it. */
 #include "../allocator/internal.h"
-#include "json_writer.h"
+#include "../common/json_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* cachalot_memory_stats_json (SPEC.md §4 JSON form) and the JSON writer under it (src/stats/json_writer.c).
+/* cachalot_memory_stats_json (SPEC.md §4 JSON form) and the JSON writer under it (src/common/json_writer.c).
  *
  * The stats JSON is parsed here by a small strict parser for its flat form ({"key":integer,...}, nothing
  * else), and checked against torch.cuda.memory_stats()'s 122 key names (built independently of the
@@ -6,7 +6,7 @@
  * cachalot_memory_stats() after a sequence of operations. The writer is checked on exact output. */
 #include "helpers.h"
 
-#include "stats/json_writer.h"
+#include "common/json_writer.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 #include "json_writer.h"
 
-#include "../common/c_locale.h"
+#include "c_locale.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* A JSON writer into a growing heap buffer: the stats JSON and the snapshot are written with it.
  * Commas are placed by the writer (a stack of "first item at this depth" flags); a host allocation
  * failure makes the writer inert and finish() return NULL. Strings are escaped per RFC 8259. */
-#ifndef CACHALOT_STATS_JSON_WRITER_H
-#define CACHALOT_STATS_JSON_WRITER_H
+#ifndef CACHALOT_COMMON_JSON_WRITER_H
+#define CACHALOT_COMMON_JSON_WRITER_H
 
 #include <stdbool.h>
 #include <stddef.h>
