@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "../common/error.h"
-#include "backend/backend.h"
+#include "backend/ops.h"
 #include "config.h"
 #include "sizes.h"
 

@@ -4,7 +4,7 @@
  * success, 1 on the first failure ("FAIL: ..."), and 77 (meson's skip code) with "SKIP: ..." when
  * there is no usable device, so a GPU-less CI machine reports a skip rather than a failure.
  */
-#include "../../src/allocator/backend/backend.h"
+#include "../../src/allocator/backend/ops.h"
 
 #include <cachalot/backend.h>
 #include <cachalot/status.h>

@@ -3,7 +3,7 @@
  * byte counts from SPEC.md: 1 MiB requests are small blocks, each 2 MiB small segment holds two. */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h"
+#include "allocator/backend/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>

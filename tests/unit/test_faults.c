@@ -6,7 +6,7 @@
  * device's own count, and after freeing everything and empty_cache both are 0. */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h"
+#include "allocator/backend/ops.h"
 
 /* ---- a fixed sequence of operations, replayed with faults injected ---------------------------- */
 

@@ -4,7 +4,7 @@
  * graphed helper. cachalot_check runs after every step that changes the allocator. */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h" /* stream_wait, to join a side stream into a capture */
+#include "allocator/backend/ops.h" /* stream_wait, to join a side stream into a capture */
 #include "common/error.h"            /* cl_fail, for a body that fails with a message */
 
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * message, changes nothing, and the allocator keeps working (cachalot_check after every step). */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h" /* to build a backend that is not the simulator */
+#include "allocator/backend/ops.h" /* to build a backend that is not the simulator */
 
 #include <math.h>
 #include <sys/wait.h>

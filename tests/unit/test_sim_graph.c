@@ -4,7 +4,7 @@
  * CUDA 13) are invalidated here too. */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h"
+#include "allocator/backend/ops.h"
 
 #include <pthread.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
  * with the device's memory unchanged. */
 #include "helpers.h"
 
-#include "allocator/backend/backend.h"
+#include "allocator/backend/ops.h"
 
 #define PAGE ((size_t)2 << 20)
 

@@ -1,5 +1,5 @@
 /* The public entry points that work on any backend. */
-#include "backend.h"
+#include "ops.h"
 
 #include "../../common/error.h"
 

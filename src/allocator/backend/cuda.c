@@ -11,7 +11,7 @@
  * thread's "last error", and a caller who checks cudaGetLastError() after its own kernel launch would
  * otherwise be blamed for an allocator OOM that cachalot already handled.
  */
-#include "backend.h"
+#include "ops.h"
 
 #include "../../common/error.h"
 
