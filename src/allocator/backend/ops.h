@@ -11,8 +11,8 @@
  *   left behind after an out-of-memory failure;
  * - `device` has been validated by the caller (0 <= device < device_count).
  */
-#ifndef CACHALOT_BACKEND_BACKEND_H
-#define CACHALOT_BACKEND_BACKEND_H
+#ifndef CACHALOT_BACKEND_OPS_H
+#define CACHALOT_BACKEND_OPS_H
 
 #include <cachalot/backend.h>
 
