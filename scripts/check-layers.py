@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Checks the layer rule of docs/architecture.md: a file uses files of its own room or of rooms below it,
+never above it or beside it.
+
+Two kinds of edges are read:
+  - #include "..." lines of every C, C++ and header file under src/ and tools/ (resolved to a file);
+  - symbols: for each object of the static library (and of the preload library when it is built), the
+    cl_* / cachalot_* symbols it uses but does not define, bound to the object that defines them. These
+    catch calls through inline functions of a header, which no #include line shows.
+
+Usage: check-layers.py SOURCE_DIR [BUILD_DIR]   (without BUILD_DIR only #include lines are read)
+Exits 1 and lists the edges that break the rule."""
+import os
+import re
+import subprocess
+import sys
+
+# Level of each room: a room may use rooms of a lower level, and itself. Rooms of the same level are
+# beside each other and may not use each other.
+ROOMS = [
+    ("include/cachalot/", "include", 0),
+    ("src/common/", "common", 1),
+    ("src/allocator/backend/", "backend", 2),
+    ("src/allocator/", "allocator", 3),
+    ("src/stats/", "stats", 4),
+    ("src/graph/", "graph", 4),
+    ("src/process/", "process", 5),
+    ("src/plugin/", "plugin", 6),
+    ("src/torch/", "torch", 6),
+    ("tools/common/", "tools/common", 7),
+    ("tools/alloc_snapshot/", "alloc_snapshot", 8),
+    ("tools/alloc_bench/", "alloc_bench", 8),
+    ("tools/", "tools", 8),
+]
+# The tools may compile these files of src/common/ into themselves (the library hides them).
+TOOLS_MAY_USE = ("common",)
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
+SOURCE_EXT = (".c", ".h", ".cpp", ".cu")
+
+
+def room_of(path):
+    for prefix, name, level in ROOMS:
+        if path.startswith(prefix):
+            return name, level
+    return None, None
+
+
+def allowed(src, dst):
+    (sn, sl), (dn, dl) = room_of(src), room_of(dst)
+    if sn is None or dn is None or sn == dn:
+        return True
+    if sl >= 7 and dn in TOOLS_MAY_USE:
+        return True
+    return dl < sl
+
+
+def include_edges(root):
+    for top in ("src", "tools"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in files:
+                if not f.endswith(SOURCE_EXT):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    for line in fh:
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        kind, name = m.groups()
+                        if kind == "<":
+                            if name.startswith("cachalot/"):
+                                yield rel, "include/" + name
+                            continue
+                        for base in (dirpath, os.path.join(root, "src"), os.path.join(root, "include")):
+                            target = os.path.normpath(os.path.join(base, name))
+                            if os.path.exists(target):
+                                yield rel, os.path.relpath(target, root)
+                                break
+
+
+def objects_of(paths, sources):
+    """{source path: (defined symbols, undefined symbols)} for the objects in an archive or a list of
+    object files (meson names an object after its source: src/a/b.c -> src_a_b.c.o)."""
+    by_member = {s.replace("/", "_") + ".o": s for s in sources}
+    out = subprocess.run(["nm", "-A"] + paths, capture_output=True, text=True, check=True).stdout
+    result = {}
+    for line in out.splitlines():
+        fields = line.split(":")
+        if len(fields) < 2:
+            continue
+        cur = by_member.get(os.path.basename(fields[-2]))
+        if cur is None:
+            continue
+        result.setdefault(cur, (set(), set()))
+        parts = fields[-1].split()
+        if len(parts) < 2:
+            continue
+        kind, name = parts[-2], parts[-1]
+        if not (name.startswith("cl_") or name.startswith("cachalot_")):
+            continue
+        if kind == "U":
+            result[cur][1].add(name)
+        elif kind in "TDBRVW" or kind in "tdbr":
+            result[cur][0].add(name)
+    return result
+
+
+def symbol_edges(root, build):
+    sources = []
+    for top in ("src",):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            sources += [os.path.relpath(os.path.join(dirpath, f), root) for f in files if f.endswith(".c")]
+    archive = os.path.join(build, "libcachalot.a")
+    if not os.path.exists(archive):
+        sys.exit(f"check-layers: {archive} not found (build the static library first)")
+    libraries = [[archive]]
+    # The interposer is the library built again with its own files: its objects bind among themselves.
+    preload = os.path.join(build, "libcachalot_preload.so.p")
+    if os.path.isdir(preload):
+        libraries.append([os.path.join(preload, f) for f in sorted(os.listdir(preload)) if f.endswith(".o")])
+    for paths in libraries:
+        objs = objects_of(paths, sources)
+        definer = {}
+        for src, (defined, _) in objs.items():
+            for s in defined:
+                definer[s] = src
+        for src, (_, used) in objs.items():
+            for s in sorted(used):
+                if s in definer and definer[s] != src:
+                    yield src, definer[s], s
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    root = sys.argv[1]
+    bad = set()
+    for src, dst in include_edges(root):
+        if not allowed(src, dst):
+            bad.add(f"{src} includes {dst}")
+    if len(sys.argv) == 3:
+        for src, dst, sym in symbol_edges(root, sys.argv[2]):
+            if not allowed(src, dst):
+                bad.add(f"{src} uses {sym} of {dst}")
+    for line in sorted(bad):
+        print("layer rule broken:", line)
+    if bad:
+        print(f"check-layers: {len(bad)} edges break the rule of docs/architecture.md")
+        return 1
+    print("check-layers: every edge points down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
