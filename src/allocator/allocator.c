@@ -178,6 +178,27 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
   return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR, fn, key);
 }
 
+/* Moves `s` to `value`, counting the step as an increase or a decrease. */
+static void stat_set(cachalot_stat *s, int64_t value) {
+  if (value > s->current)
+    cl_stat_inc(s, value - s->current);
+  else if (value < s->current)
+    cl_stat_dec(s, s->current - value);
+}
+
+/* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
+static void recount_oversize_locked(cl_device *d) {
+  const size_t max_split = d->cfg.max_split_size;
+  int64_t allocs = 0, segs = 0;
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    segs += !s->expandable && s->size >= max_split;
+    for (cl_block *b = s->head; b; b = b->next)
+      allocs += b->state == CL_ALLOCATED && b->size >= max_split;
+  }
+  stat_set(&d->stats.oversize_allocations, allocs);
+  stat_set(&d->stats.oversize_segments, segs);
+}
+
 /* Applies a validated config to a device (lock held). */
 static void apply_config_locked(cl_device *d, const cl_config *c) {
   const size_t old_split = d->cfg.max_split_size;
@@ -190,7 +211,7 @@ static void apply_config_locked(cl_device *d, const cl_config *c) {
   atomic_store_explicit(&d->detect, c->detect_captures, memory_order_relaxed);
   d->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
   if (old_split != c->max_split_size)
-    cl_stats_recount_oversize_locked(d);
+    recount_oversize_locked(d);
 }
 
 static void free_device(cl_device *d) {

@@ -1005,8 +1005,6 @@ static inline void cl_stats_free_called(cl_device *d, bool small, size_t size) {
   if (size >= d->cfg.max_split_size)
     cl_stat_dec(&st->oversize_allocations, 1);
 }
-/* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
-void cl_stats_recount_oversize_locked(cl_device *d);
 
 /* --- autocapture.c (config key detect_captures) --- */
 /* Before a malloc on `s`: if `s` is being captured, makes sure the capture routes to a private pool of

@@ -59,22 +59,3 @@ cachalot_status cachalot_reset_accumulated_stats(cachalot_allocator *a, int devi
   return CACHALOT_OK;
 }
 
-/* Moves `s` to `value`, counting the step as an increase or a decrease. */
-static void stat_set(cachalot_stat *s, int64_t value) {
-  if (value > s->current)
-    cl_stat_inc(s, value - s->current);
-  else if (value < s->current)
-    cl_stat_dec(s, s->current - value);
-}
-
-void cl_stats_recount_oversize_locked(cl_device *d) {
-  const size_t max_split = d->cfg.max_split_size;
-  int64_t allocs = 0, segs = 0;
-  for (cl_segment *s = d->segments; s; s = s->next) {
-    segs += !s->expandable && s->size >= max_split;
-    for (cl_block *b = s->head; b; b = b->next)
-      allocs += b->state == CL_ALLOCATED && b->size >= max_split;
-  }
-  stat_set(&d->stats.oversize_allocations, allocs);
-  stat_set(&d->stats.oversize_segments, segs);
-}

@@ -1,7 +1,7 @@
 /* Memory history: a ring buffer of trace entries per device (SPEC.md §7), with optional C call stacks
  * and the caller's contexts. Recording happens under the device lock, at the places the allocator changes
  * state; reading happens in snapshot.c and snapshot_info.c. */
-#include "../allocator/internal.h"
+#include "internal.h"
 
 #include <execinfo.h>
 #include <stdlib.h>
