@@ -330,7 +330,7 @@ cachalot_status cl_forked_fail(const char *who) {
                  "(start the child with spawn, or fork before using CUDA)", who);
 }
 
-cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
+cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_create: out is NULL");
   *out = NULL;
@@ -372,7 +372,6 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
     apply_config_locked(d, &cfg);
     atomic_store_explicit(&d->warm, CL_WARM_MALLOC | CL_WARM_FREE, memory_order_relaxed);
   }
-  cl_export_register(a);
   fork_watch(a, true);
   *out = a;
   return CACHALOT_OK;
@@ -408,10 +407,7 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   return rc;
 }
 
-void cachalot_destroy(cachalot_allocator *a) {
-  if (!a)
-    return;
-  cl_export_unregister(a);
+void cl_allocator_destroy(cachalot_allocator *a) {
   fork_watch(a, false);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
@@ -427,30 +423,6 @@ void cachalot_destroy(cachalot_allocator *a) {
   free(a->conf_raw);
   pthread_mutex_destroy(&a->meta_lock);
   free(a);
-}
-
-static pthread_once_t default_once = PTHREAD_ONCE_INIT;
-static cachalot_allocator *default_allocator;
-static cachalot_status default_status;
-static char default_error[512];
-
-static void make_default(void) {
-  cachalot_backend *b = NULL;
-  default_status = cachalot_backend_cuda(&b);
-  if (default_status == CACHALOT_OK) {
-    default_status = cachalot_create(b, NULL, &default_allocator);
-    if (default_status != CACHALOT_OK)
-      cachalot_backend_destroy(b);
-  }
-  if (default_status != CACHALOT_OK)
-    snprintf(default_error, sizeof default_error, "%s", cachalot_last_error());
-}
-
-cachalot_allocator *cachalot_default(void) {
-  pthread_once(&default_once, make_default);
-  if (!default_allocator)
-    (void)cl_fail(default_status, "cachalot_default: %s", default_error);
-  return default_allocator;
 }
 
 cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, double fraction) {

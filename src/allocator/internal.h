@@ -523,6 +523,10 @@ struct cachalot_allocator {
   _Atomic bool forked;          /* this is a child forked after the allocator was made: every call fails */
   cachalot_context_ops ctx_ops; /* how contexts are kept and let go (under meta_lock to change) */
   _Atomic size_t n_ctx;         /* context references held, in blocks, trace entries and snapshots */
+  /* Called after an allocation failed as out of memory, with no lock held and the OOM message set; the
+   * hook keeps the message. Set by a room above the core (src/process/) before the allocator is handed
+   * out, never changed after: the core does not know who listens. NULL: nobody. */
+  void (*on_oom)(cachalot_allocator *a);
 };
 
 /* In a child forked after `a` was made: CACHALOT_ERROR_DEVICE with the message, for `who`. CUDA cannot be
@@ -532,17 +536,12 @@ static inline bool cl_forked(const cachalot_allocator *a) {
   return atomic_load_explicit(&a->forked, memory_order_relaxed);
 }
 
-/* --- export (src/stats/export.c): snapshots driven by environment variables --- */
-void cl_export_register(cachalot_allocator *a);
-void cl_export_unregister(cachalot_allocator *a);
-/* Answers one request of the snapshot socket on a connected fd (what the socket thread does after the
- * credential check; the socket fuzzer calls it on a socketpair). */
-void cl_export_serve(int fd);
-/* An environment variable's path with "%p" replaced by the pid into out[cap]; false, with out empty, when
- * it does not fit. */
-bool cl_export_expand_path(const char *in, char *out, size_t cap);
-/* Writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, if asked for (no lock held; keeps the OOM message). */
-void cl_export_on_oom(cachalot_allocator *a);
+/* --- allocator.c: the core's lifecycle (the public cachalot_create/destroy are in src/process/) --- */
+/* A new allocator over `b` with `conf` (NULL: CACHALOT_ALLOC_CONF), with the errors cachalot_create
+ * documents. */
+cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cachalot_allocator **out);
+/* Frees `a` and everything it holds (a != NULL; no call in flight). */
+void cl_allocator_destroy(cachalot_allocator *a);
 
 /* --- trace (src/stats/trace.c) --- */
 void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,

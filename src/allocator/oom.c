@@ -76,6 +76,7 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
                  "but unallocated. If reserved but unallocated memory is large try setting "
                  "CACHALOT_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
                  tried, d->index, total_s, free_s, allowed_s, alloc_s, priv_s, unalloc_s);
-  cl_export_on_oom(a);
+  if (a->on_oom)
+    a->on_oom(a);
   return CACHALOT_ERROR_OUT_OF_MEMORY;
 }

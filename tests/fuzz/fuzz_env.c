@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocator/internal.h"
+#include "process/export.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

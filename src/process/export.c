@@ -9,7 +9,7 @@
  * variables set no thread is started and no file is touched.
  *
  * Live allocators are kept in a registry guarded by `reg_lock`; a request is served with the lock held,
- * so cachalot_destroy (which leaves the registry first) never races with one.
+ * so cachalot_destroy (process.c: it leaves the registry first) never races with one.
  *
  * Hostile or slow clients: each connection is served on a thread of its own (at most MAX_CLIENTS at once;
  * one more waits for a slot, up to the time limit, then is answered "busy"), with a time limit on every read
@@ -17,6 +17,7 @@
  * replaced through a temporary file and a rename; anything else there (a symlink, a FIFO, a device) is
  * written through, never replaced; a socket path holding anything but a socket is left alone. */
 #include "../allocator/internal.h"
+#include "export.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,9 +100,8 @@ static void write_snapshot(cachalot_allocator *a, const char *path) {
   free(json);
 }
 
-void cl_export_on_oom(cachalot_allocator *a) {
-  if (!oom_path[0])
-    return;
+/* The OOM hook: writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, keeping the OOM message. */
+static void on_oom(cachalot_allocator *a) {
   char saved[1024]; /* the OOM message must survive the snapshot's own calls */
   snprintf(saved, sizeof saved, "%s", cachalot_last_error());
   write_snapshot(a, oom_path);
@@ -295,6 +295,8 @@ void cl_export_register(cachalot_allocator *a) {
   pthread_once(&env_once, read_env);
   if (!oom_path[0] && !exit_path[0] && !socket_path[0])
     return;
+  if (oom_path[0])
+    a->on_oom = on_oom;
   pthread_mutex_lock(&reg_lock);
   if (n_live < MAX_LIVE)
     live[n_live++] = a;
