@@ -1,0 +1,37 @@
+/* Memory history (history.c): the trace ring of each device, C call stacks, and the callers' contexts
+ * kept with blocks and entries. Recording happens under exclusive mode where the core changes state;
+ * reading happens in stats/ (snapshots). */
+#ifndef CACHALOT_ALLOCATOR_HISTORY_H
+#define CACHALOT_ALLOCATOR_HISTORY_H
+
+#include "types.h"
+
+void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                 cachalot_stream stream);
+/* Records an entry when history is on; otherwise costs one branch. */
+static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                   cachalot_stream stream) {
+  if (CL_UNLIKELY(d->trace.cap != 0))
+    cl_trace_record_slow_locked(d, action, addr, size, stream);
+}
+void cl_trace_free_locked(cl_device *d);
+/* The contexts of the call in progress on this thread (cachalot_malloc_with_context,
+ * cachalot_free_with_context): NULL outside such a call. */
+extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
+/* Keeps this thread's alloc context with the block at ptr (history on; hand_out's slow path). */
+void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr);
+/* Lets go of the context kept with the block at ptr, if any (every free of a handed-out block). */
+void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr);
+static inline void cl_ctx_drop_locked(cl_device *d, uintptr_t ptr) {
+  if (CL_UNLIKELY(d->block_ctx != NULL))
+    cl_ctx_detach_locked(d, ptr);
+}
+/* Lets go of every block's context (destroy). */
+void cl_ctx_detach_all_locked(cl_device *d);
+/* The context kept with the block at ptr, or NULL. */
+void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr);
+/* One more reference to ctx (not NULL), and one fewer. */
+void cl_ctx_retain(cachalot_allocator *a, void *ctx);
+void cl_ctx_release(cachalot_allocator *a, void *ctx);
+
+#endif
