@@ -178,17 +178,16 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
  * STOPPED result comes after the exclusive mode that stopped it is over. */
 CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
-  if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED))
+  if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED)) /* the slow path scans then */
     return CL_WARM_SLOW;
-  /* seg may be stale (a racing release gives segments back and reuses their metadata), but lanes live
-   * until destroy, and under any lane lock segments do not change: check seg again once locked. */
+  /* lanes live until destroy, so a stale seg's lane is still a lane to lock */
   cl_lane *ln = cl_seg_lane(seg);
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
   const uintptr_t key = (uintptr_t)ptr;
   cl_block **slot = NULL, *b = NULL;
-  if (CL_LIKELY(cl_seg_lane(seg) == ln && key - seg->ptr < seg->size)) {
+  if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
     slot = cl_seg_slot(seg, key);
     b = *slot;
   }

@@ -1,5 +1,5 @@
 /* From a pointer to its segment and block: the page map (page_map.c), a segment's handed-out table,
- * and the slow lookups for error paths (allocator.c). */
+ * and the slow lookups for error paths (lookup.c). */
 #ifndef CACHALOT_ALLOCATOR_LOOKUP_H
 #define CACHALOT_ALLOCATOR_LOOKUP_H
 
@@ -32,6 +32,14 @@ void cl_page_map_remove(cl_page_node *root, const cl_segment *s);
  * host OOM (nothing changed). */
 bool cl_page_map_point(cl_page_node *root, uintptr_t ptr, size_t size, cl_segment *s);
 void cl_page_map_destroy(cl_page_node *root);
+
+/* free()'s warm path reads the page map (cl_page_get) before any lock; the segment it finds may be stale (a
+ * racing release gives segments back and reuses their metadata). */
+/* Once lane `ln` (read from seg) is locked: segments do not change under any lane lock, so seg is checked
+ * again. Whether seg is still ln's and holds `key` (its handed-out table entry is then cl_seg_slot). */
+CL_INLINE bool cl_lookup_holds(const cl_segment *seg, const cl_lane *ln, uintptr_t key) {
+  return cl_seg_lane(seg) == ln && key - seg->ptr < seg->size;
+}
 
 /* Finds the ALLOCATED block at exactly `ptr` and returns with its device in exclusive mode; else
  * INVALID_POINTER and nothing locked. */

@@ -1,10 +1,11 @@
-/* The page map (see cl_page_node in internal.h): which segment covers a 2 MiB page of device address
- * space. free() reads it without a lock to find the lane of a pointer; it is written in exclusive mode
- * when segments come and go. Leaves are published with a compare-and-swap, so two devices adding
+/* From a pointer to its segment and block. The page map (see cl_page_node in types.h) says which segment
+ * covers a 2 MiB page of device address space. free() reads it without a lock to find the lane of a
+ * pointer (its inline part is in lookup.h); it is written in exclusive mode when segments come and go. Leaves are published with a compare-and-swap, so two devices adding
  * segments at once never lose one, and are freed only at destroy, so a reader never follows a dangling
  * one. */
 #include "internal.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 
 enum { LEAF_MASK = (1u << CL_PM_LEAF_BITS) - 1 };
@@ -84,4 +85,77 @@ void cl_page_map_destroy(cl_page_node *root) {
     free(atomic_load_explicit(&root->slot[i], memory_order_relaxed));
     atomic_store_explicit(&root->slot[i], NULL, memory_order_relaxed);
   }
+}
+
+/* The handed-out block at `key` in segment s, or NULL. */
+static cl_block *find_in_segment(const cl_segment *s, uintptr_t key) {
+  if (key - s->ptr >= s->size)
+    return NULL;
+  cl_block *b = *cl_seg_slot(s, key);
+  return b && b->ptr == key ? b : NULL;
+}
+
+/* The ALLOCATED or PENDING block at `key` among device d's segments (exclusive mode), or NULL. */
+static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
+  cl_segment *seg = cl_page_get(&a->pages, key);
+  /* a shared page, or an address above what the page map holds: scan */
+  if (seg == CL_PAGE_SHARED || (!seg && !cl_page_mappable(key))) {
+    for (const cl_segment *s = d->segments; s; s = s->next) {
+      cl_block *b = find_in_segment(s, key);
+      if (b)
+        return b;
+    }
+    return NULL;
+  }
+  /* the page map is only written in the exclusive mode of the segment's device: stable here */
+  const cl_lane *ln = seg ? cl_seg_lane(seg) : NULL; /* seg may be another device's, changing meanwhile */
+  if (!ln || ln->dev != d)
+    return NULL;
+  return find_in_segment(seg, key);
+}
+
+bool cl_address_is_ours(cachalot_allocator *a, const void *ptr) {
+  const uintptr_t key = (uintptr_t)ptr;
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    bool ours = false;
+    cl_lock(d);
+    for (const cl_segment *s = d->segments; s && !ours; s = s->next)
+      ours = key - s->ptr < s->size;
+    cl_unlock(d);
+    if (ours)
+      return true;
+  }
+  return false;
+}
+
+cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
+                                     cl_block **blk) {
+  *dev = NULL;
+  *blk = NULL;
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
+  const uintptr_t key = (uintptr_t)ptr;
+  if (key) {
+    /* The page map names the likely device; a racing release may change it, so every device is tried,
+     * that one first. */
+    cl_segment *seg = cl_page_get(&a->pages, key);
+    const cl_lane *ln = seg && seg != CL_PAGE_SHARED ? cl_seg_lane(seg) : NULL;
+    int first = ln ? ln->dev->index : 0;
+    for (int n = 0; n < a->device_count; n++) {
+      cl_device *d = &a->devices[(first + n) % a->device_count];
+      cl_lock(d);
+      cl_block *b = find_in_device_locked(a, d, key);
+      if (b && b->state == CL_ALLOCATED) {
+        *dev = d;
+        *blk = b;
+        return CACHALOT_OK;
+      }
+      cl_unlock(d);
+      if (b)
+        return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)",
+                       fn, key);
+    }
+  }
+  return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR, fn, key);
 }
