@@ -1,99 +1,11 @@
-/* The allocator object: creation from a backend and a config, settings at run time, the process-wide
- * default, per-device state, metadata free lists and argument checks shared by the entry points. */
+/* The allocator object: creation from a backend and a config and destruction (the public entry points
+ * are in src/process/process.c), settings at run time, the fork watch, OOM observers, and the argument
+ * checks shared by the entry points. */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { CHUNK_BLOCKS = 64 };
-
-/* Registers a host chunk for release at destroy. False on host OOM (the chunk is then freed). */
-static bool keep_chunk_locked(cl_device *d, void *chunk) {
-  if (d->n_chunks == d->cap_chunks) {
-    size_t cap = d->cap_chunks ? d->cap_chunks * 2 : 16;
-    void **c = realloc(d->chunks, cap * sizeof *c);
-    if (!c) {
-      free(chunk);
-      return false;
-    }
-    d->chunks = c;
-    d->cap_chunks = cap;
-  }
-  d->chunks[d->n_chunks++] = chunk;
-  return true;
-}
-
-cl_block *cl_block_new_locked(cl_device *d) {
-  if (!d->spare_blocks) {
-    /* aligned, so that each block's first half is one cache line */
-    cl_block *chunk = aligned_alloc(_Alignof(cl_block), CHUNK_BLOCKS * sizeof *chunk);
-    if (!chunk || !keep_chunk_locked(d, chunk))
-      return NULL;
-    memset(chunk, 0, CHUNK_BLOCKS * sizeof *chunk);
-    for (int i = 0; i < CHUNK_BLOCKS; i++) {
-      chunk[i].next = d->spare_blocks;
-      d->spare_blocks = &chunk[i];
-    }
-  }
-  cl_block *b = d->spare_blocks;
-  d->spare_blocks = b->next;
-  cachalot_stream *uses = b->uses;
-  uint32_t cap = b->cap_uses;
-  memset(b, 0, sizeof *b);
-  b->uses = uses; /* a recycled block keeps its record_stream array: no allocation next time */
-  b->cap_uses = cap;
-  return b;
-}
-
-void cl_block_delete_locked(cl_device *d, cl_block *b) {
-  b->state = CL_FREE;
-  b->seg = NULL;
-  b->next = d->spare_blocks;
-  d->spare_blocks = b;
-}
-
-cl_pending_event *cl_pending_new_locked(cl_device *d) {
-  if (!d->spare_events) {
-    cl_pending_event *chunk = calloc(CHUNK_BLOCKS, sizeof *chunk);
-    if (!chunk || !keep_chunk_locked(d, chunk))
-      return NULL;
-    for (int i = 0; i < CHUNK_BLOCKS; i++) {
-      chunk[i].next = d->spare_events;
-      d->spare_events = &chunk[i];
-    }
-  }
-  cl_pending_event *e = d->spare_events;
-  d->spare_events = e->next;
-  memset(e, 0, sizeof *e);
-  return e;
-}
-
-void cl_pending_delete_locked(cl_device *d, cl_pending_event *e) {
-  e->next = d->spare_events;
-  d->spare_events = e;
-}
-
-void cl_fraction_resolve_locked(cl_device *d) {
-  if (d->total_known || d->fraction < 0)
-    return;
-  cachalot_backend *b = d->owner->backend;
-  size_t free_bytes = 0, total = 0;
-  if (b->ops->mem_info(b, d->index, &free_bytes, &total) != CACHALOT_OK)
-    return; /* allowed_max stays 0: every new segment is refused, which is the safe side */
-  d->allowed_max = cl_scale_bytes(d->fraction, total);
-  d->total_known = true;
-}
-
-cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes) {
-  if (d->fraction < 0)
-    return CACHALOT_OK;
-  cl_fraction_resolve_locked(d);
-  const size_t reserved = (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
-  if (reserved + bytes > d->allowed_max)
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "memory fraction limit reached");
-  return CACHALOT_OK;
-}
 
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn) {
   if (!a)
@@ -349,43 +261,6 @@ void cl_allocator_destroy(cachalot_allocator *a) {
   free(a->conf_raw);
   pthread_mutex_destroy(&a->meta_lock);
   free(a);
-}
-
-cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, double fraction) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_set_memory_fraction");
-  if (rc != CACHALOT_OK)
-    return rc;
-  if (!(fraction >= 0.0 && fraction <= 1.0))
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "cachalot_set_memory_fraction: fraction %g is outside [0, 1]", fraction);
-  cl_device *d = &a->devices[device];
-  cachalot_backend *b = a->backend;
-  size_t free_bytes = 0, total = 0;
-  rc = b->ops->mem_info(b, device, &free_bytes, &total);
-  if (rc != CACHALOT_OK) {
-    cl_error_prefix("cachalot_set_memory_fraction: ");
-    return rc;
-  }
-  cl_lock(d);
-  d->fraction = fraction;
-  d->allowed_max = cl_scale_bytes(fraction, total);
-  d->total_known = true;
-  cl_unlock(d);
-  return CACHALOT_OK;
-}
-
-cachalot_status cachalot_get_memory_fraction(cachalot_allocator *a, int device, double *out) {
-  if (!out)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_memory_fraction: out is NULL");
-  *out = 0.0;
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_get_memory_fraction");
-  if (rc != CACHALOT_OK)
-    return rc;
-  cl_device *d = &a->devices[device];
-  cl_lock(d);
-  *out = d->fraction < 0 ? 1.0 : d->fraction;
-  cl_unlock(d);
-  return CACHALOT_OK;
 }
 
 cachalot_status cachalot_attach_oom_observer(cachalot_allocator *a, cachalot_oom_observer fn, void *ctx) {

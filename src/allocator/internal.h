@@ -82,15 +82,17 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
 /* Calls fn on every pool of the device, default first. */
 
 /* --- allocator.c --- */
+/* INVALID_ARGUMENT naming `fn` unless a is an allocator and `device` one of its devices. */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
-/* Metadata free lists. NULL on host OOM. */
+
+/* --- metadata.c: free lists of block and pending-event records. NULL on host OOM. --- */
 cl_block *cl_block_new_locked(cl_device *d);
 void cl_block_delete_locked(cl_device *d, cl_block *b);
-/* Tops the spares of lane `ln` up from the device's, so its warm path can split (exclusive mode). */
-void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln);
 cl_pending_event *cl_pending_new_locked(cl_device *d);
 void cl_pending_delete_locked(cl_device *d, cl_pending_event *e);
-/* Memory fraction: makes sure allowed_max is known (asks the backend once). */
+
+/* --- fraction.c --- */
+/* Makes sure allowed_max is known (asks the backend once). */
 void cl_fraction_resolve_locked(cl_device *d);
 /* f x bytes, for f in [0, 1], rounded down: SIZE_MAX where the product reaches 2^64 (converting such a double
  * to size_t is undefined, and on x86 gave 0). */
@@ -101,7 +103,6 @@ static inline size_t cl_scale_bytes(double f, size_t bytes) {
 /* Whether `bytes` more of device memory (a segment, or pages to map) stay within the memory fraction:
  * OK, or OUT_OF_MEMORY with the message (reserved bytes in transit count). */
 cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes);
-
 
 /* --- events.c --- */
 /* Records an event per stream use of `b` and makes it PENDING; all or nothing. */

@@ -64,6 +64,9 @@ static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
   }
 }
 
+/* Tops the spares of lane `ln` up from the device's, so its warm path can split (exclusive mode). */
+void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln);
+
 /* Waits while a thread enters or holds exclusive mode on `d` (cl_device.warm). */
 void cl_lane_wait_stop(cl_device *d);
 /* What a warm path did: the call is done; it needs exclusive mode; or a thread was entering exclusive
