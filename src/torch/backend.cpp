@@ -85,6 +85,8 @@ cachalot_mempool_id to_id(MempoolId_t id) { return cachalot_mempool_id{id.first,
 
 bool is_default(MempoolId_t id) { return id.first == 0 && id.second == 0; }
 
+bool same_pool(cachalot_mempool_id a, cachalot_mempool_id b) { return a.first == b.first && a.second == b.second; }
+
 void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {
   to.current = from.current;
   to.peak = from.peak;
@@ -107,6 +109,17 @@ struct Snapshot {
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
   ~Snapshot() { cachalot_snapshot_info_free(a, s); }
+
+  // The segments of `pool` on `device`, in the snapshot's (address) order, which the lists built from them keep.
+  std::vector<const cachalot_snapshot_segment*> pool_segments(int device, cachalot_mempool_id pool) const {
+    std::vector<const cachalot_snapshot_segment*> out;
+    for (size_t i = 0; i < s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = s->segments[i];
+      if (seg.device == device && same_pool(seg.pool, pool))
+        out.push_back(&seg);
+    }
+    return out;
+  }
 };
 
 std::shared_ptr<c10::GatheredContext> gathered_of(void* ctx) {
@@ -305,7 +318,7 @@ class Allocator final : public cca::CUDAAllocator {
     const int when = when_.load();
     for (size_t i = 0; i < snap.s->n_segments; i++) {
       const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (!is_default(mempool_id) && (seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second))
+      if (!is_default(mempool_id) && !same_pool(seg.pool, to_id(mempool_id)))
         continue;
       cda::SegmentInfo si;
       si.device = static_cast<c10::DeviceIndex>(seg.device);
@@ -403,14 +416,11 @@ class Allocator final : public cca::CUDAAllocator {
     check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &uses), "checkPoolLiveAllocations");
     Snapshot snap(a_, false);
     size_t live = 0;
-    for (size_t i = 0; i < snap.s->n_segments; i++) {
-      const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (seg.device != device || seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second)
-        continue;
-      for (size_t k = 0; k < seg.n_blocks; k++) {
-        if (seg.blocks[k].state != CACHALOT_BLOCK_ALLOCATED)
+    for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, to_id(mempool_id))) {
+      for (size_t k = 0; k < seg->n_blocks; k++) {
+        if (seg->blocks[k].state != CACHALOT_BLOCK_ALLOCATED)
           continue;
-        if (!expected_live_allocations.count(reinterpret_cast<void*>(seg.blocks[k].address)))
+        if (!expected_live_allocations.count(reinterpret_cast<void*>(seg->blocks[k].address)))
           return false;
         live++;
       }
@@ -532,14 +542,10 @@ class Allocator final : public cca::CUDAAllocator {
     cca::CheckpointDelta delta;
     {
       Snapshot snap(a_, false); // the pool's blocks handed out now: restoring frees them
-      for (size_t i = 0; i < snap.s->n_segments; i++) {
-        const cachalot_snapshot_segment& seg = snap.s->segments[i];
-        if (seg.device != device || seg.pool.first != st->st->pool.first || seg.pool.second != st->st->pool.second)
-          continue;
-        for (size_t k = 0; k < seg.n_blocks; k++)
-          if (seg.blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
-            delta.ptrs_freed.push_back(reinterpret_cast<void*>(seg.blocks[k].address));
-      }
+      for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, st->st->pool))
+        for (size_t k = 0; k < seg->n_blocks; k++)
+          if (seg->blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
+            delta.ptrs_freed.push_back(reinterpret_cast<void*>(seg->blocks[k].address));
     }
     void** ptrs = nullptr;
     size_t n = 0;
