@@ -10,6 +10,10 @@
 // Contexts: while history is on, each allocation carries a Ctx (PyTorch's gathered stack, the compile
 // context, the user metadata) through cachalot_malloc_with_context; cachalot keeps it with the block and the
 // trace entry, counting references through ctx_retain / ctx_release, and snapshot() hands it back.
+//
+// What PyTorch's types look like is convert.cpp's business: this file holds the allocator PyTorch calls.
+#include "convert.h"
+
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -37,18 +41,7 @@
 
 namespace {
 
-namespace cca = c10::cuda::CUDACachingAllocator;
-namespace cda = c10::CachingDeviceAllocator;
-using c10::MempoolId_t;
-
-// What cachalot keeps with a block or trace entry: PyTorch's context (a CapturedTraceback, which
-// torch.cuda.memory._snapshot() symbolizes) and the strings PyTorch attaches to trace entries.
-struct Ctx {
-  std::atomic<int> refs{1};
-  std::shared_ptr<c10::GatheredContext> gathered;
-  std::string compile_context;
-  std::string user_metadata;
-};
+using namespace cachalot_torch;
 
 void ctx_retain(void* p) { static_cast<Ctx*>(p)->refs.fetch_add(1, std::memory_order_relaxed); }
 void ctx_release(void* p) {
@@ -81,21 +74,7 @@ void check(cachalot_status rc, const char* what) {
     fail(what, rc);
 }
 
-cachalot_mempool_id to_id(MempoolId_t id) { return cachalot_mempool_id{id.first, id.second}; }
-
-bool is_default(MempoolId_t id) { return id.first == 0 && id.second == 0; }
-
-void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {
-  to.current = from.current;
-  to.peak = from.peak;
-  to.allocated = from.allocated;
-  to.freed = from.freed;
-}
-
-void copy_stats(c10::CachingAllocator::StatArray& to, const cachalot_stat from[3]) {
-  for (size_t i = 0; i < 3; i++) // both order all, small pool, large pool
-    copy_stat(to[i], from[i]);
-}
+bool same_pool(cachalot_mempool_id a, cachalot_mempool_id b) { return a.first == b.first && a.second == b.second; }
 
 // A snapshot taken from cachalot, freed with it.
 struct Snapshot {
@@ -107,31 +86,17 @@ struct Snapshot {
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
   ~Snapshot() { cachalot_snapshot_info_free(a, s); }
-};
 
-std::shared_ptr<c10::GatheredContext> gathered_of(void* ctx) {
-  return ctx ? static_cast<Ctx*>(ctx)->gathered : nullptr;
-}
-
-cda::TraceEntry::Action torch_action(cachalot_trace_action a) {
-  switch (a) {
-  case CACHALOT_TRACE_ALLOC: return cda::TraceEntry::ALLOC;
-  case CACHALOT_TRACE_FREE_REQUESTED: return cda::TraceEntry::FREE_REQUESTED;
-  case CACHALOT_TRACE_FREE_COMPLETED: return cda::TraceEntry::FREE_COMPLETED;
-  case CACHALOT_TRACE_SEGMENT_ALLOC: return cda::TraceEntry::SEGMENT_ALLOC;
-  case CACHALOT_TRACE_SEGMENT_FREE: return cda::TraceEntry::SEGMENT_FREE;
-  case CACHALOT_TRACE_SEGMENT_MAP: return cda::TraceEntry::SEGMENT_MAP;
-  case CACHALOT_TRACE_SEGMENT_UNMAP: return cda::TraceEntry::SEGMENT_UNMAP;
-  case CACHALOT_TRACE_SNAPSHOT: return cda::TraceEntry::SNAPSHOT;
-  case CACHALOT_TRACE_OOM: return cda::TraceEntry::OOM;
+  // The segments of `pool` on `device`, in the snapshot's (address) order, which the lists built from them keep.
+  std::vector<const cachalot_snapshot_segment*> pool_segments(int device, cachalot_mempool_id pool) const {
+    std::vector<const cachalot_snapshot_segment*> out;
+    for (size_t i = 0; i < s->n_segments; i++) {
+      const cachalot_snapshot_segment& seg = s->segments[i];
+      if (seg.device == device && same_pool(seg.pool, pool))
+        out.push_back(&seg);
+    }
+    return out;
   }
-  return cda::TraceEntry::SNAPSHOT;
-}
-
-// A checkpoint of a private pool (CUDA-graph trees): cachalot's pool state, owned.
-struct PoolState : cca::AllocatorState {
-  cachalot_pool_state* st = nullptr;
-  ~PoolState() override { cachalot_pool_state_free(st); }
 };
 
 void raw_delete_fn(void* ptr);
@@ -194,19 +159,7 @@ class Allocator final : public cca::CUDAAllocator {
 
   std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
     Snapshot snap(a_, false);
-    std::vector<cca::StreamSegmentSize> out;
-    for (size_t i = 0; i < snap.s->n_segments; i++) {
-      const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (seg.device != device || !seg.expandable)
-        continue;
-      auto same = [&](const cca::StreamSegmentSize& x) { return x.stream == seg.stream && x.is_small_pool == seg.small; };
-      auto it = std::find_if(out.begin(), out.end(), same);
-      if (it == out.end())
-        out.emplace_back(seg.stream, seg.small, seg.total_size);
-      else
-        it->total_size += seg.total_size;
-    }
-    return out;
+    return to_expandable_segment_sizes(*snap.s, device);
   }
 
   void emptyCache(MempoolId_t mempool_id) override {
@@ -270,25 +223,7 @@ class Allocator final : public cca::CUDAAllocator {
   cda::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     cachalot_device_stats s;
     check(cachalot_memory_stats(a_, device, &s), "getDeviceStats");
-    cda::DeviceStats t;
-    copy_stats(t.allocation, s.allocation);
-    copy_stats(t.segment, s.segment);
-    copy_stats(t.active, s.active);
-    copy_stats(t.inactive_split, s.inactive_split);
-    copy_stats(t.allocated_bytes, s.allocated_bytes);
-    copy_stats(t.reserved_bytes, s.reserved_bytes);
-    copy_stats(t.active_bytes, s.active_bytes);
-    copy_stats(t.inactive_split_bytes, s.inactive_split_bytes);
-    copy_stats(t.requested_bytes, s.requested_bytes);
-    copy_stat(t.oversize_allocations, s.oversize_allocations);
-    copy_stat(t.oversize_segments, s.oversize_segments);
-    t.num_alloc_retries = s.num_alloc_retries;
-    t.num_ooms = s.num_ooms;
-    t.num_sync_all_streams = s.num_sync_all_streams;
-    t.num_device_alloc = s.num_device_alloc;
-    t.num_device_free = s.num_device_free;
-    t.max_split_size = s.max_split_size;
-    return t;
+    return to_device_stats(s);
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
@@ -305,32 +240,9 @@ class Allocator final : public cca::CUDAAllocator {
     const int when = when_.load();
     for (size_t i = 0; i < snap.s->n_segments; i++) {
       const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (!is_default(mempool_id) && (seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second))
+      if (!is_default(mempool_id) && !same_pool(seg.pool, to_id(mempool_id)))
         continue;
-      cda::SegmentInfo si;
-      si.device = static_cast<c10::DeviceIndex>(seg.device);
-      si.address = seg.address;
-      si.total_size = seg.total_size;
-      si.stream = seg.stream;
-      si.is_large = !seg.small;
-      si.is_expandable = seg.expandable;
-      si.owner_private_pool_id = MempoolId_t{seg.pool.first, seg.pool.second};
-      for (size_t k = 0; k < seg.n_blocks; k++) {
-        const cachalot_snapshot_block& b = seg.blocks[k];
-        cda::BlockInfo bi;
-        bi.size = b.size;
-        bi.requested_size = b.requested;
-        bi.allocated = b.state == CACHALOT_BLOCK_ALLOCATED;
-        bi.active = b.state != CACHALOT_BLOCK_FREE;
-        bi.context_when_allocated = gathered_of(b.context);
-        si.requested_size += b.requested;
-        if (bi.allocated)
-          si.allocated_size += b.size;
-        if (bi.active)
-          si.active_size += b.size;
-        si.blocks.push_back(std::move(bi));
-      }
-      out.segments.push_back(std::move(si));
+      out.segments.push_back(to_segment_info(seg));
     }
     out.device_traces.resize(static_cast<size_t>(devices_));
     std::lock_guard<std::mutex> g(mu_);
@@ -342,11 +254,7 @@ class Allocator final : public cca::CUDAAllocator {
       // PyTorch keeps stacks on alloc entries from RecordContext::ALLOC on, on free entries with ALL only
       // (cachalot is given a free context only then).
       const bool keep = when >= static_cast<int>(cda::RecordContext::ALLOC);
-      const Ctx* c = keep ? static_cast<const Ctx*>(e.context) : nullptr;
-      cda::TraceEntry te(action, static_cast<c10::DeviceIndex>(e.device), e.addr, e.size, e.stream, MempoolId_t{0, 0},
-                         0, c ? c->gathered : nullptr, c ? c->compile_context : "", c ? c->user_metadata : "");
-      te.time_.t_ = static_cast<time_t>(e.time_us); // PyTorch's snapshot reads microseconds here
-      out.device_traces[static_cast<size_t>(e.device)].push_back(std::move(te));
+      out.device_traces[static_cast<size_t>(e.device)].push_back(to_trace_entry(e, action, keep));
     }
     if (include_traces)
       out.external_annotations = annotations_;
@@ -403,14 +311,11 @@ class Allocator final : public cca::CUDAAllocator {
     check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &uses), "checkPoolLiveAllocations");
     Snapshot snap(a_, false);
     size_t live = 0;
-    for (size_t i = 0; i < snap.s->n_segments; i++) {
-      const cachalot_snapshot_segment& seg = snap.s->segments[i];
-      if (seg.device != device || seg.pool.first != mempool_id.first || seg.pool.second != mempool_id.second)
-        continue;
-      for (size_t k = 0; k < seg.n_blocks; k++) {
-        if (seg.blocks[k].state != CACHALOT_BLOCK_ALLOCATED)
+    for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, to_id(mempool_id))) {
+      for (size_t k = 0; k < seg->n_blocks; k++) {
+        if (seg->blocks[k].state != CACHALOT_BLOCK_ALLOCATED)
           continue;
-        if (!expected_live_allocations.count(reinterpret_cast<void*>(seg.blocks[k].address)))
+        if (!expected_live_allocations.count(reinterpret_cast<void*>(seg->blocks[k].address)))
           return false;
         live++;
       }
@@ -525,25 +430,18 @@ class Allocator final : public cca::CUDAAllocator {
 
   cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
                                               std::shared_ptr<cca::AllocatorState> pps) override {
-    auto st = std::dynamic_pointer_cast<PoolState>(pps);
-    TORCH_CHECK(st && st->st, "cachalot: setCheckpointPoolState: not a checkpoint of cachalot's");
-    TORCH_CHECK(st->st->device == device, "cachalot: setCheckpointPoolState: a checkpoint of device ",
-                st->st->device, ", not ", static_cast<int>(device));
+    const cachalot_pool_state* st = pool_state_of(pps, device);
     cca::CheckpointDelta delta;
     {
       Snapshot snap(a_, false); // the pool's blocks handed out now: restoring frees them
-      for (size_t i = 0; i < snap.s->n_segments; i++) {
-        const cachalot_snapshot_segment& seg = snap.s->segments[i];
-        if (seg.device != device || seg.pool.first != st->st->pool.first || seg.pool.second != st->st->pool.second)
-          continue;
-        for (size_t k = 0; k < seg.n_blocks; k++)
-          if (seg.blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
-            delta.ptrs_freed.push_back(reinterpret_cast<void*>(seg.blocks[k].address));
-      }
+      for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, st->pool))
+        for (size_t k = 0; k < seg->n_blocks; k++)
+          if (seg->blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
+            delta.ptrs_freed.push_back(reinterpret_cast<void*>(seg->blocks[k].address));
     }
     void** ptrs = nullptr;
     size_t n = 0;
-    check(cachalot_restore_pool(a_, st->st, &ptrs, &n), "setCheckpointPoolState");
+    check(cachalot_restore_pool(a_, st, &ptrs, &n), "setCheckpointPoolState");
     for (size_t i = 0; i < n; i++)
       delta.dataptrs_allocd.emplace_back(ptrs[i], ptrs[i], &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device));
     std::free(ptrs);
@@ -641,14 +539,9 @@ class Allocator final : public cca::CUDAAllocator {
   }
 
   cca::AllocatorConfigInfo config_info() {
-    cca::AllocatorConfigInfo ci{};
     cachalot_device_stats s;
-    if (cachalot_memory_stats(a_, 0, &s) == CACHALOT_OK)
-      ci.max_split_size = s.max_split_size < 0 ? SIZE_MAX : static_cast<size_t>(s.max_split_size);
-    ci.expandable_segments = conf_.find("expandable_segments:True") != std::string::npos;
-    ci.release_lock_on_malloc = true;
-    ci.last_allocator_settings = conf_;
-    return ci;
+    const bool have_stats = cachalot_memory_stats(a_, 0, &s) == CACHALOT_OK;
+    return to_config_info(have_stats ? &s : nullptr, conf_);
   }
 
   cachalot_allocator* a_;

@@ -1,0 +1,147 @@
+// The conversions of convert.h: cachalot's figures and snapshots as PyTorch's allocator types hold them, so
+// that torch.cuda.memory_stats, _snapshot and the CUDA-graph trees read cachalot as they read native.
+#include "convert.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <ctime>
+#include <utility>
+
+namespace cachalot_torch {
+
+namespace {
+
+void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+void copy_stats(c10::CachingAllocator::StatArray& to, const cachalot_stat from[3]) {
+  for (size_t i = 0; i < 3; i++) // both order all, small pool, large pool
+    copy_stat(to[i], from[i]);
+}
+
+std::shared_ptr<c10::GatheredContext> gathered_of(void* ctx) {
+  return ctx ? static_cast<Ctx*>(ctx)->gathered : nullptr;
+}
+
+} // namespace
+
+PoolState::~PoolState() { cachalot_pool_state_free(st); }
+
+cachalot_mempool_id to_id(MempoolId_t id) { return cachalot_mempool_id{id.first, id.second}; }
+
+bool is_default(MempoolId_t id) { return id.first == 0 && id.second == 0; }
+
+cda::DeviceStats to_device_stats(const cachalot_device_stats& s) {
+  cda::DeviceStats t;
+  copy_stats(t.allocation, s.allocation);
+  copy_stats(t.segment, s.segment);
+  copy_stats(t.active, s.active);
+  copy_stats(t.inactive_split, s.inactive_split);
+  copy_stats(t.allocated_bytes, s.allocated_bytes);
+  copy_stats(t.reserved_bytes, s.reserved_bytes);
+  copy_stats(t.active_bytes, s.active_bytes);
+  copy_stats(t.inactive_split_bytes, s.inactive_split_bytes);
+  copy_stats(t.requested_bytes, s.requested_bytes);
+  copy_stat(t.oversize_allocations, s.oversize_allocations);
+  copy_stat(t.oversize_segments, s.oversize_segments);
+  t.num_alloc_retries = s.num_alloc_retries;
+  t.num_ooms = s.num_ooms;
+  t.num_sync_all_streams = s.num_sync_all_streams;
+  t.num_device_alloc = s.num_device_alloc;
+  t.num_device_free = s.num_device_free;
+  t.max_split_size = s.max_split_size;
+  return t;
+}
+
+std::vector<cca::StreamSegmentSize> to_expandable_segment_sizes(const cachalot_snapshot_info& s,
+                                                                c10::DeviceIndex device) {
+  std::vector<cca::StreamSegmentSize> out;
+  for (size_t i = 0; i < s.n_segments; i++) {
+    const cachalot_snapshot_segment& seg = s.segments[i];
+    if (seg.device != device || !seg.expandable)
+      continue;
+    auto same = [&](const cca::StreamSegmentSize& x) { return x.stream == seg.stream && x.is_small_pool == seg.small; };
+    auto it = std::find_if(out.begin(), out.end(), same);
+    if (it == out.end())
+      out.emplace_back(seg.stream, seg.small, seg.total_size);
+    else
+      it->total_size += seg.total_size;
+  }
+  return out;
+}
+
+cda::SegmentInfo to_segment_info(const cachalot_snapshot_segment& seg) {
+  cda::SegmentInfo si;
+  si.device = static_cast<c10::DeviceIndex>(seg.device);
+  si.address = seg.address;
+  si.total_size = seg.total_size;
+  si.stream = seg.stream;
+  si.is_large = !seg.small;
+  si.is_expandable = seg.expandable;
+  si.owner_private_pool_id = MempoolId_t{seg.pool.first, seg.pool.second};
+  for (size_t k = 0; k < seg.n_blocks; k++) {
+    const cachalot_snapshot_block& b = seg.blocks[k];
+    cda::BlockInfo bi;
+    bi.size = b.size;
+    bi.requested_size = b.requested;
+    bi.allocated = b.state == CACHALOT_BLOCK_ALLOCATED;
+    bi.active = b.state != CACHALOT_BLOCK_FREE;
+    bi.context_when_allocated = gathered_of(b.context);
+    si.requested_size += b.requested;
+    if (bi.allocated)
+      si.allocated_size += b.size;
+    if (bi.active)
+      si.active_size += b.size;
+    si.blocks.push_back(std::move(bi));
+  }
+  return si;
+}
+
+cda::TraceEntry::Action torch_action(cachalot_trace_action a) {
+  switch (a) {
+  case CACHALOT_TRACE_ALLOC: return cda::TraceEntry::ALLOC;
+  case CACHALOT_TRACE_FREE_REQUESTED: return cda::TraceEntry::FREE_REQUESTED;
+  case CACHALOT_TRACE_FREE_COMPLETED: return cda::TraceEntry::FREE_COMPLETED;
+  case CACHALOT_TRACE_SEGMENT_ALLOC: return cda::TraceEntry::SEGMENT_ALLOC;
+  case CACHALOT_TRACE_SEGMENT_FREE: return cda::TraceEntry::SEGMENT_FREE;
+  case CACHALOT_TRACE_SEGMENT_MAP: return cda::TraceEntry::SEGMENT_MAP;
+  case CACHALOT_TRACE_SEGMENT_UNMAP: return cda::TraceEntry::SEGMENT_UNMAP;
+  case CACHALOT_TRACE_SNAPSHOT: return cda::TraceEntry::SNAPSHOT;
+  case CACHALOT_TRACE_OOM: return cda::TraceEntry::OOM;
+  }
+  return cda::TraceEntry::SNAPSHOT;
+}
+
+cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_context) {
+  const Ctx* c = keep_context ? static_cast<const Ctx*>(e.context) : nullptr;
+  cda::TraceEntry te(action, static_cast<c10::DeviceIndex>(e.device), e.addr, e.size, e.stream, MempoolId_t{0, 0}, 0,
+                     c ? c->gathered : nullptr, c ? c->compile_context : "", c ? c->user_metadata : "");
+  te.time_.t_ = static_cast<time_t>(e.time_us); // PyTorch's snapshot reads microseconds here
+  return te;
+}
+
+cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, const std::string& conf) {
+  cca::AllocatorConfigInfo ci{};
+  if (stats)
+    ci.max_split_size = stats->max_split_size < 0 ? SIZE_MAX : static_cast<size_t>(stats->max_split_size);
+  ci.expandable_segments = conf.find("expandable_segments:True") != std::string::npos;
+  ci.release_lock_on_malloc = true;
+  ci.last_allocator_settings = conf;
+  return ci;
+}
+
+const cachalot_pool_state* pool_state_of(const std::shared_ptr<cca::AllocatorState>& pps, c10::DeviceIndex device) {
+  auto st = std::dynamic_pointer_cast<PoolState>(pps);
+  TORCH_CHECK(st && st->st, "cachalot: setCheckpointPoolState: not a checkpoint of cachalot's");
+  TORCH_CHECK(st->st->device == device, "cachalot: setCheckpointPoolState: a checkpoint of device ", st->st->device,
+              ", not ", static_cast<int>(device));
+  return st->st;
+}
+
+} // namespace cachalot_torch

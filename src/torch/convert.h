@@ -1,0 +1,63 @@
+// Private to the PyTorch backend: cachalot's C structures turned into the c10 types PyTorch's allocator
+// interface returns (device stats, snapshots, trace entries, allocator settings) and back (pool ids,
+// checkpoints). Apart from the allocator class so that what follows a torch release's types changes here.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <cachalot/cachalot.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+// Nothing here leaves the shared library, whatever flags a build passes.
+#pragma GCC visibility push(hidden)
+
+namespace cachalot_torch {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+namespace cda = c10::CachingDeviceAllocator;
+using c10::MempoolId_t;
+
+// What cachalot keeps with a block or trace entry: PyTorch's context (a CapturedTraceback, which
+// torch.cuda.memory._snapshot() symbolizes) and the strings PyTorch attaches to trace entries.
+struct Ctx {
+  std::atomic<int> refs{1};
+  std::shared_ptr<c10::GatheredContext> gathered;
+  std::string compile_context;
+  std::string user_metadata;
+};
+
+// A checkpoint of a private pool (CUDA-graph trees): cachalot's pool state, owned.
+struct PoolState : cca::AllocatorState {
+  cachalot_pool_state* st = nullptr;
+  ~PoolState() override;
+};
+
+cachalot_mempool_id to_id(MempoolId_t id);
+bool is_default(MempoolId_t id);
+
+cda::DeviceStats to_device_stats(const cachalot_device_stats& s);
+
+std::vector<cca::StreamSegmentSize> to_expandable_segment_sizes(const cachalot_snapshot_info& s,
+                                                                c10::DeviceIndex device);
+
+cda::SegmentInfo to_segment_info(const cachalot_snapshot_segment& seg);
+
+cda::TraceEntry::Action torch_action(cachalot_trace_action a);
+
+// keep_context: whether the entry carries its stack and strings (history records contexts at ALLOC or more).
+cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_context);
+
+// stats: device 0's, or NULL where cachalot could not give them.
+cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, const std::string& conf);
+
+// The cachalot state inside a checkpoint PyTorch hands back; refuses another allocator's or another device's.
+const cachalot_pool_state* pool_state_of(const std::shared_ptr<cca::AllocatorState>& pps, c10::DeviceIndex device);
+
+} // namespace cachalot_torch
+
+#pragma GCC visibility pop
