@@ -26,6 +26,7 @@ static void stat_set(cachalot_stat *s, int64_t value) {
 
 /* Recounts oversize_allocations / oversize_segments after max_split_size changed. */
 static void recount_oversize_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   const size_t max_split = d->cfg.max_split_size;
   int64_t allocs = 0, segs = 0;
   for (cl_segment *s = d->segments; s; s = s->next) {
@@ -39,6 +40,7 @@ static void recount_oversize_locked(cl_device *d) {
 
 /* Applies a validated config to a device (lock held). */
 static void apply_config_locked(cl_device *d, const cl_config *c) {
+  CL_ASSERT_EXCLUSIVE(d);
   const size_t old_split = d->cfg.max_split_size;
   d->cfg = *c;
   if (c->keys_set & CL_KEY_FRACTION) {
@@ -207,7 +209,9 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
     d->index = i;
     d->owner = a;
     d->fraction = -1.0;
+    cl_enter_exclusive(d); /* nobody else sees d yet; entered so that the _locked contract holds */
     apply_config_locked(d, &cfg);
+    cl_leave_exclusive(d);
     atomic_store_explicit(&d->warm, CL_WARM_MALLOC | CL_WARM_FREE, memory_order_relaxed);
   }
   fork_watch(a, true);
@@ -223,9 +227,9 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   /* Every device holds the same settings; device 0's copy is the base the string applies to. */
   pthread_mutex_lock(&a->meta_lock);
   cl_device *d0 = &a->devices[0];
-  cl_lock(d0);
+  cl_enter_exclusive(d0);
   cl_config base = d0->cfg;
-  cl_unlock(d0);
+  cl_leave_exclusive(d0);
   cl_config cfg;
   cachalot_status rc = cl_config_parse(conf, &base, &cfg);
   char *raw = rc == CACHALOT_OK ? strdup(conf) : NULL;
@@ -236,9 +240,9 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
     a->conf_raw = raw;
     for (int i = 0; i < a->device_count; i++) {
       cl_device *d = &a->devices[i];
-      cl_lock(d);
+      cl_enter_exclusive(d);
       apply_config_locked(d, &cfg);
-      cl_unlock(d);
+      cl_leave_exclusive(d);
     }
   }
   pthread_mutex_unlock(&a->meta_lock);
@@ -249,7 +253,7 @@ void cl_allocator_destroy(cachalot_allocator *a) {
   fork_watch(a, false);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
-    cl_lock(&a->devices[i]);
+    cl_enter_exclusive(&a->devices[i]);
     free_device(&a->devices[i]);
     pthread_mutex_unlock(&a->devices[i].lock); /* the lanes are gone with free_device */
     pthread_mutex_destroy(&a->devices[i].lock);

@@ -78,9 +78,9 @@ static cachalot_status start_routing(cachalot_allocator *a, cl_device *d, cachal
   for (cl_autocap *c = d->autos; c; c = c->next)
     if (c->routing && c->capture_id == id)
       return CACHALOT_OK;
-  cl_lock(d);
+  cl_enter_exclusive(d);
   const bool routed = d->n_routes && cl_route_pool_locked(d, s) != &d->default_pool;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   if (routed)
     return CACHALOT_OK;
   cl_autocap *c = calloc(1, sizeof *c);

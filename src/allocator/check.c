@@ -152,6 +152,7 @@ CL_NO_COVERAGE static cachalot_status check_vranges(cl_device *d, size_t n_runs)
 }
 
 CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   const int dev = d->index;
   const size_t max_split = d->cfg.max_split_size;
   tally allocation = {{0}}, allocated_bytes = {{0}}, active = {{0}}, active_bytes = {{0}},
@@ -367,9 +368,9 @@ cachalot_status cachalot_check(cachalot_allocator *a) {
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_check: allocator is NULL");
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     cachalot_status rc = check_device_locked(d);
-    cl_unlock(d);
+    cl_leave_exclusive(d);
     if (rc != CACHALOT_OK)
       return rc;
   }

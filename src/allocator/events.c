@@ -7,6 +7,7 @@
 
 /* The event queue of stream `s`, made on first use. NULL on host OOM. */
 static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_stream_events *se = NULL;
   HASH_FIND_PTR(d->events, &s, se);
   if (se)
@@ -27,6 +28,7 @@ static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
 /* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
  * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
 bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *be = d->owner->backend;
   for (uint32_t i = 0; i < b->n_uses; i++) {
     bool capturing = false;
@@ -39,6 +41,7 @@ bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
 }
 
 cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   enum { INLINE = 8 };
   cl_pending_event *inline_buf[INLINE];
   cl_pending_event **pend = inline_buf;
@@ -86,6 +89,7 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
 
 /* Pops the oldest event of `se` and frees its block when it was the block's last. */
 static void complete_head_locked(cl_device *d, cl_stream_events *se) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_pending_event *e = se->head;
   se->head = e->next;
   if (!se->head)
@@ -100,6 +104,7 @@ static void complete_head_locked(cl_device *d, cl_stream_events *se) {
 }
 
 void cl_insert_deferred_events_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   size_t kept = 0;
   for (size_t i = 0; i < d->n_deferred; i++) {
     cl_block *b = d->deferred[i];
@@ -112,6 +117,7 @@ void cl_insert_deferred_events_locked(cl_device *d) {
 }
 
 void cl_process_events_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->n_deferred)
     cl_insert_deferred_events_locked(d);
   if (!d->n_pending_events)
@@ -130,6 +136,7 @@ void cl_process_events_locked(cl_device *d) {
 }
 
 cachalot_status cl_sync_all_events_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   d->stats.num_sync_all_streams++;
   if (d->n_deferred)
     cl_insert_deferred_events_locked(d);

@@ -51,6 +51,7 @@ static void table_clear(cl_segment *s, size_t from_size, size_t to_size) {
 
 /* Segment metadata for a new run (a spare's, else new), cleared, with no table. NULL on host OOM. */
 static cl_segment *segment_new_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_segment *s = d->spare_segments;
   cl_lane *lane = NULL;
   if (s) {
@@ -70,6 +71,7 @@ static cl_segment *segment_new_locked(cl_device *d) {
 /* Back to the spares. A racing free() may still read it through the page map: with size 0 and no table
  * it matches no pointer. */
 static void segment_spare_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
   free(s->at);
   s->at = NULL;
   s->at_cap = 0;
@@ -124,6 +126,7 @@ static void run_remove(cl_vrange *vr, cl_segment *s) {
 /* The reservation of (bins, kind), made on first use: the device's memory and an eighth more (room for
  * gaps between runs), in pages. */
 static cachalot_status vrange_get_locked(cl_device *d, cl_bins *bins, bool small, cl_vrange **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
   if ((*out = bins->vr[small]))
     return CACHALOT_OK;
   cachalot_backend *b = d->owner->backend;
@@ -244,6 +247,7 @@ static cachalot_status map_pages(cl_device *d, const cl_vrange *vr, uintptr_t at
 /* Merges run `b`, which now touches run s from above, into s; blk is s's free tail (in no index). The
  * split stats of the blocks involved are moved from two runs to one. */
 static void merge_runs_locked(cl_device *d, cl_segment *s, cl_block *blk, cl_segment *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   const bool small = s->small;
   int64_t blocks = 0, bytes = 0;
   if (blk->prev) { /* blk stops counting as the free block of a split run; it is counted again below */
@@ -335,6 +339,7 @@ static size_t compact_bound(const cachalot_device_stats *st, size_t size) {
  * when it happens (during warm-up, mostly). Unmapping a block changes only that block and its run, so
  * the other blocks collected stay valid. */
 static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, const cl_block *keep2) {
+  CL_ASSERT_EXCLUSIVE(d);
   size_t n = 0, cap = 0;
   free_pages *v = NULL;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
@@ -375,6 +380,7 @@ static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, con
 
 cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                  bool is_retry, cl_block **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
   *host_oom = false;
   cachalot_device_stats *st = &d->stats;
@@ -492,6 +498,7 @@ size_t cl_unmappable_bytes(const cl_block *b) {
 }
 
 cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, bool *synced, size_t *unmapped) {
+  CL_ASSERT_EXCLUSIVE(d);
   *unmapped = 0;
   cl_segment *r = f->seg;
   const cl_vrange *vr = r->vr;
@@ -636,6 +643,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
 }
 
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_status result = CACHALOT_OK;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
     if (!vrange_releasable(d, vr))
@@ -657,6 +665,7 @@ cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
 }
 
 void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
   for (int k = 0; k < 2; k++) {
     cl_vrange *vr = bins->vr[k];
@@ -675,6 +684,7 @@ void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
 }
 
 size_t cl_expandable_destroy_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
   size_t kept = 0;
   if (d->vranges)

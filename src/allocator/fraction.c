@@ -4,6 +4,7 @@
 #include "internal.h"
 
 void cl_fraction_resolve_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->total_known || d->fraction < 0)
     return;
   cachalot_backend *b = d->owner->backend;
@@ -15,6 +16,7 @@ void cl_fraction_resolve_locked(cl_device *d) {
 }
 
 cachalot_status cl_fraction_admit_locked(cl_device *d, size_t bytes) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->fraction < 0)
     return CACHALOT_OK;
   cl_fraction_resolve_locked(d);
@@ -39,11 +41,11 @@ cachalot_status cachalot_set_memory_fraction(cachalot_allocator *a, int device, 
     cl_error_prefix("cachalot_set_memory_fraction: ");
     return rc;
   }
-  cl_lock(d);
+  cl_enter_exclusive(d);
   d->fraction = fraction;
   d->allowed_max = cl_scale_bytes(fraction, total);
   d->total_known = true;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -55,8 +57,8 @@ cachalot_status cachalot_get_memory_fraction(cachalot_allocator *a, int device, 
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   *out = d->fraction < 0 ? 1.0 : d->fraction;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }

@@ -24,7 +24,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
   if (s != b->seg->stream) {
     for (uint32_t i = 0; i < b->n_uses; i++) {
       if (b->uses[i] == s) {
-        cl_unlock(d);
+        cl_leave_exclusive(d);
         return CACHALOT_OK;
       }
     }
@@ -32,7 +32,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
       uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
       cachalot_stream *u = realloc(b->uses, cap * sizeof *u);
       if (!u) {
-        cl_unlock(d);
+        cl_leave_exclusive(d);
         return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_stream: host out of memory");
       }
       b->uses = u;
@@ -40,7 +40,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
     }
     b->uses[b->n_uses++] = s;
   }
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -96,7 +96,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
 
-  if (!fast) /* the warm paths run only while history is off (cl_unlock) */
+  if (!fast) /* the warm paths run only while history is off (cl_leave_exclusive) */
     cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   b->n_uses = 0;
   b->requested = 0;
@@ -167,6 +167,7 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
 }
 
 void cl_free_block_locked(cl_device *d, cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_ctx_drop_locked(d, b->ptr); /* a block pending free keeps its context until it is free */
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
@@ -230,7 +231,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
       size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
       cl_block **nd = realloc(d->deferred, cap * sizeof *nd);
       if (!nd) {
-        cl_unlock(d);
+        cl_leave_exclusive(d);
         return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
       }
       d->deferred = nd;
@@ -241,7 +242,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   } else if (b->n_uses > 0) {
     rc = cl_insert_events_locked(d, b);
     if (rc != CACHALOT_OK) {
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       return rc;
     }
   }
@@ -249,7 +250,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   if (b->state == CL_ALLOCATED)
     cl_free_block_locked(d, b);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -277,7 +278,7 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
     cl_autocapture_poll(a); /* a detected capture that is over no longer counts as one underway */
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     /* During a capture nothing is synchronized or freed: either would break the capture. */
     if (!cl_capturing(d)) {
       cachalot_status rc = cl_release_all_locked(d);
@@ -285,7 +286,7 @@ cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
         result = rc;
       cl_lanes_rest_locked(d); /* streams with nothing left cost exclusive mode nothing from now on */
     }
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   if (result != CACHALOT_OK)
     cl_error_prefix("cachalot_empty_cache: ");

@@ -36,6 +36,7 @@ void cl_ctx_release(cachalot_allocator *a, void *ctx) {
 }
 
 void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr) {
+  CL_ASSERT_EXCLUSIVE(d);
   void *ctx = cl_tls_alloc_ctx;
   if (!ctx || d->trace.cap == 0 || !d->owner->ctx_ops.retain)
     return;
@@ -54,6 +55,7 @@ void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr) {
 }
 
 void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e;
   HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
   if (!e)
@@ -64,6 +66,7 @@ void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr) {
 }
 
 void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e;
   HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
   return e ? e->ctx : NULL;
@@ -71,6 +74,7 @@ void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr) {
 
 /* Lets go of every block's context (destroy). */
 void cl_ctx_detach_all_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e, *tmp;
   HASH_ITER(hh, d->block_ctx, e, tmp) {
     HASH_DEL(d->block_ctx, e);
@@ -81,6 +85,7 @@ void cl_ctx_detach_all_locked(cl_device *d) {
 
 void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                  cachalot_stream stream) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
   size_t slot;
   if (t->count < t->cap) {
@@ -117,6 +122,7 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
 }
 
 void cl_trace_free_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
   for (size_t i = 0; i < t->count; i++) {
     cl_trace_entry *e = &t->entries[(t->head + i) % t->cap];
@@ -163,7 +169,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
   }
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     cl_trace_free_locked(d);
     if (!enabled) /* blocks let go of theirs too: the warm paths stay off while any block holds one */
       cl_ctx_detach_all_locked(d);
@@ -172,7 +178,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
       d->trace.frames = bufs[i].frames;
       d->trace.cap = max_entries;
     }
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   free(bufs);
   pthread_mutex_unlock(&a->meta_lock);
@@ -187,7 +193,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
   cachalot_status rc = CACHALOT_OK;
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     if (!enabled) {
       free(d->trace.frames);
       d->trace.frames = NULL;
@@ -197,7 +203,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
       if (!d->trace.frames)
         rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");
     }
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   pthread_mutex_unlock(&a->meta_lock);
   return rc;
@@ -212,7 +218,7 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
   cachalot_status rc = CACHALOT_OK;
   /* Every device in exclusive mode: no call can be keeping a context meanwhile. */
   for (int i = 0; i < a->device_count; i++)
-    cl_lock(&a->devices[i]);
+    cl_enter_exclusive(&a->devices[i]);
   if (atomic_load_explicit(&a->n_ctx, memory_order_acquire) != 0)
     rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
                  "cachalot_set_context_ops: %zu context references are still kept (turn history off and free "
@@ -223,7 +229,7 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
   else
     memset(&a->ctx_ops, 0, sizeof a->ctx_ops);
   for (int i = a->device_count; i-- > 0;)
-    cl_unlock(&a->devices[i]);
+    cl_leave_exclusive(&a->devices[i]);
   pthread_mutex_unlock(&a->meta_lock);
   return rc;
 }

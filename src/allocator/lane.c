@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,7 +74,7 @@ static void fold_into(cachalot_stat *s, int64_t net, int64_t inc) {
 }
 
 /* Folds an entry into the `all` and `kind` parts of the stats it serves, and empties it: its room is
- * back in the books, and cl_unlock shares it out anew. */
+ * back in the books, and cl_leave_exclusive shares it out anew. */
 static void fold_entry(cl_lane_stat *e, cachalot_stat *arr[2], int n, int kind) {
   const int64_t net = e->got - e->rem;
   for (int j = 0; j < n; j++) {
@@ -101,7 +102,7 @@ static void raise_peak(cachalot_stat *s) {
     s->peak = s->current;
 }
 
-void cl_lock(cl_device *d) {
+void cl_enter_exclusive(cl_device *d) {
   pthread_mutex_lock(&d->lock);
   atomic_fetch_or_explicit(&d->warm, CL_WARM_STOP, memory_order_relaxed);
   /* The lanes' lines are on their owners' cores: ask for them all at once, not one miss after another. */
@@ -110,6 +111,10 @@ void cl_lock(cl_device *d) {
       __builtin_prefetch((const char *)d->lanes[i] + off, 1);
   for (size_t i = 0; i < d->n_lanes; i++)
     cl_spin_lock(&d->lanes[i]->lock);
+#ifdef CL_DEBUG_LOCKS
+  d->excl_owner = pthread_self();
+  d->excl_held = true;
+#endif
   if (!d->n_lanes)
     return;
   for (size_t i = 0; i < d->n_lanes; i++)
@@ -151,7 +156,7 @@ static void hand_room(cl_lane_stat *e, int64_t t, size_t n_lanes) {
 /* Leaving exclusive mode: the room of every stat (peak - current) goes into its pools, and each lane is
  * handed a part at once, so that a lane's next warm paths need no atomic operation: of kind k it gets
  * min(room_k, room_all / 2) / lanes, which leaves the pools non-negative (two kinds draw on room_all). */
-void cl_unlock(cl_device *d) {
+void cl_leave_exclusive(cl_device *d) {
   const size_t L = d->n_lanes;
   if (L) {
     for (int id = 0; id < CL_LS_N; id++) {
@@ -184,10 +189,22 @@ void cl_unlock(cl_device *d) {
   const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
   atomic_store_explicit(&d->warm, (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0),
                         memory_order_relaxed);
+#ifdef CL_DEBUG_LOCKS
+  d->excl_held = false;
+#endif
   for (size_t i = d->n_lanes; i-- > 0;)
     cl_spin_unlock(&d->lanes[i]->lock);
   pthread_mutex_unlock(&d->lock);
 }
+
+#ifdef CL_DEBUG_LOCKS
+void cl_assert_exclusive(const cl_device *d, const char *fn) {
+  if (d->excl_held && pthread_equal(d->excl_owner, pthread_self()))
+    return;
+  fprintf(stderr, "cachalot: %s called outside exclusive mode of device %d (a bug in cachalot)\n", fn, d->index);
+  abort();
+}
+#endif
 
 /* Takes `t` from one pool or two (`b` may be NULL): all or nothing. A pool may dip below zero for a
  * moment when two lanes race; the loser puts its part back and goes to exclusive mode, which is safe. */
@@ -272,6 +289,7 @@ void cl_lane_trim(cl_lane *ln, bool small) {
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */
 static bool index_add_locked(cl_device *d, cl_lane *ln) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_relaxed);
   if (!t || (d->n_all_lanes + 1) * 2 > t->mask + 1) {
     size_t cap = t ? (t->mask + 1) * 2 : LANE_INDEX_INITIAL;
@@ -310,6 +328,7 @@ static bool lanes_reserve(cl_lane ***v, size_t n, size_t *cap) {
 }
 
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_lane *ln = cl_lane_find(d, s);
   if (ln && !ln->dormant)
     return ln;
@@ -331,7 +350,7 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   memset(ln, 0, sizeof *ln);
   ln->stream = s;
   ln->dev = d;
-  /* Exclusive mode holds every lane: the new one is born locked, and cl_unlock releases it and hands it
+  /* Exclusive mode holds every lane: the new one is born locked, and cl_leave_exclusive releases it and hands it
    * its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
   if (!index_add_locked(d, ln)) {
@@ -344,6 +363,7 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
 }
 
 void cl_lanes_rest_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   /* A malloc that dropped the lock around its device allocation holds its lane and free index, for a
    * segment not yet in the list: resting must wait for another time (the stress test found it). */
   if (d->inflight)
@@ -376,7 +396,7 @@ void cl_lanes_rest_locked(cl_device *d) {
     }
     ln->n_spare = 0;
     ln->dormant = true;
-    cl_spin_unlock(&ln->lock); /* out of the lock order: cl_unlock no longer lets go of it */
+    cl_spin_unlock(&ln->lock); /* out of the lock order: cl_leave_exclusive no longer lets go of it */
   }
   d->n_lanes = kept;
   cl_stream_events *se, *tmp;
@@ -389,6 +409,7 @@ void cl_lanes_rest_locked(cl_device *d) {
 }
 
 void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln) {
+  CL_ASSERT_EXCLUSIVE(d);
   enum { LOW = 4, TOP_UP = 16 };
   if (ln->n_spare >= LOW)
     return;
@@ -403,6 +424,7 @@ void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln) {
 }
 
 void cl_lanes_destroy_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   for (size_t i = 0; i < d->n_all_lanes; i++) {
     cl_lane *ln = d->all_lanes[i];
     for (cl_block *b = ln->spare; b; b = b->next)

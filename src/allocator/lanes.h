@@ -42,10 +42,19 @@ static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) 
   }
 }
 
+/* Debug builds (CL_DEBUG_LOCKS, meson's debug option) check that a function named _locked runs in
+ * exclusive mode entered by the calling thread; other builds pay nothing. */
+#ifdef CL_DEBUG_LOCKS
+#define CL_ASSERT_EXCLUSIVE(d) cl_assert_exclusive((d), __func__)
+void cl_assert_exclusive(const cl_device *d, const char *fn);
+#else
+#define CL_ASSERT_EXCLUSIVE(d) ((void)(d))
+#endif
+
 /* Exclusive mode: the device lock, then every lane; the lanes' stats shares are folded into d->stats. */
-void cl_lock(cl_device *d);
+void cl_enter_exclusive(cl_device *d);
 /* Leaves exclusive mode: shares out room for the peaks again and sets the warm-path flags. */
-void cl_unlock(cl_device *d);
+void cl_leave_exclusive(cl_device *d);
 /* The lane of `s`, made on first use (exclusive mode). NULL on host OOM. */
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s);
 void cl_lanes_destroy_locked(cl_device *d);

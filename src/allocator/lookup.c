@@ -97,6 +97,7 @@ static cl_block *find_in_segment(const cl_segment *s, uintptr_t key) {
 
 /* The ALLOCATED or PENDING block at `key` among device d's segments (exclusive mode), or NULL. */
 static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_segment *seg = cl_page_get(&a->pages, key);
   /* a shared page, or an address above what the page map holds: scan */
   if (seg == CL_PAGE_SHARED || (!seg && !cl_page_mappable(key))) {
@@ -119,10 +120,10 @@ bool cl_address_is_ours(cachalot_allocator *a, const void *ptr) {
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     bool ours = false;
-    cl_lock(d);
+    cl_enter_exclusive(d);
     for (const cl_segment *s = d->segments; s && !ours; s = s->next)
       ours = key - s->ptr < s->size;
-    cl_unlock(d);
+    cl_leave_exclusive(d);
     if (ours)
       return true;
   }
@@ -144,14 +145,14 @@ cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const cha
     int first = ln ? ln->dev->index : 0;
     for (int n = 0; n < a->device_count; n++) {
       cl_device *d = &a->devices[(first + n) % a->device_count];
-      cl_lock(d);
+      cl_enter_exclusive(d);
       cl_block *b = find_in_device_locked(a, d, key);
       if (b && b->state == CL_ALLOCATED) {
         *dev = d;
         *blk = b;
         return CACHALOT_OK;
       }
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       if (b)
         return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)",
                        fn, key);

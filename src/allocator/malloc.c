@@ -20,6 +20,7 @@ CL_INLINE bool fits(const cl_config *c, const cl_block *b, size_t size) {
 }
 
 static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
     p->lookups[small]++;
   cl_bins *bins = cl_bins_get_locked(p, s, false);
@@ -42,6 +43,7 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
  * are device errors. */
 static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
                                             size_t alloc_size, bool is_retry, cl_block **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
   *host_oom = false;
   cachalot_device_stats *st = &d->stats;
@@ -95,7 +97,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   void *ptr = NULL;
   d->inflight += alloc_size;
   if (drop)
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   /* A plain device allocation while any stream captures in global mode fails and invalidates that
    * capture. cachalot is not always told about captures (a program may capture on its own), so the
    * thread is switched to relaxed mode around every device allocation: two cheap calls on a path that
@@ -108,7 +110,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     (void)b->ops->capture_mode_exchange(b, &prev);
   }
   if (drop)
-    cl_lock(d);
+    cl_enter_exclusive(d);
   d->inflight -= alloc_size;
   seg->ptr = (uintptr_t)ptr;
   seg->size = alloc_size;
@@ -151,6 +153,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
  * expandable segment, or a new segment. */
 static cachalot_status new_memory_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t rounded,
                                          bool is_retry, cl_block **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->cfg.expandable_segments)
     return cl_expand_locked(d, p, s, small, rounded, is_retry, out, host_oom);
   return alloc_segment_locked(d, p, s, small, cl_segment_size(rounded), is_retry, out, host_oom);
@@ -225,7 +228,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
   a->n_uses = 0;
   a->event_count = 0;
   cl_stats_hand_out(d, lane, fast != NULL, small, a->size, requested);
-  if (!fast) { /* the warm paths run only while history is off (cl_unlock) */
+  if (!fast) { /* the warm paths run only while history is off (cl_leave_exclusive) */
     cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
     if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL))
       cl_ctx_attach_locked(d, a->ptr);
@@ -289,7 +292,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   *out = NULL;
   const int device = d->index;
   cachalot_status rc;
-  cl_lock(d);
+  cl_enter_exclusive(d);
   if (!cl_capturing(d))
     cl_process_events_locked(d);
 
@@ -322,7 +325,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);
     if (rc != CACHALOT_OK) {
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       cl_error_prefix("cachalot_malloc: device %d: ", device);
       return rc;
     }
@@ -330,7 +333,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   cl_block *a = hand_out(d, NULL, b, small, 0, NULL, NULL, rounded, size);
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   if (!a) {
     rc = CACHALOT_ERROR_OUT_OF_MEMORY;
     cl_error_prefix("cachalot_malloc: device %d: ", device);

@@ -8,6 +8,7 @@ enum { CHUNK_BLOCKS = 64 };
 
 /* Registers a host chunk for release at destroy. False on host OOM (the chunk is then freed). */
 static bool keep_chunk_locked(cl_device *d, void *chunk) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (d->n_chunks == d->cap_chunks) {
     size_t cap = d->cap_chunks ? d->cap_chunks * 2 : 16;
     void **c = realloc(d->chunks, cap * sizeof *c);
@@ -23,6 +24,7 @@ static bool keep_chunk_locked(cl_device *d, void *chunk) {
 }
 
 cl_block *cl_block_new_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (!d->spare_blocks) {
     /* aligned, so that each block's first half is one cache line */
     cl_block *chunk = aligned_alloc(_Alignof(cl_block), CHUNK_BLOCKS * sizeof *chunk);
@@ -45,6 +47,7 @@ cl_block *cl_block_new_locked(cl_device *d) {
 }
 
 void cl_block_delete_locked(cl_device *d, cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   b->state = CL_FREE;
   b->seg = NULL;
   b->next = d->spare_blocks;
@@ -52,6 +55,7 @@ void cl_block_delete_locked(cl_device *d, cl_block *b) {
 }
 
 cl_pending_event *cl_pending_new_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (!d->spare_events) {
     cl_pending_event *chunk = calloc(CHUNK_BLOCKS, sizeof *chunk);
     if (!chunk || !keep_chunk_locked(d, chunk))
@@ -68,6 +72,7 @@ cl_pending_event *cl_pending_new_locked(cl_device *d) {
 }
 
 void cl_pending_delete_locked(cl_device *d, cl_pending_event *e) {
+  CL_ASSERT_EXCLUSIVE(d);
   e->next = d->spare_events;
   d->spare_events = e;
 }

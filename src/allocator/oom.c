@@ -26,15 +26,15 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   const uint64_t allocated = (uint64_t)d->stats.allocated_bytes[CACHALOT_STAT_ALL].current;
   const uint64_t reserved = (uint64_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current;
   const uint64_t in_private = cl_private_pool_free_bytes_locked(d);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
 
   cachalot_backend *b = a->backend;
   size_t device_free = 0, device_total = 0;
   if (b->ops->mem_info(b, d->index, &device_free, &device_total) != CACHALOT_OK)
     device_free = device_total = 0;
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_trace_locked(d, CL_TRACE_OOM, device_free, alloc_size, NULL);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
 
   /* Observers run with no allocator lock held (they may allocate, or take their own locks). The list
    * only grows, so each entry is read under the lock and called without it; one attached meanwhile is

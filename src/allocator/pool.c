@@ -21,12 +21,14 @@ cachalot_mempool_id cachalot_graph_pool_handle(cachalot_allocator *a) {
 }
 
 static cl_pool *find_pool_locked(cl_device *d, cachalot_mempool_id id) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_pool *p = NULL;
   HASH_FIND(hh, d->pools, &id, sizeof id, p);
   return p;
 }
 
 cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s) {
+  CL_ASSERT_EXCLUSIVE(d);
   for (int i = d->n_routes - 1; i >= 0; i--)
     if (d->routes[i].filter(s, d->routes[i].ctx))
       return d->routes[i].pool;
@@ -44,6 +46,7 @@ static void pool_free(cl_device *d, cl_pool *p) {
 }
 
 static bool routed_locked(const cl_device *d, const cl_pool *p) {
+  CL_ASSERT_EXCLUSIVE(d);
   for (int i = 0; i < d->n_routes; i++)
     if (d->routes[i].pool == p)
       return true;
@@ -53,6 +56,7 @@ static bool routed_locked(const cl_device *d, const cl_pool *p) {
 /* A pool still routed to stays, released or not: mallocs are sent to it until end_allocate_to_pool,
  * which collects it then. */
 void cl_pools_collect_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_pool *p, *tmp;
   HASH_ITER(hh, d->pools, p, tmp) {
     if (p->use_count == 0 && p->n_segments == 0 && !routed_locked(d, p)) {
@@ -63,6 +67,7 @@ void cl_pools_collect_locked(cl_device *d) {
 }
 
 void cl_pools_destroy_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_pool *p, *tmp;
   HASH_ITER(hh, d->pools, p, tmp) {
     HASH_DELETE(hh, d->pools, p);
@@ -74,6 +79,7 @@ void cl_pools_destroy_locked(cl_device *d) {
 }
 
 uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   uint64_t sum = 0;
   for (const cl_pool *p = d->pools; p; p = p->hh.next)
     for (const cl_bins *b = p->bins; b; b = b->hh.next)
@@ -93,6 +99,7 @@ static cachalot_status check_private_id(cachalot_mempool_id id, const char *who)
 
 /* Pool `id` of d, made (use count 0) if it does not exist; a released pool (use count 0) is refused. */
 static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id, const char *who, cl_pool **out) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_pool *p = find_pool_locked(d, id);
   if (p && p->use_count == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
@@ -124,10 +131,10 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
   if ((rc = check_private_id(id, who)) != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " ID_FMT, who, ID_ARGS(id));
     }
   }
@@ -135,7 +142,7 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     int cap = d->cap_routes ? d->cap_routes * 2 : 4;
     cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
     if (!r) {
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", who);
     }
     d->routes = r;
@@ -143,12 +150,12 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
   }
   cl_pool *p = NULL;
   if ((rc = pool_for_use_locked(d, id, who, &p)) != CACHALOT_OK) {
-    cl_unlock(d);
+    cl_leave_exclusive(d);
     return rc;
   }
   p->use_count++;
   d->routes[d->n_routes++] = (cl_route){p, filter, ctx};
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -160,11 +167,11 @@ cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot
   if ((rc = check_private_id(id, who)) != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = NULL;
   if ((rc = pool_for_use_locked(d, id, who, &p)) == CACHALOT_OK)
     p->use_count++;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return rc;
 }
 
@@ -173,17 +180,17 @@ cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
       memmove(&d->routes[i], &d->routes[i + 1], (size_t)(d->n_routes - i - 1) * sizeof *d->routes);
       d->n_routes--;
       cl_pools_collect_locked(d); /* a pool released while routed to goes now, if empty */
-      cl_unlock(d);
+      cl_leave_exclusive(d);
       return CACHALOT_OK;
     }
   }
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_end_allocate_to_pool: not allocating to pool " ID_FMT,
                  ID_ARGS(id));
 }
@@ -193,16 +200,16 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = find_pool_locked(d, id);
   if (!p || p->use_count == 0) {
-    cl_unlock(d);
+    cl_leave_exclusive(d);
     return cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cachalot_release_pool: %s pool " ID_FMT, p ? "already released" : "no such", ID_ARGS(id));
   }
   if (--p->use_count == 0)
     cl_pools_collect_locked(d); /* an empty pool disappears at once; one with segments when they go */
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -214,11 +221,11 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = find_pool_locked(d, id);
   if (p)
     *out = p->use_count;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return p ? CACHALOT_OK
            : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: no such pool " ID_FMT, ID_ARGS(id));
 }
@@ -230,14 +237,14 @@ cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cac
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = find_pool_locked(d, id);
   if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
-    cl_unlock(d);
+    cl_leave_exclusive(d);
     return CACHALOT_OK;
   }
   rc = cl_release_pool_locked(d, p);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   if (rc != CACHALOT_OK)
     cl_error_prefix("cachalot_empty_cache_pool: ");
   return rc;
@@ -247,6 +254,7 @@ cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cac
 
 /* The pool's segments (not being released), in address order, in a malloc'ed array. */
 static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment ***out, size_t *n) {
+  CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
   *n = 0;
   if (!p->n_segments)
@@ -282,7 +290,7 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = find_pool_locked(d, id);
   cl_segment **segs = NULL;
   size_t n = 0;
@@ -319,7 +327,7 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
                                              b->state != CL_FREE};
   }
 out:
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   free(segs);
   if (rc == CACHALOT_OK)
     *out = st;
@@ -347,6 +355,7 @@ static bool segment_matches(const cl_segment *s, const cachalot_segment_state *s
 
 /* Gives an ALLOCATED block back as free() would with no stream uses. */
 static void free_allocated_locked(cl_device *d, cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_stats_free_called(d, b->seg->small, b->size);
   cl_trace_locked(d, CL_TRACE_FREE_REQUESTED, b->ptr, b->requested, b->seg->stream);
   b->n_uses = 0;
@@ -355,6 +364,7 @@ static void free_allocated_locked(cl_device *d, cl_block *b) {
 
 /* Gives unused block metadata back. */
 static void drop_spares_locked(cl_device *d, cl_block *spare) {
+  CL_ASSERT_EXCLUSIVE(d);
   while (spare) {
     cl_block *b = spare;
     spare = b->next;
@@ -366,6 +376,7 @@ static void drop_spares_locked(cl_device *d, cl_block *spare) {
  * metadata from `spare` (linked through next). Allocated blocks are appended to ptrs. */
 static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_state *ss, cl_block **spare,
                            void **ptrs, size_t *n_ptrs) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_device_stats *st = &d->stats;
   const bool small = s->small;
   const bool split = ss->n_blocks > 1;
@@ -448,7 +459,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
     free(targets);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
   }
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cl_pool *p = find_pool_locked(d, state->pool);
   cl_block *spare = NULL;
   if (!p) {
@@ -513,7 +524,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   for (size_t i = 0; i < state->n_segments; i++)
     recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
   drop_spares_locked(d, spare);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   free(targets);
   if (n_out == 0) {
     free(out);
@@ -524,7 +535,7 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   return CACHALOT_OK;
 fail:
   drop_spares_locked(d, spare);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   free(out);
   free(targets);
   return rc;

@@ -18,6 +18,7 @@ static inline bool segment_is_free(const cl_segment *s) {
 }
 
 void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_free_index_remove_locked(d, s->head);
   s->releasing = true;
   s->release_next = out->head;
@@ -26,6 +27,7 @@ void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
 
 /* The segment is gone from the device: off the books. */
 static void forget_segment_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_segment_unlink_locked(d, s);
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->segment, s->small, -1);
@@ -42,6 +44,7 @@ static void forget_segment_locked(cl_device *d, cl_segment *s) {
 }
 
 cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_segment *head = list->head;
   list->head = NULL;
   if (!head)
@@ -49,7 +52,7 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
   if (drop)
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   cachalot_status result = CACHALOT_OK;
   /* Other threads leave `releasing` segments alone (no index holds them, every walk skips them), so the
    * releasing thread may use ptr and device_freed without the lock. */
@@ -60,7 +63,7 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
     s->device_freed = st == CACHALOT_OK;
   }
   if (drop)
-    cl_lock(d);
+    cl_enter_exclusive(d);
   for (cl_segment *s = head, *next; s; s = next) {
     next = s->release_next;
     s->release_next = NULL;
@@ -77,6 +80,7 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
  * and the device's free pages of expandable runs are unmapped (only when `only` has runs: unmapping is per
  * device, so one pool's pages go with everything else's, more than asked, never less). */
 static cachalot_status release_locked(cl_device *d, const cl_pool *only) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_status synced = cl_sync_all_events_locked(d);
   cl_release_list rel = {0};
   bool expandable = false;
@@ -117,6 +121,7 @@ typedef struct {
 /* The candidates, in a malloc'ed array (NULL with *n 0 when there are none or the host has no memory:
  * no collection this time, which is safe). */
 static gc_candidate *gc_candidates_locked(cl_device *d, uint64_t now, size_t *n) {
+  CL_ASSERT_EXCLUSIVE(d);
   size_t count = 0, cap = 0;
   gc_candidate *v = NULL;
   for (cl_segment *s = d->segments; s; s = s->next) {
@@ -148,6 +153,7 @@ static gc_candidate *gc_candidates_locked(cl_device *d, uint64_t now, size_t *n)
 }
 
 void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_fraction_resolve_locked(d);
   const size_t threshold = cl_scale_bytes(d->cfg.gc_threshold, d->allowed_max);
   const size_t reserved = (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].current + d->inflight;
@@ -204,6 +210,7 @@ static size_t release_oversize_block(cl_device *d, cl_block *b, cl_release_list 
 
 bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                 cl_release_list *out) {
+  CL_ASSERT_EXCLUSIVE(d);
   const size_t max_split = d->cfg.max_split_size;
   /* Small-pool blocks (at most 2 MiB) are never oversize: max_split_size is at least 20 MiB. */
   if (max_split == SIZE_MAX || small)

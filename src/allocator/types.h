@@ -21,9 +21,10 @@
  * Locking, two levels:
  *   - a lane's `lock` guards its blocks (the blocks and handed-out tables of segments on its
  *     stream, in any pool), its spares and stats share. The warm paths of malloc and free take only that.
- *   - exclusive mode, cl_lock(d): the device's `lock` and then every lane's lock in order. Names ending
- *     in _locked expect it. So anything written only in exclusive mode may be read under any one lane
- *     lock: the config, the device flags, the pools and routes.
+ *   - exclusive mode, cl_enter_exclusive(d) to cl_leave_exclusive(d): the device's `lock` and then every
+ *     lane's lock in order. Names ending in _locked expect it (debug builds assert it: CL_ASSERT_EXCLUSIVE).
+ *     So anything written only in exclusive mode may be read under any one lane lock: the config, the
+ *     device flags, the pools and routes.
  * Exclusive mode is dropped around device allocations and frees unless the config's
  * release_lock_on_cudamalloc is False; `inflight` counts the bytes of device allocations in transit
  * meanwhile, so memory fraction checks stay honest (segments being freed still count as reserved).
@@ -362,8 +363,8 @@ enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4 };
 struct cl_device {
   /* CL_WARM_* bits, read by the warm paths under their lane lock alone: whether they may run (set on
    * leaving exclusive mode) and CL_WARM_STOP, set while a thread enters or holds exclusive mode. A warm
-   * path that sees STOP lets go of its lane and waits (cl_lane_wait_stop), so that cl_lock does not have
-   * to win each lane lock against its owner's next call; a hint for speed only: the lane locks are what
+   * path that sees STOP lets go of its lane and waits (cl_lane_wait_stop), so that cl_enter_exclusive does
+   * not have to win each lane lock against its owner's next call; a hint for speed only: the lane locks are what
    * make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
   _Atomic unsigned char warm;
   _Atomic bool detect;         /* cfg.detect_captures, for malloc to read before any lock */
@@ -395,6 +396,10 @@ struct cl_device {
   cl_block **deferred;         /* freed during a capture with stream uses: events recorded after it */
   size_t n_deferred, cap_deferred;
   size_t inflight;             /* bytes being allocated on the device with the lock dropped */
+  /* Which thread holds exclusive mode (kept by debug builds only, for CL_ASSERT_EXCLUSIVE; the fields are
+   * there in every build so that all builds agree on the layout). */
+  pthread_t excl_owner;
+  bool excl_held;
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
   bool total_known;

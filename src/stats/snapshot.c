@@ -125,6 +125,7 @@ static void write_segment(cl_json *j, int device, const cl_segment *s) {
 
 /* The device's segments, in address order, into `j`. */
 static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (!d->n_segments)
     return CACHALOT_OK;
   cl_segment **v = malloc(d->n_segments * sizeof *v);
@@ -141,6 +142,7 @@ static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
 }
 
 static void write_trace_locked(cl_json *j, const cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
   const cl_trace *t = &d->trace;
   cl_json_begin_array(j);
   for (size_t k = 0; k < t->count; k++) {
@@ -206,28 +208,28 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   cl_json_begin_array(&j);
   for (int i = 0; i < a->device_count && rc == CACHALOT_OK; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     uint64_t active = (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current;
     cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, active, NULL);
     rc = write_segments_locked(&j, d);
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   cl_json_end_array(&j);
   cl_json_key(&j, "device_traces");
   cl_json_begin_array(&j);
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     write_trace_locked(&j, d);
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   cl_json_end_array(&j);
   cl_json_key(&j, "allocator_settings");
   pthread_mutex_lock(&a->meta_lock);
   cl_device *d0 = &a->devices[0];
-  cl_lock(d0);
+  cl_enter_exclusive(d0);
   cl_config cfg = d0->cfg;
-  cl_unlock(d0);
+  cl_leave_exclusive(d0);
   write_settings(&j, &cfg, a->conf_raw);
   pthread_mutex_unlock(&a->meta_lock);
   cl_json_end_object(&j);

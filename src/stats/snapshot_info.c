@@ -41,6 +41,7 @@ static bool reserve(void **v, size_t *cap, size_t need, size_t size) {
 
 /* One device's segments and blocks, appended to `out`. */
 static bool take_segments_locked(cl_device *d, cachalot_snapshot_info *out, size_t *cap) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (!d->n_segments)
     return true;
   cl_segment **v = malloc(d->n_segments * sizeof *v);
@@ -85,6 +86,7 @@ static bool take_segments_locked(cl_device *d, cachalot_snapshot_info *out, size
 }
 
 static bool take_trace_locked(cl_device *d, cachalot_snapshot_info *out, size_t *cap) {
+  CL_ASSERT_EXCLUSIVE(d);
   const cl_trace *t = &d->trace;
   if (!t->count)
     return true;
@@ -114,11 +116,11 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
   bool ok = true;
   for (int i = 0; i < a->device_count && ok; i++) {
     cl_device *d = &a->devices[i];
-    cl_lock(d);
+    cl_enter_exclusive(d);
     if (include_trace) /* a query of the segments alone (a binding's lookup) leaves the history as it is */
       cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current, NULL);
     ok = take_segments_locked(d, s, &cap_seg) && (!include_trace || take_trace_locked(d, s, &cap_trace));
-    cl_unlock(d);
+    cl_leave_exclusive(d);
   }
   if (!ok) {
     cachalot_snapshot_info_free(a, s);

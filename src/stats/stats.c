@@ -28,9 +28,9 @@ cachalot_status cachalot_memory_stats(cachalot_allocator *a, int device, cachalo
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   *out = d->stats;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -39,9 +39,9 @@ cachalot_status cachalot_reset_peak_stats(cachalot_allocator *a, int device) {
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   for_each_stat(&d->stats, stat_reset_peak);
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
@@ -50,12 +50,12 @@ cachalot_status cachalot_reset_accumulated_stats(cachalot_allocator *a, int devi
   if (rc != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
-  cl_lock(d);
+  cl_enter_exclusive(d);
   cachalot_device_stats *st = &d->stats;
   for_each_stat(st, stat_reset_accumulated);
   st->num_alloc_retries = st->num_ooms = st->num_sync_all_streams = 0;
   st->num_device_alloc = st->num_device_free = 0;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 

@@ -86,9 +86,9 @@ cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, ch
 
   cl_device *d = &a->devices[device];
   cachalot_device_stats st;
-  cl_lock(d);
+  cl_enter_exclusive(d);
   st = d->stats;
-  cl_unlock(d);
+  cl_leave_exclusive(d);
 
   entries *es = malloc(sizeof *es);
   if (!es)

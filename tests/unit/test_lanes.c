@@ -8,6 +8,9 @@
 #include "allocator/internal.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -315,12 +318,54 @@ static void streams_come_and_go(void **state) {
   env_free(&e);
 }
 
+/* Debug builds check the _locked naming rule: a _locked function called outside exclusive mode, or in
+ * exclusive mode another thread holds, aborts with its name; inside exclusive mode it runs. */
+#ifdef CL_DEBUG_LOCKS
+static void *enter_and_hold(void *arg) {
+  cl_enter_exclusive((cl_device *)arg);
+  return NULL;
+}
+#endif
+static void locked_functions_check_exclusive_mode(void **state) {
+  (void)state;
+#ifdef CL_DEBUG_LOCKS
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cl_enter_exclusive(d);
+  cl_process_events_locked(d); /* the rule holds: runs */
+  cl_leave_exclusive(d);
+  for (int kind = 0; kind < 2; kind++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (kind == 1) { /* exclusive mode held, by another thread */
+        pthread_t t;
+        pthread_create(&t, NULL, enter_and_hold, d);
+        pthread_join(t, NULL);
+      }
+      (void)freopen("/dev/null", "w", stderr);
+      cl_process_events_locked(d);
+      _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+  }
+  CHECK(e.a);
+  env_free(&e);
+#else
+  skip();
+#endif
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(serial_streams_match_one_counter),
       cmocka_unit_test(warm_path_peak_between_reads),
       cmocka_unit_test(threads_leave_exact_totals),
       cmocka_unit_test(streams_come_and_go),
+      cmocka_unit_test(locked_functions_check_exclusive_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
