@@ -293,7 +293,7 @@ static void merge_runs_locked(cl_device *d, cl_segment *s, cl_block *blk, cl_seg
     blocks += 1 + b_free;
     bytes += (int64_t)blk->size + b_free_bytes;
   }
-  cl_count_split(d, NULL, false, small, blocks, bytes);
+  cl_count_split_locked(d, small, blocks, bytes);
   (void)cl_page_map_point(&d->owner->pages, b->ptr, b->size, s); /* its leaves exist: b's pages were mapped */
   run_remove(s->vr, b);
   cl_segment_unlink_locked(d, b);
@@ -462,7 +462,7 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     blk->size += g.map;
     seg->size += g.map;
     if (blk->prev)
-      cl_count_split(d, NULL, false, small, 0, (int64_t)g.map);
+      cl_count_split_locked(d, small, 0, (int64_t)g.map);
   } else { /* a new free block after a handed-out tail: the run is split now */
     blk->ptr = g.at;
     blk->size = g.map;
@@ -473,7 +473,7 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     seg->tail->next = blk;
     seg->tail = blk;
     seg->size += g.map;
-    cl_count_split(d, NULL, false, small, 1, (int64_t)g.map);
+    cl_count_split_locked(d, small, 1, (int64_t)g.map);
   }
   table_clear(seg, old_size, seg->size);
   if (g.b)
@@ -633,7 +633,7 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
       bytes += (int64_t)f2->size;
     }
   }
-  cl_count_split(d, NULL, false, small, blocks, bytes);
+  cl_count_split_locked(d, small, blocks, bytes);
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->reserved_bytes, small, -(int64_t)(hi - lo));
   st->num_device_free++;

@@ -45,13 +45,13 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
 }
 
 /* Block metadata a merge made unused: back to the warm path's lane, or to the device's spares. */
-CL_INLINE void drop_block(cl_device *d, cl_lane *fast, cl_block *b) {
-  if (fast) {
+CL_INLINE void drop_block(cl_device *d, cl_mode mode, cl_lane *ln, cl_block *b) {
+  if (mode == CL_WARM) {
     b->state = CL_FREE;
     b->seg = NULL;
-    b->next = fast->spare;
-    fast->spare = b;
-    fast->n_spare++;
+    b->next = ln->spare;
+    ln->spare = b;
+    ln->n_spare++;
   } else {
     cl_block_delete_locked(d, b);
   }
@@ -91,12 +91,13 @@ CL_INLINE merge_plan plan_merge(const cl_block *b) {
  * and keeps its node: its key only grows, so when it stays in its class and still sorts before its
  * successor there the class tree is not touched at all. b's metadata, or the upper neighbour's,
  * becomes a spare. */
-CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, const merge_plan *m) {
+CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
   cl_segment *seg = b->seg;
+  cl_lane *ln = seg->lane;
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
 
-  if (!fast) /* the warm paths run only while history is off (cl_leave_exclusive) */
+  if (mode == CL_EXCLUSIVE) /* the warm paths run only while history is off (cl_leave_exclusive) */
     cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   b->n_uses = 0;
   b->requested = 0;
@@ -142,22 +143,22 @@ CL_INLINE void free_block(cl_device *d, cl_lane *fast, cl_block *b, bool small, 
       cl_fit_remove_at(f, old, link, keep);
       cl_fit_insert(f, cls, keep);
     }
-    drop_block(d, fast, b);
+    drop_block(d, mode, ln, b);
     if (m->merge_prev && m->merge_next)
-      drop_block(d, fast, n);
+      drop_block(d, mode, ln, n);
   }
 
-  cl_count_split(d, seg->lane, fast != NULL, small, m->split_blocks, m->split_bytes);
-  if (fast) {
+  cl_count_split(d, ln, mode, small, m->split_blocks, m->split_bytes);
+  if (mode == CL_WARM) {
     /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
-    cl_lane_stat *e = fast->st[small];
+    cl_lane_stat *e = ln->st[small];
     cl_share_down(&e[CL_LS_COUNT], 1);
     cl_share_down(&e[CL_LS_BYTES], (int64_t)orig_size);
     cl_share_down(&e[CL_LS_REQUESTED], (int64_t)requested);
     if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
-      cl_share_down(&fast->oversize, 1);
+      cl_share_down(&ln->oversize, 1);
     if (CL_UNLIKELY(e[CL_LS_BYTES].rem > e[CL_LS_BYTES].cap))
-      cl_lane_trim(fast, small);
+      cl_lane_trim(ln, small);
     return;
   }
   cachalot_device_stats *st = &d->stats;
@@ -171,7 +172,7 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
   cl_ctx_drop_locked(d, b->ptr); /* a block pending free keeps its context until it is free */
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
-  free_block(d, NULL, b, b->seg->small, &m);
+  free_block(d, CL_EXCLUSIVE, b, b->seg->small, &m);
 }
 
 /* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
@@ -201,9 +202,9 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   *slot = NULL;
   /* counts the free() and the block's return at once; `small` a constant in each call (see malloc's) */
   if (seg->small)
-    free_block(d, ln, b, true, &m);
+    free_block(d, CL_WARM, b, true, &m);
   else
-    free_block(d, ln, b, false, &m);
+    free_block(d, CL_WARM, b, false, &m);
   cl_spin_unlock(&ln->lock);
   return CL_WARM_DONE;
 slow:

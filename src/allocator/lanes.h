@@ -111,19 +111,28 @@ CL_INLINE void cl_share_add(cl_lane_stat *e, int64_t n) {
 /* Gives the part of every share of kind `small` above its cap back to the pools (cold). */
 void cl_lane_trim(cl_lane *ln, bool small);
 
-/* Split stat changes of a block of lane `ln`'s: on the warm path (`fast`, ln locked, room checked) into
- * ln's share, in exclusive mode into the device's stats. */
-CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, bool fast, bool small, int64_t blocks, int64_t bytes) {
-  if (fast) {
-    cl_lane_stat *e = ln->st[small];
-    cl_share_add(&e[CL_LS_SPLIT], blocks);
-    cl_share_add(&e[CL_LS_SPLIT_BYTES], bytes);
-    return;
-  }
+/* Who makes a change: the warm path of a lane (its lock alone, room in its stats shares checked first)
+ * or exclusive mode. Passed to the inline steps both share, always as a constant, so each folds. */
+typedef enum { CL_EXCLUSIVE, CL_WARM } cl_mode;
+
+/* Split stat changes: in exclusive mode into the device's stats; on the warm path into lane ln's share. */
+CL_INLINE void cl_count_split_locked(cl_device *d, bool small, int64_t blocks, int64_t bytes) {
   if (blocks)
     cl_stat_array_add(d->stats.inactive_split, small, blocks);
   if (bytes)
     cl_stat_array_add(d->stats.inactive_split_bytes, small, bytes);
+}
+CL_INLINE void cl_count_split_warm(cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
+  cl_lane_stat *e = ln->st[small];
+  cl_share_add(&e[CL_LS_SPLIT], blocks);
+  cl_share_add(&e[CL_LS_SPLIT_BYTES], bytes);
+}
+/* Either, by `mode`, for the steps the two share (the block's lane is ln). */
+CL_INLINE void cl_count_split(cl_device *d, cl_lane *ln, cl_mode mode, bool small, int64_t blocks, int64_t bytes) {
+  if (mode == CL_WARM)
+    cl_count_split_warm(ln, small, blocks, bytes);
+  else
+    cl_count_split_locked(d, small, blocks, bytes);
 }
 /* Whether the warm path may make these split stat changes (taking room from the pools if need be). */
 CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t bytes) {
@@ -134,26 +143,25 @@ CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t by
   return cl_lane_refill(ln, small, need, 0);
 }
 
-/* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats. */
-CL_INLINE void cl_stats_hand_out(cl_device *d, cl_lane *ln, bool fast, bool small, size_t size, size_t requested) {
-  const bool oversize = CL_UNLIKELY(size >= d->cfg.max_split_size);
-  if (fast) {
-    cl_lane_stat *e = ln->st[small];
-    cl_share_up(&e[CL_LS_COUNT], 1);
-    cl_share_up(&e[CL_LS_BYTES], (int64_t)size);
-    cl_share_up(&e[CL_LS_REQUESTED], (int64_t)requested);
-    if (oversize)
-      cl_share_up(&ln->oversize, 1);
-    return;
-  }
+/* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats, in
+ * exclusive mode into the device's stats, on the warm path into lane ln's share. */
+CL_INLINE void cl_stats_hand_out_locked(cl_device *d, bool small, size_t size, size_t requested) {
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->allocation, small, 1);
   cl_stat_array_add(st->allocated_bytes, small, (int64_t)size);
   cl_stat_array_add(st->active, small, 1);
   cl_stat_array_add(st->active_bytes, small, (int64_t)size);
   cl_stat_array_add(st->requested_bytes, small, (int64_t)requested);
-  if (oversize)
+  if (CL_UNLIKELY(size >= d->cfg.max_split_size))
     cl_stat_inc(&st->oversize_allocations, 1);
+}
+CL_INLINE void cl_stats_hand_out_warm(const cl_device *d, cl_lane *ln, bool small, size_t size, size_t requested) {
+  cl_lane_stat *e = ln->st[small];
+  cl_share_up(&e[CL_LS_COUNT], 1);
+  cl_share_up(&e[CL_LS_BYTES], (int64_t)size);
+  cl_share_up(&e[CL_LS_REQUESTED], (int64_t)requested);
+  if (CL_UNLIKELY(size >= d->cfg.max_split_size))
+    cl_share_up(&ln->oversize, 1);
 }
 /* Whether the warm path may hand out a block of `size` for `requested` bytes, making `split_blocks` and
  * `split_bytes` split stat changes (taking room from the pools if need be). */

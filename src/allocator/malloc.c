@@ -163,18 +163,18 @@ static cachalot_status new_memory_locked(cl_device *d, cl_pool *p, cachalot_stre
  * so, and returns the ALLOCATED block. As in PyTorch, a split leaves `b` itself as the free rest (its
  * address and size move up and down) and the allocated front gets new metadata: when the rest keeps
  * b's class and its key still sorts after pred, the class tree is not touched at all.
- *   exclusive mode (fast NULL): b is in no index; on host OOM it goes back to its index, nothing
- *     changes and NULL is returned.
- *   warm path (lane `fast` locked): b is still in the tree of class `cls` at `link`, `pred` its
+ *   CL_EXCLUSIVE: b is in no index; on host OOM it goes back to its index, nothing changes and NULL
+ *     is returned.
+ *   CL_WARM (b's lane locked): b is still in the tree of class `cls` at `link`, `pred` its
  *     predecessor in that tree; the caller has made sure of a spare for a split: it cannot fail. */
-CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool small, unsigned cls,
+CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small, unsigned cls,
                              cl_block **link, cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
   const bool split = cl_should_split(&d->cfg, small || seg->expandable, b->size, size);
   const bool already_split = b->prev || b->next;
   cl_block *a = b; /* the block handed out */
-  if (fast) {
+  if (mode == CL_WARM) {
     if (split) {
       a = lane->spare;
       lane->spare = a->next;
@@ -205,21 +205,21 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
     b->size -= size;
     const unsigned rest_cls = cl_fit_class(small, b->size);
     cl_block_becomes_free(b);
-    if (!fast) {
+    if (mode == CL_EXCLUSIVE) {
       cl_fit_insert(f, rest_cls, b);
     } else if (rest_cls != cls || (pred && !cl_key_less(pred, b))) {
       cl_fit_remove_at(f, cls, link, b);
       cl_fit_insert(f, rest_cls, b);
     } /* else: b keeps its place (its key only got smaller, and still sorts after pred) */
     if (already_split) /* an inactive split block shrinks by `size` */
-      cl_count_split(d, lane, fast != NULL, small, 0, -(int64_t)size);
+      cl_count_split(d, lane, mode, small, 0, -(int64_t)size);
     else /* a whole segment becomes split: its rest is a new inactive split block */
-      cl_count_split(d, lane, fast != NULL, small, 1, (int64_t)b->size);
+      cl_count_split(d, lane, mode, small, 1, (int64_t)b->size);
   } else {
-    if (fast)
+    if (mode == CL_WARM)
       cl_fit_remove_at(f, cls, link, b);
     if (already_split)
-      cl_count_split(d, lane, fast != NULL, small, -1, -(int64_t)b->size);
+      cl_count_split(d, lane, mode, small, -1, -(int64_t)b->size);
   }
   *cl_seg_slot(seg, a->ptr) = a;
 
@@ -227,8 +227,11 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_lane *fast, cl_block *b, bool smal
   a->requested = requested;
   a->n_uses = 0;
   a->event_count = 0;
-  cl_stats_hand_out(d, lane, fast != NULL, small, a->size, requested);
-  if (!fast) { /* the warm paths run only while history is off (cl_leave_exclusive) */
+  if (mode == CL_WARM) {
+    cl_stats_hand_out_warm(d, lane, small, a->size, requested);
+  } else {
+    cl_stats_hand_out_locked(d, small, a->size, requested);
+    /* history only here: the warm paths run only while history is off (cl_leave_exclusive) */
     cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
     if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL))
       cl_ctx_attach_locked(d, a->ptr);
@@ -255,7 +258,7 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   if ((split && !ln->spare) ||
       !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     return false;
-  *out = (void *)hand_out(d, ln, b, small, cls, link, pred, rounded, size)->ptr;
+  *out = (void *)hand_out(d, CL_WARM, b, small, cls, link, pred, rounded, size)->ptr;
   return true;
 }
 
@@ -330,7 +333,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       return rc;
     }
   }
-  cl_block *a = hand_out(d, NULL, b, small, 0, NULL, NULL, rounded, size);
+  cl_block *a = hand_out(d, CL_EXCLUSIVE, b, small, 0, NULL, NULL, rounded, size);
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_leave_exclusive(d);

@@ -418,7 +418,7 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
     b->requested = bs->requested;
     b->n_uses = 0;
     b->event_count = 0;
-    (void)cl_stats_hand_out(d, s->lane, false, small, b->size, b->requested);
+    cl_stats_hand_out_locked(d, small, b->size, b->requested);
     cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, b->requested, s->stream);
     ptrs[(*n_ptrs)++] = (void *)b->ptr;
   }
