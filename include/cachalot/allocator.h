@@ -1,4 +1,4 @@
-/* cachalot: the caching allocator (SPEC.md §1-3, §8).
+/* cachalot: the caching allocator (PyTorch's caching allocator: sizes, frees, malloc steps, config).
  *
  * Stream rule: a block freed on its allocation stream is reusable at once by later requests on that
  * stream. A block that record_stream() marked as used by other streams is reused only after an event
@@ -26,7 +26,7 @@ typedef void (*cachalot_oom_observer)(int device, size_t alloc_size, size_t limi
                                       void *ctx);
 
 /* Creates an allocator on backend `b` (which must outlive it). `conf` is a CACHALOT_ALLOC_CONF string
- * (SPEC.md §8); NULL reads the environment variable CACHALOT_ALLOC_CONF, "" means the defaults.
+ * (PYTORCH_CUDA_ALLOC_CONF); NULL reads the environment variable CACHALOT_ALLOC_CONF, "" means the defaults.
  * A malformed config fails with CACHALOT_ERROR_CONFIG and creates nothing. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_create(cachalot_backend *b, const char *conf,
                                                                 cachalot_allocator **out);
@@ -46,7 +46,7 @@ CACHALOT_API void cachalot_destroy(cachalot_allocator *a);
 CACHALOT_API cachalot_allocator *cachalot_default(void);
 
 /* Allocates `size` bytes on `device` for use on stream `s`. size 0 gives *out = NULL and succeeds.
- * Fails with CACHALOT_ERROR_OUT_OF_MEMORY (message as SPEC.md §3) when the memory cannot be had
+ * Fails with CACHALOT_ERROR_OUT_OF_MEMORY (message as PyTorch's) when the memory cannot be had
  * after freeing cached blocks; what is already allocated stays valid. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size,
                                                                 cachalot_stream s, void **out);

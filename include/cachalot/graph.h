@@ -1,4 +1,4 @@
-/* cachalot: CUDA graphs on private pools (SPEC.md §6): capture, instantiate, replay, reset.
+/* cachalot: CUDA graphs on private pools (torch.cuda.CUDAGraph): capture, instantiate, replay, reset.
  *
  * Allocations made on the capturing stream, and on side streams joined into the capture, during a
  * capture come from the graph's private pool, so the memory a graph uses is never handed to anyone else

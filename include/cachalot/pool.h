@@ -1,4 +1,4 @@
-/* cachalot: private memory pools (SPEC.md §5), the memory of CUDA graphs.
+/* cachalot: private memory pools (PyTorch's private pools), the memory of CUDA graphs.
  *
  * A private pool has its own free blocks and segments, apart from the device's default pools. While a
  * begin_allocate_to_pool routing is active, every malloc on that device asks the routing filters, most
@@ -31,7 +31,8 @@ typedef bool (*cachalot_stream_filter)(cachalot_stream s, void *ctx);
 CACHALOT_API cachalot_mempool_id cachalot_graph_pool_handle(cachalot_allocator *a);
 
 /* Starts routing mallocs on `device` whose stream passes `filter` to pool `id` (made with use count 1, or
- * given one more use). Errors: {0,0}; `id` already being allocated to; `id` a pool released to use count 0. */
+ * given one more use). Errors: {0,0}; `id` already being allocated to; `id` a pool released to use count 0.
+ * */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device,
                                                                                 cachalot_mempool_id id,
                                                                                 cachalot_stream_filter filter,

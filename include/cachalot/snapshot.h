@@ -1,5 +1,5 @@
-/* cachalot: stats as JSON, memory history, and snapshots in PyTorch's schema (SPEC.md §4 JSON, §7).
- * JSON strings are malloc'ed; the caller frees them with free(). */
+/* cachalot: stats as JSON, memory history, and snapshots in PyTorch's schema (torch.cuda.memory_stats() keys;
+ * torch.cuda.memory._snapshot()). JSON strings are malloc'ed; the caller frees them with free(). */
 #ifndef CACHALOT_SNAPSHOT_H
 #define CACHALOT_SNAPSHOT_H
 
@@ -20,8 +20,8 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_memory_stats_json(cacha
                                                                            char **json);
 
 /* Starts (enabled) or stops recording trace entries (alloc, free_requested, free_completed, segment_alloc,
- * segment_free, segment_map, segment_unmap, oom, snapshot) into a ring buffer of max_entries per device (oldest dropped first). Turning
- * it on again clears the buffer. Off by default; costs nothing when off. */
+ * segment_free, segment_map, segment_unmap, oom, snapshot) into a ring buffer of max_entries per device
+ * (oldest dropped first). Turning it on again clears the buffer. Off by default; costs nothing when off. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled,
                                                                         size_t max_entries);
 

@@ -26,7 +26,7 @@ typedef struct {
   int64_t max_split_size; /* -1 when unlimited */
 } cachalot_device_stats;
 
-/* A copy of `device`'s stats (SPEC.md §4). */
+/* A copy of `device`'s stats (torch.cuda.memory_stats()). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_memory_stats(cachalot_allocator *a, int device,
                                                                       cachalot_device_stats *out);
 /* Every peak := current. */

@@ -1,4 +1,4 @@
-/* CACHALOT_ALLOC_CONF parser (SPEC.md §8).
+/* CACHALOT_ALLOC_CONF parser (PyTorch's PYTORCH_CUDA_ALLOC_CONF grammar).
  *
  * The string is read token by token straight from the caller's buffer, with no heap and no token array:
  * the parser runs before the allocator exists, may be fed anything by a fuzzer, and must not leak on any

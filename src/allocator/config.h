@@ -1,4 +1,4 @@
-/* CACHALOT_ALLOC_CONF: PyTorch's PYTORCH_CUDA_ALLOC_CONF grammar and keys (SPEC.md §8).
+/* CACHALOT_ALLOC_CONF: PyTorch's PYTORCH_CUDA_ALLOC_CONF grammar and keys.
  *
  * All tunables live here with their defaults (cl_config_defaults). A parse either yields a whole new
  * config or fails with CACHALOT_ERROR_CONFIG and leaves nothing half-applied. */

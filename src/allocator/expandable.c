@@ -1,6 +1,6 @@
-/* Expandable segments (config key expandable_segments; SPEC.md §1, §4, §7): for each (pool, stream,
- * kind) one reservation of address space, the vrange, backed by pages that are mapped when malloc needs
- * more memory and unmapped when they fall wholly free (empty_cache, the out-of-memory retry, garbage
+/* Expandable segments (config key expandable_segments; PyTorch's expandable_segments): for each (pool,
+ * stream, kind) one reservation of address space, the vrange, backed by pages that are mapped when malloc
+ * needs more memory and unmapped when they fall wholly free (empty_cache, the out-of-memory retry, garbage
  * collection, the release of oversize blocks).
  *
  * Why it fragments less: a request that no free block holds maps only what it lacks, right after the
@@ -678,7 +678,8 @@ void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
         break;
       }
     }
-    (void)b->ops->va_release(b, d->index, (void *)vr->base, vr->size); /* it holds no run: nothing is mapped */
+    (void)b->ops->va_release(b, d->index, (void *)vr->base, vr->size); /* it holds no run: nothing is mapped
+    * */
     free(vr);
   }
 }

@@ -1,5 +1,5 @@
-/* cachalot_free, cachalot_record_stream and cachalot_empty_cache (SPEC.md §2), and returning a block to
- * its free index with its merges.
+/* cachalot_free, cachalot_record_stream and cachalot_empty_cache (PyTorch's free rules), and returning a
+ * block to its free index with its merges.
  *
  * free() finds the block through the page map (address -> segment -> lane) without a lock, then runs
  * under that lane's lock alone when the block has no other stream's uses; the rest (events, captures,
@@ -227,7 +227,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   if (b->n_uses > 0 && (cl_capturing(d) || cl_uses_capturing_locked(d, b))) {
     /* Recording an event now would be captured into the graph (this device's capture, or another
      * device's on a stream that used the block): the block waits, PENDING without events, until no
-     * capture is underway (SPEC.md §5). */
+     * capture is underway (PyTorch's private pools). */
     if (d->n_deferred == d->cap_deferred) {
       size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
       cl_block **nd = realloc(d->deferred, cap * sizeof *nd);

@@ -2,9 +2,9 @@
  * (size, ptr), with a two-level bitmap of the non-empty classes (cl_fit in internal.h).
  *
  * Best fit is a lower bound on (size, 0): the smallest block that fits, the lowest address among equal
- * sizes (SPEC.md §2). Treap priorities are a hash of a block's address when it entered its tree, so
- * the shape is a function of the operations alone. No allocation. The operations the warm paths use are inline,
- * in internal.h; the cold walks are here. */
+ * sizes (PyTorch's free rules). Treap priorities are a hash of a block's address when it entered its tree, so
+ * the shape is a function of the operations alone. No allocation. The operations the warm paths use are
+ * inline, in internal.h; the cold walks are here. */
 #include "internal.h"
 
 cl_block *cl_tree_prev(cl_block *t, const cl_block *b) {

@@ -1,6 +1,6 @@
-/* Memory history: a ring buffer of trace entries per device (SPEC.md §7), with optional C call stacks
- * and the caller's contexts. Recording happens under the device lock, at the places the allocator changes
- * state; reading happens in snapshot.c and snapshot_info.c. */
+/* Memory history: a ring buffer of trace entries per device (torch.cuda.memory._snapshot()), with optional C
+ * call stacks and the caller's contexts. Recording happens under the device lock, at the places the allocator
+ * changes state; reading happens in snapshot.c and snapshot_info.c. */
 #include "internal.h"
 
 #include <execinfo.h>

@@ -118,7 +118,7 @@ void cl_process_events_locked(cl_device *d);
 cachalot_status cl_sync_all_events_locked(cl_device *d);
 
 /* --- free.c --- */
-/* Returns a block to its free index, merging with free neighbours (SPEC.md §2 free). */
+/* Returns a block to its free index, merging with free neighbours (PyTorch's free). */
 void cl_free_block_locked(cl_device *d, cl_block *b);
 
 /* --- release.c --- */
@@ -177,7 +177,7 @@ void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
 size_t cl_expandable_destroy_locked(cl_device *d);
 
 /* --- oom.c --- */
-/* Formats `n` bytes as SPEC.md §3 does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
+/* Formats `n` bytes as PyTorch's OOM message does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
 void cl_format_size(char *buf, size_t cap, uint64_t n);
 /* The out-of-memory path: counts, calls observers (lock dropped), sets the message. Called with the
  * device locked; returns with it unlocked. */

@@ -1,4 +1,4 @@
-/* cachalot_malloc: the steps of SPEC.md §3, in order.
+/* cachalot_malloc: PyTorch's malloc steps, in order.
  *
  *   poll events -> round, choose pool -> best fit on this stream -> (gc) -> new segment
  *     -> (free oversize blocks, new segment) -> (free all cached, new segment: a retry) -> OOM

@@ -1,5 +1,5 @@
-/* The out-of-memory path of SPEC.md §3 step 8: count it, tell the observers, and say in words what the
- * device holds (the message is PyTorch's, with cachalot's names). */
+/* The out-of-memory path of PyTorch's malloc (its last step): count it, tell the observers, and say in words
+ * what the device holds (the message is PyTorch's, with cachalot's names). */
 #include "internal.h"
 
 #include "../common/c_locale.h"

@@ -1,4 +1,5 @@
-/* Private pools (SPEC.md §5): ids, use counts, routing by filter, freeable pools, checkpoint/restore.
+/* Private pools (PyTorch's private pools): ids, use counts, routing by filter, freeable pools,
+ * checkpoint/restore.
  *
  * A device's private pools live in its `pools` table. Routing is a short stack of (pool, filter):
  * malloc asks the filters most recent first, so a nested capture's pool wins over an outer one. */

@@ -1,5 +1,5 @@
-/* Giving cached memory back to the device: whole free segments only (SPEC.md §2), in three policies:
- * release everything (empty_cache, the OOM retry), garbage collection by age (malloc step 4) and
+/* Giving cached memory back to the device: whole free segments only (PyTorch's free rules), in three
+ * policies: release everything (empty_cache, the OOM retry), garbage collection by age (malloc step 4) and
  * release of oversize blocks (step 6).
  *
  * Releasing is two-phase so that no lock is held across the device free: segments are first marked

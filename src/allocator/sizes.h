@@ -1,4 +1,4 @@
-/* Size arithmetic of SPEC.md §1: rounding, pool choice, segment size and the split rule. Pure functions,
+/* Size arithmetic as PyTorch does it: rounding, pool choice, segment size and the split rule. Pure functions,
  * inlined into the malloc path. */
 #ifndef CACHALOT_ALLOCATOR_SIZES_H
 #define CACHALOT_ALLOCATOR_SIZES_H
@@ -31,7 +31,7 @@ static inline unsigned cl_divisions_for(const cl_config *c, size_t s) {
   return c->roundup_divisions[idx];
 }
 
-/* SPEC.md §1 round_size. s < CL_MAX_REQUEST, so nothing here can overflow. */
+/* PyTorch's round_size. s < CL_MAX_REQUEST, so nothing here can overflow. */
 static inline size_t cl_round_size(const cl_config *c, size_t s) {
   if (s < CL_MIN_BLOCK)
     return CL_MIN_BLOCK;
@@ -61,7 +61,7 @@ static inline size_t cl_segment_size(size_t rounded) {
 }
 
 /* Whether carving `size` out of a free block of `block_size` leaves the rest as a separate free block.
- * `small_rule`: the block is of the small kind or in an expandable segment (SPEC.md §1). */
+ * `small_rule`: the block is of the small kind or in an expandable segment (PyTorch's size rules). */
 static inline bool cl_should_split(const cl_config *c, bool small_rule, size_t block_size, size_t size) {
   size_t rest = block_size - size;
   if (small_rule)

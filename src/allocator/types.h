@@ -69,8 +69,8 @@ typedef struct cl_vrange cl_vrange;
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
  * side by side; a FREE block is in exactly one tree: that of its size class in the index of (seg->pool,
- * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its segment's handed-out table (`at`) and
- * in no tree; a PENDING block has event_count > 0 entries in the device's event queues.
+ * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its segment's handed-out table (`at`)
+ * and in no tree; a PENDING block has event_count > 0 entries in the device's event queues.
  *
  *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
  *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
@@ -83,7 +83,8 @@ typedef struct cl_block {
   cl_segment *seg;
   struct cl_block *prev, *next;
   struct cl_block *left, *right; /* free-index treap links (FREE only) */
-  uint32_t prio;             /* treap priority, a hash of ptr when it entered its tree: deterministic shapes */
+  uint32_t prio;             /* treap priority, a hash of ptr when it entered its tree: deterministic shapes
+  * */
   uint8_t state;             /* cl_block_state */
   uint16_t cls;              /* the class of its free index tree (FREE only): removal needs no size */
   /* The second line: what only the block's own malloc and free touch. */
@@ -145,7 +146,8 @@ _Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fi
  *     of their first split, so a whole segment split for any small request keeps its rest in its class
  *     (and the larger free blocks of expandable runs).
  *   large kind: M = 2 from just above 1 MiB (smaller large blocks occur only in expandable runs, which
- *     split like small segments; they share class 0, which costs speed only) up to 2^60 bytes (the largest segment): 4 classes per power of two, 161 in all; a whole 20 MiB
+ *     split like small segments; they share class 0, which costs speed only) up to 2^60 bytes (the largest
+ * segment): 4 classes per power of two, 161 in all; a whole 20 MiB
  *     segment shares its class with every rest above 16 MiB.
  * Either way a pair of malloc and free carved from a whole segment updates the rest's node in place
  * instead of moving it between classes. Coarser classes mean larger class trees: on the replayed
@@ -216,8 +218,8 @@ struct cl_vrange {
   cl_vrange *next; /* the device's vranges */
 };
 
-/* A pool: the default pool of a device ({0,0}) or a private one (SPEC.md §5). `lookups[kind]` counts
- * free-block searches (only while garbage collection is on): a free block's age is lookups - gc_base.
+/* A pool: the default pool of a device ({0,0}) or a private one (PyTorch's private pools). `lookups[kind]`
+ * counts free-block searches (only while garbage collection is on): a free block's age is lookups - gc_base.
  * A private pool lives in its device's `pools` table from its first begin_allocate_to_pool until it is
  * freeable (use_count 0) and has no segment left; n_segments counts its segments (any state). */
 struct cl_pool {
@@ -252,7 +254,7 @@ typedef struct cl_stream_events {
   UT_hash_handle hh;
 } cl_stream_events;
 
-/* Memory history (SPEC.md §7): what happened, in a ring buffer per device. */
+/* Memory history (torch.cuda.memory._snapshot()): what happened, in a ring buffer per device. */
 typedef enum {
   CL_TRACE_ALLOC,
   CL_TRACE_FREE_REQUESTED,
@@ -364,8 +366,8 @@ struct cl_device {
   /* CL_WARM_* bits, read by the warm paths under their lane lock alone: whether they may run (set on
    * leaving exclusive mode) and CL_WARM_STOP, set while a thread enters or holds exclusive mode. A warm
    * path that sees STOP lets go of its lane and waits (cl_lane_wait_stop), so that cl_enter_exclusive does
-   * not have to win each lane lock against its owner's next call; a hint for speed only: the lane locks are what
-   * make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
+   * not have to win each lane lock against its owner's next call; a hint for speed only: the lane locks are
+   * what make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
   _Atomic unsigned char warm;
   _Atomic bool detect;         /* cfg.detect_captures, for malloc to read before any lock */
   _Atomic int n_auto;          /* captures detected and being routed (autocapture.c) */

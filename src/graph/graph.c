@@ -1,4 +1,4 @@
-/* The graph object (SPEC.md §6), PyTorch's torch.cuda.CUDAGraph on top of the private pools of §5.
+/* The graph object, PyTorch's torch.cuda.CUDAGraph on top of the private pools (pool.c).
  *
  * A capture routes the device's allocations to the graph's pool *before* the device capture begins, so
  * that nothing the captured work allocates can come from (or go back to) memory that others may reuse

@@ -1,5 +1,5 @@
 /* cachalot_snapshot_json: every segment and block of every device, the memory history, and the settings,
- * in the schema of torch.cuda.memory._snapshot() (SPEC.md §7), so PyTorch's viewer reads it. Each device
+ * in the schema of torch.cuda.memory._snapshot(), so PyTorch's viewer reads it. Each device
  * is written under its lock, so a device's segments and trace are one consistent moment. */
 #include "../allocator/internal.h"
 #include "../common/json_writer.h"

@@ -1,5 +1,5 @@
-/* memory_stats and its resets (SPEC.md §4). The counters themselves are updated in place by the
- * allocator (cl_stat_array_add); this file reads and resets them. */
+/* memory_stats and its resets (torch.cuda.memory_stats()). The counters themselves are updated in place by
+ * the allocator (cl_stat_array_add); this file reads and resets them. */
 #include "../allocator/internal.h"
 
 #include <string.h>

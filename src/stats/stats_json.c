@@ -1,4 +1,4 @@
-/* memory_stats as JSON (SPEC.md §4): one flat object whose keys are exactly torch.cuda.memory_stats()'s
+/* memory_stats as JSON: one flat object whose keys are exactly torch.cuda.memory_stats()'s
  * for the native allocator (122 of them), dot-joined and sorted in strcmp order, as PyTorch (and
  * Python's sorted()) gives them. The stats are copied under the device lock and written outside it. */
 #include "../allocator/internal.h"

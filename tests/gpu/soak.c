@@ -164,8 +164,8 @@ static void *worker(void *arg) {
   cudaStreamSynchronize(own);
   cudaStreamSynchronize(other);
   /* Not destroyed here: a block used on `other` and freed while another thread was capturing waits for
-   * the end of that capture before its event is recorded, on `other` (SPEC.md §5). main destroys the
-   * streams after the final empty_cache. (The first runs destroyed them here and crashed in the driver
+   * the end of that capture before its event is recorded, on `other` (PyTorch's private pools). main destroys
+   * the streams after the final empty_cache. (The first runs destroyed them here and crashed in the driver
    * now and then: an event recorded on a destroyed stream.) */
   streams_of[id][0] = own;
   streams_of[id][1] = other;

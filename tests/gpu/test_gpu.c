@@ -1,7 +1,7 @@
 /* The gpu suite: the core behaviours of the unit suite on a real device through the CUDA backend, with
  * kernels writing and checking the memory cachalot hands out. Exits 77 (skipped) without a usable GPU.
  *
- * The exact figures are SPEC.md's, the same the unit suite checks on the simulated device. */
+ * The exact figures are PyTorch's, the same the unit suite checks on the simulated device. */
 #include "gpu_test.h"
 
 #include <pthread.h>

@@ -15,7 +15,7 @@ int main(void) {
     fprintf(stderr, "client: %s\n", cachalot_last_error());
     return 1;
   }
-  /* 1000 bytes round to 1024 in a 2 MiB small segment (SPEC.md §1) */
+  /* 1000 bytes round to 1024 in a 2 MiB small segment (PyTorch's size rules) */
   const int ok = p != NULL && st.allocated_bytes[0].current == 1024 && st.reserved_bytes[0].current == 2 << 20;
   if (cachalot_free(a, p) != CACHALOT_OK || cachalot_check(a) != CACHALOT_OK) {
     fprintf(stderr, "client: %s\n", cachalot_last_error());

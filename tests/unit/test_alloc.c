@@ -1,7 +1,7 @@
-/* The caching allocator's behaviour on the simulated device (SPEC.md §1-4, §8): rounding, the split
- * rule, best fit, merging, per-stream caching, record_stream, max_split_size, OOM, memory fraction,
- * garbage collection, stats, run-time settings, several devices. Every step is followed by
- * cachalot_check() and the numbers are SPEC.md's, exactly. */
+/* The caching allocator's behaviour on the simulated device (PyTorch's rules for sizes, frees, malloc steps,
+ * stats and config): rounding, the split rule, best fit, merging, per-stream caching, record_stream,
+ * max_split_size, OOM, memory fraction, garbage collection, stats, run-time settings, several devices. Every
+ * step is followed by cachalot_check() and the numbers are PyTorch's, exactly. */
 #include "helpers.h"
 
 #include <locale.h>
@@ -39,14 +39,15 @@ static const round_case round_cases[] = {
     {"", 11 * MiB - 512, 11 * MiB - 512, 12 * MiB, MiB + 512},
     {"", 11 * MiB, 12 * MiB, 12 * MiB, 0},
     {"", 11 * MiB + 1, 12 * MiB, 12 * MiB, 0},
-    /* roundup_power2_divisions:4 (SPEC.md §8: 84 MiB -> 96 MiB) */
+    /* roundup_power2_divisions:4 (84 MiB -> 96 MiB, as in PyTorch) */
     {"roundup_power2_divisions:4", 84 * MiB, 100663296, 96 * MiB, 0},
     {"roundup_power2_divisions:4", 64 * MiB, 64 * MiB, 64 * MiB, 0},          /* a power of two stays */
     {"roundup_power2_divisions:4", 64 * MiB + 1, 80 * MiB, 80 * MiB, 0},
     {"roundup_power2_divisions:4", 1537, 2048, 2 * MiB, 2 * MiB - 2048},      /* <= 512*4: plain (not 1792) */
-    {"roundup_power2_divisions:4", 4097, 5120, 2 * MiB, 2 * MiB - 5120},      /* > 512*4: divisions (not 4608) */
+    {"roundup_power2_divisions:4", 4097, 5120, 2 * MiB, 2 * MiB - 5120},      /* > 512*4: divisions (not 4608)
+    * */
     {"roundup_power2_divisions:2", 3 * MiB + 1, 4 * MiB, 20 * MiB, 16 * MiB},
-    /* the list form (SPEC.md §8 example) */
+    /* the list form (PyTorch's documented example) */
     {DIV_LIST, 84 * MiB, 92274688, 88 * MiB, 0},
     {DIV_LIST, 400 * MiB, 512 * MiB, 512 * MiB, 0},
     {DIV_LIST, 256 * MiB, 256 * MiB, 256 * MiB, 0},                           /* a power of two stays */
@@ -918,7 +919,8 @@ static void test_decimal_comma_locale(void **state) {
   void *x = NULL;
   STATUS(cachalot_malloc(e.a, 0, 40 * MiB, NULL, &x), CACHALOT_ERROR_OUT_OF_MEMORY);
   CONTAINS(cachalot_last_error(), "Tried to allocate 40.00 MiB");
-  STATUS(cachalot_set_settings(e.a, "garbage_collection_threshold:0,5"), CACHALOT_ERROR_CONFIG); /* "," separates */
+  STATUS(cachalot_set_settings(e.a, "garbage_collection_threshold:0,5"), CACHALOT_ERROR_CONFIG); /* ","
+  * separates */
   OK(cachalot_set_settings(e.a, "garbage_collection_threshold:0.5"));
   env_free(&e);
   setlocale(LC_ALL, "C");
@@ -1164,7 +1166,8 @@ static void test_stats_resets(void **state) {
   EQ(st.allocated_bytes[CACHALOT_STAT_LARGE_POOL].allocated, MiB + 512);
   EQ(st.allocated_bytes[CACHALOT_STAT_LARGE_POOL].freed, 0);
   EQ(st.allocated_bytes[CACHALOT_STAT_LARGE_POOL].peak, MiB + 512);
-  EQ(st.inactive_split_bytes[CACHALOT_STAT_LARGE_POOL].allocated, 19 * MiB - 512); /* the whole segment split */
+  EQ(st.inactive_split_bytes[CACHALOT_STAT_LARGE_POOL].allocated, 19 * MiB - 512); /* the whole segment split
+  * */
   EQ(st.inactive_split_bytes[CACHALOT_STAT_LARGE_POOL].freed, 0);
   EQ(st.num_device_alloc, 0);
   FREE(e.a, a);

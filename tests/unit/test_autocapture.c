@@ -1,6 +1,7 @@
 /* Capture detection (detect_captures:True): mallocs on a stream being captured go to a private pool of
  * that capture, which keeps its memory after the capture until cachalot_release_capture_pools. Exact
- * byte counts from SPEC.md: 1 MiB requests are small blocks, each 2 MiB small segment holds two. */
+ * byte counts as PyTorch's rules give them: 1 MiB requests are small blocks, each 2 MiB small segment holds
+ * two. */
 #include "helpers.h"
 
 #include "allocator/backend/ops.h"

@@ -1,6 +1,6 @@
 /* Stream capture on the simulated device (before private pools exist): a device allocation made while a
- * global-mode capture is underway must not fail (SPEC.md §3 step 5: the thread's capture mode is relaxed
- * around the device call and restored after). */
+ * global-mode capture is underway must not fail (PyTorch's malloc, step 5: the thread's capture mode is
+ * relaxed around the device call and restored after). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,6 @@
-/* CACHALOT_ALLOC_CONF parsing (SPEC.md §8): exact values per key, PyTorch's roundup list fill rules,
- * layering on a base config, and a table of malformed strings whose messages must name the culprit. */
+/* CACHALOT_ALLOC_CONF parsing (PyTorch's PYTORCH_CUDA_ALLOC_CONF grammar): exact values per key, PyTorch's
+ * roundup list fill rules, layering on a base config, and a table of malformed strings whose messages must
+ * name the culprit. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -467,7 +468,8 @@ static void test_long_words(void **state) {
 }
 
 /* Deterministic garbage from the grammar's own pieces: every result must be OK or CONFIG, never a
- * crash (the sanitizer builds catch out-of-bounds reads), and an accepted string must hold in-range values. */
+ * crash (the sanitizer builds catch out-of-bounds reads), and an accepted string must hold in-range values.
+ * */
 static void test_random_strings(void **state) {
   (void)state;
   static const char *pieces[] = {

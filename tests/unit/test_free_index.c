@@ -3,8 +3,8 @@
  * words), and requests whose answer is decided inside a class, in the next non-empty class, or by the
  * descending walk of the oversize release across classes. Every size is exact, every step is followed
  * by cachalot_check() (which verifies the classes and bitmaps), and every expected block follows from
- * SPEC.md §2 alone: the smallest block >= the request, the lowest address among equal sizes. The class
- * layout only decides which paths are exercised; the premises are asserted so that a change of layout
+ * PyTorch's best-fit rule alone: the smallest block >= the request, the lowest address among equal sizes. The
+ * class layout only decides which paths are exercised; the premises are asserted so that a change of layout
  * shows here instead of silently weakening the test. */
 #include "helpers.h"
 

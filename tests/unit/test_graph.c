@@ -1,7 +1,7 @@
-/* Graphs on private pools (SPEC.md §5-6) on the simulated device: what a capture reserves, sharing a pool
- * between graphs, what reset gives back, every misuse with its message, failed and invalidated captures
- * (no pool left behind), replay, the empty-graph warning, debug dumps, raw graphs, state hooks and the
- * graphed helper. cachalot_check runs after every step that changes the allocator. */
+/* Graphs on private pools (PyTorch's private pools and CUDA graphs) on the simulated device: what a capture
+ * reserves, sharing a pool between graphs, what reset gives back, every misuse with its message, failed and
+ * invalidated captures (no pool left behind), replay, the empty-graph warning, debug dumps, raw graphs, state
+ * hooks and the graphed helper. cachalot_check runs after every step that changes the allocator. */
 #include "helpers.h"
 
 #include "allocator/backend/ops.h" /* stream_wait, to join a side stream into a capture */
@@ -646,7 +646,8 @@ static void test_debug_dump(void **state) {
   unlink(path);
   OK(cachalot_graph_replay(g, s));
   void *raw = NULL;
-  FAILS(cachalot_graph_raw(g, &raw), CACHALOT_ERROR_INVALID_STATE, "keep_graph"); /* debug mode is not enough */
+  FAILS(cachalot_graph_raw(g, &raw), CACHALOT_ERROR_INVALID_STATE, "keep_graph"); /* debug mode is not enough
+  * */
   RESET(&e, g);
   FAILS(cachalot_graph_debug_dump(g, path), CACHALOT_ERROR_INVALID_STATE, "no captured graph");
   cachalot_graph_destroy(g);

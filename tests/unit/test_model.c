@@ -1,6 +1,6 @@
-/* cachalot against a deliberately simple reference model of SPEC.md §1-2 on one stream: segments as
- * plain arrays of blocks in address order, best fit by scanning every free block, the split rule, merges
- * with free neighbours. Seeded random sequences of malloc and free; after every operation the pointer
+/* cachalot against a deliberately simple reference model of PyTorch's size and free rules on one stream:
+ * segments as plain arrays of blocks in address order, best fit by scanning every free block, the split rule,
+ * merges with free neighbours. Seeded random sequences of malloc and free; after every operation the pointer
  * cachalot returned must be the one the model picks, the split and byte stats must equal the model's,
  * and cachalot_check must pass.
  *
@@ -214,7 +214,7 @@ static void test_random_sequences_match_the_model(void **state) {
     run_seed(seed * 0x9E3779B97F4A7C15ull, 1500);
 }
 
-/* ---- stream order: a second model, of what SPEC.md §2 promises across streams ----
+/* ---- stream order: a second model, of what PyTorch's rules promise across streams ----
  * Ranges, not placement: every live allocation covers [p, p + rounded request); a freed block that other
  * streams used is *held* until the work those streams had enqueued when it was freed has completed (the
  * model counts, per stream, work launched and work completed, as the simulated device does). Seeded

@@ -1,5 +1,5 @@
-/* Private pools on the simulated device (SPEC.md §5): ids, routing, use counts, freeable pools, outputs
- * that outlive their pool's release, capture safety (deferred frees, no retry), checkpoint/restore.
+/* Private pools on the simulated device (PyTorch's private pools): ids, routing, use counts, freeable pools,
+ * outputs that outlive their pool's release, capture safety (deferred frees, no retry), checkpoint/restore.
  * Exact counts, cachalot_check after every step (ALLOC/FREE/... run it). */
 #include "helpers.h"
 

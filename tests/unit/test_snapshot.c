@@ -1,6 +1,6 @@
-/* Memory history and snapshots (SPEC.md §7) on the simulated device: the ring buffer's order when it
- * wraps, block states and pool ids in the snapshot, call stacks, and every current stat recomputed from
- * the snapshot after seeded random sequences. The JSON is read with cJSON. */
+/* Memory history and snapshots (torch.cuda.memory._snapshot()) on the simulated device: the ring buffer's
+ * order when it wraps, block states and pool ids in the snapshot, call stacks, and every current stat
+ * recomputed from the snapshot after seeded random sequences. The JSON is read with cJSON. */
 #include "helpers.h"
 
 #include <cachalot/pool.h>

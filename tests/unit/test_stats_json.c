@@ -1,4 +1,5 @@
-/* cachalot_memory_stats_json (SPEC.md §4 JSON form) and the JSON writer under it (src/common/json_writer.c).
+/* cachalot_memory_stats_json (the keys of torch.cuda.memory_stats()) and the JSON writer under it
+ * (src/common/json_writer.c).
  *
  * The stats JSON is parsed here by a small strict parser for its flat form ({"key":integer,...}, nothing
  * else), and checked against torch.cuda.memory_stats()'s 122 key names (built independently of the
@@ -289,7 +290,8 @@ static void test_values_follow_operations(void **state) {
 
   /* On the device of 1 GiB: a 600 MiB block is cached, a 700 MiB request does not fit beside it, so the
    * cache is released and the retry succeeds (a retry, no OOM); then 2 GiB fails twice (each a retry, a
-   * sync of all streams and an OOM). The five counters end up pairwise different, so a counter written under another's name shows. */
+   * sync of all streams and an OOM). The five counters end up pairwise different, so a counter written under
+   * another's name shows. */
   FREE(e.a, x);
   void *y = ALLOC(e.a, 0, 600 * MiB, s);
   FREE(e.a, y);
@@ -527,7 +529,8 @@ static void test_writer_doubles(void **state) {
   }
 }
 
-/* Deeper than CL_JSON_MAX_DEPTH is refused (finish gives NULL) rather than mis-nested; just under it works. */
+/* Deeper than CL_JSON_MAX_DEPTH is refused (finish gives NULL) rather than mis-nested; just under it works.
+ * */
 static void test_writer_depth(void **state) {
   (void)state;
   cl_json j;
