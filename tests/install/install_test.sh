@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch root and builds clients of it two ways:
+# Installs the build into a scratch root and builds clients of it three ways:
 #   1. with `pkg-config --cflags --libs cachalot` against the installed cachalot.pc, headers and library;
-#   2. as a Meson project that takes this source tree as a subproject (dependency('cachalot')).
-# Usage: install_test.sh BUILD_DIR SOURCE_DIR SCRATCH_DIR [DEPS_DIR]   (exits 77, skipped, without pkg-config)
+#   2. with `pkg-config --static --cflags --libs cachalot` against libcachalot.a (when the build installs
+#      it), then runs that program with CACHALOT_SNAPSHOT_AT_EXIT set: the snapshot must be written at exit;
+#   3. as a Meson project that takes this source tree as a subproject (dependency('cachalot')): the parent
+#      must get the library and nothing else (no tools, plug-ins, tests, examples), with no -Werror forced
+#      on cachalot's own code.
+# Also: every header of include/cachalot/ is installed and compiles on its own from the installed tree.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR SCRATCH_DIR [DEPS_DIR]
+#        (exits 77, skipped, without pkg-config or python3)
 set -eu -o pipefail
 command -v pkg-config >/dev/null || { echo "pkg-config not found: skipped"; exit 77; }
+command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
 deps_dir=${4:-}
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
@@ -18,29 +25,119 @@ meson install -C "$build" --destdir "$dest" --no-rebuild --quiet >"$scratch/inst
   { cat "$scratch/install.log"; exit 1; }
 pc=$(find "$dest" -name cachalot.pc | head -1)
 [ -n "$pc" ] || { echo "no cachalot.pc installed"; exit 1; }
-for h in cachalot status backend allocator stats pool graph snapshot; do
-  find "$dest" -path "*/include/cachalot/$h.h" | grep -q . || { echo "header cachalot/$h.h not installed"; exit 1; }
-done
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
-flags=$(pkg-config --cflags --libs cachalot)
+echo "--- installed cachalot.pc"
+cat "$pc"
+echo "---"
+# No path of the build machine in it: every absolute path is under the prefix (${prefix}-relative) or
+# the CUDA toolkit's library folder (-L of -lcudart).
+if grep -E '(^|[[:space:]])/[^[:space:]]*\.(so|a)([[:space:]]|$)' "$pc"; then
+  echo "cachalot.pc names a library file by its path"; exit 1
+fi
+if grep -F "$build" "$pc" || grep -F "$src" "$pc"; then
+  echo "cachalot.pc names the build or source tree"; exit 1
+fi
+
+# The .pc as installed, read from the scratch root: its prefix is moved there. (Not PKG_CONFIG_SYSROOT_DIR,
+# which would also move -L of the CUDA toolkit, a path outside the install.)
+prefix=$(sed -n 's/^prefix=//p' "$pc")
+pkgconf() { PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --define-variable=prefix="$dest$prefix" "$@"; }
+flags=$(pkgconf --cflags --libs cachalot)
 echo "pkg-config --cflags --libs cachalot: $flags"
+
+# Every header of the source tree is installed, and each compiles first and alone in its translation unit
+# with the installed include folder only.
+for h in "$src"/include/cachalot/*.h; do
+  name=$(basename "$h")
+  installed=$(find "$dest" -path "*/include/cachalot/$name" | head -1)
+  [ -n "$installed" ] || { echo "header cachalot/$name not installed"; exit 1; }
+  printf '#include <cachalot/%s>\n#include <cachalot/%s>\nint main(void) { return 0; }\n' "$name" "$name" \
+    >"$scratch/header.c"
+  cc -std=c11 -Wall -Wextra -Werror -fsyntax-only $(pkgconf --cflags cachalot) "$scratch/header.c" ||
+    { echo "installed header cachalot/$name does not compile on its own"; exit 1; }
+done
+
 cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $flags -o "$scratch/client"
 libdir=$(dirname "$(find "$dest" -name 'libcachalot.so' | head -1)")
 LD_LIBRARY_PATH=$libdir "$scratch/client"
 
-# As a subproject: a project of its own whose subprojects/cachalot is this tree.
+# Static: libcachalot.a with Libs.private (threads, libdl, the CUDA runtime); -l:libcachalot.a makes the
+# linker take the archive although libcachalot.so lies beside it.
+if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
+  static_flags=$(pkgconf --static --cflags --libs cachalot)
+  echo "pkg-config --static --cflags --libs cachalot: $static_flags"
+  case " $static_flags " in *" -lcachalot "*) ;; *) echo "no -lcachalot in the static flags"; exit 1 ;; esac
+  static_flags=$(echo " $static_flags " | sed 's/ -lcachalot / -l:libcachalot.a /')
+  # shellcheck disable=SC2086
+  cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $static_flags -o "$scratch/client-static"
+  if readelf -d "$scratch/client-static" | grep -q 'libcachalot\.so'; then
+    echo "the static client still needs libcachalot.so"; exit 1
+  fi
+  env -u LD_LIBRARY_PATH "$scratch/client-static"
+  # The snapshot at exit (src/stats/export.c) from the statically linked program, %p expanded to its pid.
+  rm -f "$scratch"/exit-*.json
+  CACHALOT_SNAPSHOT_AT_EXIT="$scratch/exit-%p.json" "$scratch/client-static" --leave-live
+  snap=$(find "$scratch" -maxdepth 1 -name 'exit-*.json' | head -1)
+  [ -n "$snap" ] || { echo "CACHALOT_SNAPSHOT_AT_EXIT: no snapshot written at exit"; exit 1; }
+  python3 - "$snap" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+segs = s["segments"]
+assert len(segs) == 1 and segs[0]["total_size"] == 2 << 20, segs
+assert "device_traces" in s and "allocator_settings" in s, list(s)
+print("snapshot at exit: %s, %d segment of %d bytes" % (sys.argv[1].rsplit("/", 1)[1], len(segs),
+                                                        segs[0]["total_size"]))
+PY
+else
+  echo "libcachalot.a not installed (default_library=shared): static client skipped"
+fi
+
+# As a subproject: a project of its own whose subprojects/cachalot is this tree. The parent passes cachalot
+# nothing but deps_dir, so what cachalot builds there is what its options' defaults give a parent. The
+# parent leaves the builtin werror at its default (a werror=true of the parent's project() would reach
+# its subprojects too: Meson's choice, not cachalot's) and turns warnings into errors for its own target.
 proj=$scratch/subproject-client
 mkdir -p "$proj/subprojects"
 ln -s "$src" "$proj/subprojects/cachalot"
 cp "$src/tests/install/client.c" "$proj/"
 cat >"$proj/meson.build" <<'MESON'
-project('cachalot-client', 'c', default_options: ['c_std=c11', 'warning_level=2', 'werror=true'])
-subproject('cachalot', default_options: ['tests=disabled', 'deps_dir=@DEPS_DIR@'])
-executable('client', 'client.c', dependencies: dependency('cachalot'))
+project('cachalot-client', 'c', default_options: ['c_std=c11', 'warning_level=2'])
+subproject('cachalot', default_options: ['deps_dir=@DEPS_DIR@'])
+executable('client', 'client.c', dependencies: dependency('cachalot'), override_options: ['werror=true'])
 MESON
 sed -i "s|@DEPS_DIR@|$deps_dir|" "$proj/meson.build"
-unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 meson setup "$proj/build" "$proj" >"$scratch/sub-setup.log" 2>&1 || { tail -30 "$scratch/sub-setup.log"; exit 1; }
-ninja -C "$proj/build" client >"$scratch/sub-build.log" 2>&1 || { tail -30 "$scratch/sub-build.log"; exit 1; }
+ninja -C "$proj/build" >"$scratch/sub-build.log" 2>&1 || { tail -30 "$scratch/sub-build.log"; exit 1; }
 "$proj/build/client"
+meson introspect --targets "$proj/build" >"$scratch/sub-targets.json"
+meson introspect --tests "$proj/build" >"$scratch/sub-tests.json"
+meson introspect --buildoptions "$proj/build" >"$scratch/sub-options.json"
+python3 - "$scratch" "$proj" <<'PY'
+import json, os, sys
+scratch, proj = sys.argv[1], sys.argv[2]
+targets = json.load(open(os.path.join(scratch, "sub-targets.json")))
+ours = sorted((t["name"], t["type"]) for t in targets if t.get("subproject") == "cachalot")
+print("targets of the cachalot subproject:", ours)
+names = {n for n, _ in ours}
+assert names == {"cachalot"}, "the parent builds more of cachalot than its library: %s" % sorted(names)
+tests = json.load(open(os.path.join(scratch, "sub-tests.json")))
+assert not tests, "tests of the subproject are defined: %s" % [t["name"] for t in tests]
+opts = {}
+for o in json.load(open(os.path.join(scratch, "sub-options.json"))):
+    sp, name = o.get("subproject") or "", o["name"]
+    if ":" in name:  # Meson 1.0 lists a subproject's options as "cachalot:werror"
+        sp, name = name.split(":", 1)
+    opts[(sp, name)] = o["value"]
+for key in [("cachalot", "werror"), ("cachalot", "fatal_warnings"), ("cachalot", "tools"), ("cachalot", "tests")]:
+    print("%s:%s = %s" % (key[0], key[1], opts.get(key)))
+assert opts.get(("cachalot", "werror")) is False, "werror on the subproject: %s" % opts.get(("cachalot", "werror"))
+# The compile commands of cachalot's sources carry no -Werror; the parent's client.c does (its override).
+cmds = json.load(open(os.path.join(proj, "build", "compile_commands.json")))
+mine = [c for c in cmds if "subprojects/cachalot/" in c["file"]]
+assert mine, "no compile command of the subproject's sources"
+forced = [c["file"] for c in mine if "-Werror" in c["command"].split()]
+assert not forced, "-Werror forced on the subproject's sources: %s" % forced
+client = [c for c in cmds if c["file"].endswith("client.c") and c not in mine]
+assert client and "-Werror" in client[0]["command"].split(), "the parent's werror=true did not reach client.c"
+print("subproject: library only (%d targets), %d sources compiled without -Werror" % (len(ours), len(mine)))
+PY
 echo "install_test: ok"
