@@ -12,6 +12,7 @@
  * otherwise be blamed for an allocator OOM that cachalot already handled.
  */
 #include "ops.h"
+#include "cuda/cuda.h"
 
 #include "../../common/error.h"
 
@@ -19,19 +20,27 @@
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-/* In libcachalot_preload.so cudaMalloc, cudaFree and cudaMemGetInfo are the interposer's own
- * (src/plugin/preload.c): the backend reaches the runtime's through the pointers the interposer resolves
- * with dlsym(RTLD_NEXT). Everywhere else these are the runtime's functions. */
-#ifdef CACHALOT_PRELOAD
-extern cudaError_t (*cl_real_cudaMalloc)(void **, size_t);
-extern cudaError_t (*cl_real_cudaFree)(void *);
-extern cudaError_t (*cl_real_cudaMemGetInfo)(size_t *, size_t *);
-#define CL_CUDA(fn) cl_real_##fn
-#else
-#define CL_CUDA(fn) fn
-#endif
+/* The runtime's cudaMalloc, cudaFree and cudaMemGetInfo, as cuda/cuda.h describes: the runtime's own
+ * unless cl_cuda_set_real replaced them (libcachalot_preload.so does, from its load-time constructor).
+ * Each entry is its own atomic so that the fill never races with a use on another thread; NULL: whoever
+ * filled the table could not find the function. */
+typedef cudaError_t (*cl_cuda_malloc_fn)(void **, size_t);
+typedef cudaError_t (*cl_cuda_free_fn)(void *);
+typedef cudaError_t (*cl_cuda_mem_get_info_fn)(size_t *, size_t *);
+static _Atomic(cl_cuda_malloc_fn) real_malloc = cudaMalloc;
+static _Atomic(cl_cuda_free_fn) real_free = cudaFree;
+static _Atomic(cl_cuda_mem_get_info_fn) real_mem_get_info = cudaMemGetInfo;
+
+void cl_cuda_set_real(const cl_cuda_real_fns *fns) {
+  if (!fns)
+    return;
+  atomic_store_explicit(&real_malloc, fns->malloc, memory_order_release);
+  atomic_store_explicit(&real_free, fns->free, memory_order_release);
+  atomic_store_explicit(&real_mem_get_info, fns->mem_get_info, memory_order_release);
+}
 
 struct cl_event {
   cudaEvent_t ev;
@@ -103,12 +112,15 @@ static cachalot_status cuda_alloc(cachalot_backend *b, int device, size_t size, 
   /* cudaMalloc(0) succeeds with a NULL pointer, which the contract rules out. */
   if (size == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: alloc: size is 0");
+  cl_cuda_malloc_fn real = atomic_load_explicit(&real_malloc, memory_order_acquire);
+  if (!real)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: alloc: the runtime's cudaMalloc was not found");
   cl_cuda_device_scope sc;
   cachalot_status st = device_enter(device, &sc, "alloc");
   if (st != CACHALOT_OK)
     return st;
   void *p = NULL;
-  cudaError_t err = CL_CUDA(cudaMalloc)(&p, size);
+  cudaError_t err = real(&p, size);
   device_leave(&sc);
   if (err == cudaErrorMemoryAllocation)
     return cuda_fail(CACHALOT_ERROR_OUT_OF_MEMORY, err, "alloc", "cudaMalloc");
@@ -123,11 +135,14 @@ static cachalot_status cuda_alloc(cachalot_backend *b, int device, size_t size, 
 
 static cachalot_status cuda_free(cachalot_backend *b, int device, void *ptr) {
   (void)b;
+  cl_cuda_free_fn real = atomic_load_explicit(&real_free, memory_order_acquire);
+  if (!real)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: free: the runtime's cudaFree was not found");
   cl_cuda_device_scope sc;
   cachalot_status st = device_enter(device, &sc, "free");
   if (st != CACHALOT_OK)
     return st;
-  cudaError_t err = CL_CUDA(cudaFree)(ptr);
+  cudaError_t err = real(ptr);
   device_leave(&sc);
   if (err != cudaSuccess)
     return cuda_fail(CACHALOT_ERROR_DEVICE, err, "free", "cudaFree");
@@ -143,12 +158,15 @@ static cachalot_status cuda_mem_info(cachalot_backend *b, int device, size_t *fr
     *total_bytes = 0;
   if (!free_bytes || !total_bytes)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: mem_info: an out-pointer is NULL");
+  cl_cuda_mem_get_info_fn real = atomic_load_explicit(&real_mem_get_info, memory_order_acquire);
+  if (!real)
+    return cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: mem_info: the runtime's cudaMemGetInfo was not found");
   cl_cuda_device_scope sc;
   cachalot_status st = device_enter(device, &sc, "mem_info");
   if (st != CACHALOT_OK)
     return st;
   size_t f = 0, t = 0;
-  cudaError_t err = CL_CUDA(cudaMemGetInfo)(&f, &t);
+  cudaError_t err = real(&f, &t);
   device_leave(&sc);
   if (err != cudaSuccess)
     return cuda_fail(CACHALOT_ERROR_DEVICE, err, "mem_info", "cudaMemGetInfo");
@@ -804,6 +822,10 @@ static cachalot_status cuda_stream_create(cachalot_backend *b, int device, cacha
 
 static void cuda_stream_destroy(cachalot_backend *b, cachalot_stream s) {
   (void)b;
+  /* Deliberately the plain name, not a table entry like cudaMalloc's: in libcachalot_preload.so it binds
+   * to the interposer's exported cudaStreamDestroy, which tells the allocator (cachalot_forget_stream)
+   * before it calls the runtime's, so a stream destroyed here is forgotten like one the program destroys.
+   * That edge comes from how the library's symbols bind, not from this source. */
   if (s && cudaStreamDestroy(s) != cudaSuccess)
     (void)cudaGetLastError();
 }
