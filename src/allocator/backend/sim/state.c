@@ -27,9 +27,9 @@
  * One mutex guards the whole backend; nothing here is on the allocator's warm path except event record,
  * query and release, which take it briefly and never touch the host heap once the event pool is warm.
  */
-#include "ops.h"
+#include "../ops.h"
 
-#include "../../common/error.h"
+#include "../../../common/error.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -11,10 +11,10 @@
  * thread's "last error", and a caller who checks cudaGetLastError() after its own kernel launch would
  * otherwise be blamed for an allocator OOM that cachalot already handled.
  */
-#include "ops.h"
-#include "cuda/cuda.h"
+#include "../ops.h"
+#include "cuda.h"
 
-#include "../../common/error.h"
+#include "../../../common/error.h"
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
