@@ -7,9 +7,9 @@
  * dynamic linker then binds the program's calls to instead of libcudart's. Allocations come from cachalot's
  * process-wide allocator (cachalot_default: $CACHALOT_ALLOC_CONF and the snapshot variables apply) with
  * capture detection on; pointers cachalot did not hand out go to the runtime's own functions, reached
- * with dlsym(RTLD_NEXT) (and handed down to the backend inside this library: cl_cuda_set_real). A program linked
- * with the static runtime (nvcc's default) binds these calls inside itself at link time: nothing can
- * interpose them, and the library is not used. CACHALOT_PRELOAD_STATS=1 prints cachalot's device
+ * with dlsym(RTLD_NEXT) (the backend inside this library gets them too: cl_cuda_set_real). A program
+ * linked with the static runtime (nvcc's default) binds these calls inside itself at link time: nothing
+ * can interpose them, and the library is not used. CACHALOT_PRELOAD_STATS=1 prints cachalot's device
  * allocation count and peaks to stderr at exit.
  *
  * Semantics kept from the runtime:
@@ -69,8 +69,8 @@ __attribute__((constructor)) static void resolve(void) {
   real_cudaMallocAsync_ptsz = (malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync_ptsz");
   real_cudaFreeAsync_ptsz = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync_ptsz");
   real_cudaStreamDestroy = (cudaError_t(*)(cudaStream_t))dlsym(RTLD_NEXT, "cudaStreamDestroy");
-  if (!real_cudaMalloc || !real_cudaFree || !real_cudaMemGetInfo || !real_cudaMallocAsync || !real_cudaFreeAsync ||
-      !real_cudaStreamDestroy) {
+  if (!real_cudaMalloc || !real_cudaFree || !real_cudaMemGetInfo || !real_cudaMallocAsync ||
+      !real_cudaFreeAsync || !real_cudaStreamDestroy) {
     fprintf(stderr, "cachalot_preload: the CUDA runtime's functions were not found (libcudart.so)\n");
     abort(); /* nothing sensible can be answered to the program's allocations */
   }
