@@ -7,9 +7,9 @@
  * dynamic linker then binds the program's calls to instead of libcudart's. Allocations come from cachalot's
  * process-wide allocator (cachalot_default: $CACHALOT_ALLOC_CONF and the snapshot variables apply) with
  * capture detection on; pointers cachalot did not hand out go to the runtime's own functions, reached
- * with dlsym(RTLD_NEXT) (so does the backend inside this library: cuda.c's CL_CUDA). A program linked
- * with the static runtime (nvcc's default) binds these calls inside itself at link time: nothing can
- * interpose them, and the library is not used. CACHALOT_PRELOAD_STATS=1 prints cachalot's device
+ * with dlsym(RTLD_NEXT) (the backend inside this library gets them too: cl_cuda_set_real). A program
+ * linked with the static runtime (nvcc's default) binds these calls inside itself at link time: nothing
+ * can interpose them, and the library is not used. CACHALOT_PRELOAD_STATS=1 prints cachalot's device
  * allocation count and peaks to stderr at exit.
  *
  * Semantics kept from the runtime:
@@ -28,6 +28,7 @@
  * - cudaMemGetInfo counts the memory cachalot holds but does not use as free. */
 #include "plugin.h"
 
+#include "../allocator/backend/cuda/cuda.h"
 #include "../allocator/internal.h"
 
 #include <cuda_runtime_api.h>
@@ -43,9 +44,9 @@
 typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
 typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 
-cudaError_t (*cl_real_cudaMalloc)(void **, size_t);
-cudaError_t (*cl_real_cudaFree)(void *);
-cudaError_t (*cl_real_cudaMemGetInfo)(size_t *, size_t *);
+static cudaError_t (*real_cudaMalloc)(void **, size_t);
+static cudaError_t (*real_cudaFree)(void *);
+static cudaError_t (*real_cudaMemGetInfo)(size_t *, size_t *);
 static malloc_async_fn real_cudaMallocAsync, real_cudaMallocAsync_ptsz;
 static free_async_fn real_cudaFreeAsync, real_cudaFreeAsync_ptsz;
 static cudaError_t (*real_cudaStreamDestroy)(cudaStream_t);
@@ -54,21 +55,27 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cachalot_allocator *allocator;
 
 /* The runtime's functions, found when the library is loaded: before anything (the program, or cachalot's
- * API that this library also exports) can reach the backend, which calls through the first three. */
+ * API that this library also exports) can reach the backend, which gets the first three here. Inside
+ * this library the backend's own references to cudaMalloc, cudaFree and cudaMemGetInfo would bind to
+ * the definitions below, so it must not run before cl_cuda_set_real: a constructor is earlier than any
+ * allocator or backend can exist. Should a function be missing, the library aborts before handing
+ * anything down. */
 __attribute__((constructor)) static void resolve(void) {
-  cl_real_cudaMalloc = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
-  cl_real_cudaFree = (cudaError_t(*)(void *))dlsym(RTLD_NEXT, "cudaFree");
-  cl_real_cudaMemGetInfo = (cudaError_t(*)(size_t *, size_t *))dlsym(RTLD_NEXT, "cudaMemGetInfo");
+  real_cudaMalloc = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
+  real_cudaFree = (cudaError_t(*)(void *))dlsym(RTLD_NEXT, "cudaFree");
+  real_cudaMemGetInfo = (cudaError_t(*)(size_t *, size_t *))dlsym(RTLD_NEXT, "cudaMemGetInfo");
   real_cudaMallocAsync = (malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync");
   real_cudaFreeAsync = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync");
   real_cudaMallocAsync_ptsz = (malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync_ptsz");
   real_cudaFreeAsync_ptsz = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync_ptsz");
   real_cudaStreamDestroy = (cudaError_t(*)(cudaStream_t))dlsym(RTLD_NEXT, "cudaStreamDestroy");
-  if (!cl_real_cudaMalloc || !cl_real_cudaFree || !cl_real_cudaMemGetInfo || !real_cudaMallocAsync ||
+  if (!real_cudaMalloc || !real_cudaFree || !real_cudaMemGetInfo || !real_cudaMallocAsync ||
       !real_cudaFreeAsync || !real_cudaStreamDestroy) {
     fprintf(stderr, "cachalot_preload: the CUDA runtime's functions were not found (libcudart.so)\n");
     abort(); /* nothing sensible can be answered to the program's allocations */
   }
+  cl_cuda_set_real(&(cl_cuda_real_fns){
+      .malloc = real_cudaMalloc, .free = real_cudaFree, .mem_get_info = real_cudaMemGetInfo});
 }
 
 static void report(void) {
@@ -109,7 +116,7 @@ static cudaError_t error_of(cachalot_status s) {
 static cudaError_t do_malloc(void **p, size_t size, cudaStream_t s, malloc_async_fn real_async, bool async) {
   cachalot_allocator *a = get();
   if (!a)
-    return async ? (real_async ? real_async(p, size, s) : cudaErrorNotSupported) : cl_real_cudaMalloc(p, size);
+    return async ? (real_async ? real_async(p, size, s) : cudaErrorNotSupported) : real_cudaMalloc(p, size);
   if (!p)
     return cudaErrorInvalidValue;
   int dev = 0;
@@ -184,19 +191,19 @@ static cudaError_t wait_for_device_of(cachalot_allocator *a, void *p) {
 EXPORT cudaError_t cudaFree(void *p) {
   cachalot_allocator *a = get();
   if (!a || !p)
-    return cl_real_cudaFree(p);
+    return real_cudaFree(p);
   cudaError_t e = wait_for_device_of(a, p); /* the runtime's would wait too, for its own pointers */
   if (e != cudaSuccess)
     return e;
   cachalot_status rc = cachalot_free(a, p);
   if (rc == CACHALOT_ERROR_INVALID_POINTER && !cl_address_is_ours(a, p))
-    return cl_real_cudaFree(p);
+    return real_cudaFree(p);
   return error_of(rc); /* a second free of cachalot's memory: cudaErrorInvalidDevicePointer */
 }
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   cachalot_allocator *a = get();
-  cudaError_t e = cl_real_cudaMemGetInfo(free_bytes, total);
+  cudaError_t e = real_cudaMemGetInfo(free_bytes, total);
   int dev = 0;
   cachalot_device_stats st;
   if (e != cudaSuccess || !a || !free_bytes || cudaGetDevice(&dev) != cudaSuccess ||

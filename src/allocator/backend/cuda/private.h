@@ -1,0 +1,138 @@
+/* The CUDA backend: the backend interface on the CUDA runtime (cudart).
+ *
+ * CUDA's current device is per thread, so an operation that needs another device switches to it and
+ * back without disturbing other threads; the switch is made only when needed because a thread that
+ * already sits on the device (the common case) should pay one cudaGetDevice, not two cudaSetDevice.
+ *
+ * Every failing CUDA call is followed by cudaGetLastError(): cudart also records the error as the
+ * thread's "last error", and a caller who checks cudaGetLastError() after its own kernel launch would
+ * otherwise be blamed for an allocator OOM that cachalot already handled.
+ *
+ * This header is private to backend/cuda/: the backend's types, the device switch and the error
+ * wording every file uses (static inline, as they were when one file held them all), and the functions
+ * one file defines for the others. What code above the backend may use is in cuda.h.
+ */
+#ifndef CACHALOT_BACKEND_CUDA_PRIVATE_H
+#define CACHALOT_BACKEND_CUDA_PRIVATE_H
+
+#include "../ops.h"
+
+#include "../../../common/error.h"
+
+#include <cuda_runtime_api.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cl_event {
+  cudaEvent_t ev;
+  int device;
+  struct cl_event *next; /* free-stack link while pooled */
+};
+
+/* Events are recycled because cudaEventCreate/Destroy cost microseconds and take driver locks, and the
+ * allocator records one per cross-stream free. A pool per device keeps each event on the device whose
+ * streams it is recorded on (cudaEventRecord requires the same context), and a lock per pool keeps
+ * threads working on different devices apart. */
+typedef struct {
+  pthread_mutex_t mu;
+  struct cl_event *free;
+} cl_cuda_event_pool;
+
+typedef struct {
+  struct cachalot_backend base; /* first: a cachalot_backend* is a cl_cuda_backend* */
+  cl_cuda_event_pool pools[];   /* device_count of them */
+} cl_cuda_backend;
+
+static inline cl_cuda_backend *as_cuda(cachalot_backend *b) { return (cl_cuda_backend *)b; }
+
+/* Clears the thread's pending cudart error (see the top of the file) and records a message naming
+ * the operation, the CUDA call and CUDA's own words for the error. */
+static inline cachalot_status cuda_fail(cachalot_status s, cudaError_t err, const char *op, const char *call) {
+  (void)cudaGetLastError();
+  return cl_fail(s, "cuda backend: %s: %s failed: %s (%s)", op, call, cudaGetErrorString(err),
+                 cudaGetErrorName(err));
+}
+
+typedef struct {
+  int prev;
+  bool switched;
+} cl_cuda_device_scope;
+
+static inline cachalot_status device_enter(int device, cl_cuda_device_scope *sc, const char *op) {
+  sc->prev = 0;
+  sc->switched = false;
+  int cur = 0;
+  cudaError_t err = cudaGetDevice(&cur);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, op, "cudaGetDevice");
+  if (cur == device)
+    return CACHALOT_OK;
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, op, "cudaSetDevice");
+  sc->prev = cur;
+  sc->switched = true;
+  return CACHALOT_OK;
+}
+
+static inline void device_leave(const cl_cuda_device_scope *sc) {
+  /* Switching back to a device that was current a moment ago does not fail in practice; if it ever
+   * does, the operation's own outcome is the more useful status, so only the pending error is
+   * cleared. */
+  if (sc->switched && cudaSetDevice(sc->prev) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+/* ---- what one file defines for the others ---- */
+
+/* memory.c */
+cachalot_status cl_cuda_alloc(cachalot_backend *b, int device, size_t size, void **ptr);
+cachalot_status cl_cuda_free(cachalot_backend *b, int device, void *ptr);
+cachalot_status cl_cuda_mem_info(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
+
+/* events.c */
+cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_stream s, cl_event **out);
+cachalot_status cl_cuda_event_query(cachalot_backend *b, cl_event *e, bool *done);
+cachalot_status cl_cuda_event_sync(cachalot_backend *b, cl_event *e);
+void cl_cuda_event_release(cachalot_backend *b, cl_event *e);
+
+/* streams.c: the device of stream `s`; NULL (the legacy stream) and a capturing stream are `device`'s. */
+cudaError_t cl_cuda_stream_device(cachalot_stream s, int device, int *out);
+cachalot_status cl_cuda_stream_check(cachalot_backend *b, cachalot_stream s);
+cachalot_status cl_cuda_stream_wait(cachalot_backend *b, int device, cachalot_stream waiter, cachalot_stream s);
+cachalot_status cl_cuda_stream_create(cachalot_backend *b, int device, cachalot_stream *out);
+void cl_cuda_stream_destroy(cachalot_backend *b, cachalot_stream s);
+cachalot_status cl_cuda_stream_sync(cachalot_backend *b, int device, cachalot_stream s);
+cachalot_status cl_cuda_device_sync(cachalot_backend *b, int device);
+cachalot_status cl_cuda_memcpy_async(cachalot_backend *b, int device, void *dst, const void *src, size_t n,
+                                     cachalot_stream s);
+
+/* capture.c */
+cachalot_status cl_cuda_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s, bool *capturing,
+                                            uint64_t *capture_id);
+cachalot_status cl_cuda_capture_mode_exchange(cachalot_backend *b, cachalot_capture_mode *mode);
+cachalot_status cl_cuda_capture_begin(cachalot_backend *b, int device, cachalot_stream s,
+                                      cachalot_capture_mode mode);
+cachalot_status cl_cuda_capture_end(cachalot_backend *b, int device, cachalot_stream s, cl_graph **graph,
+                                    size_t *n_nodes);
+
+/* graph.c */
+cachalot_status cl_cuda_graph_instantiate(cachalot_backend *b, int device, cl_graph *g, cl_graph_exec **exec);
+cachalot_status cl_cuda_graph_launch(cachalot_backend *b, int device, cl_graph_exec *e, cachalot_stream s);
+void cl_cuda_graph_destroy(cachalot_backend *b, cl_graph *g);
+void cl_cuda_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e);
+cachalot_status cl_cuda_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path);
+
+/* vmm.c: a driver function through the runtime's entry-point lookup, in its CUDA 12.0 signature; NULL
+ * when the driver has none. */
+void *cl_cuda_driver_symbol(const char *name);
+cachalot_status cl_cuda_va_granularity(cachalot_backend *b, int device, size_t *out);
+cachalot_status cl_cuda_va_reserve(cachalot_backend *b, int device, size_t size, void **base);
+cachalot_status cl_cuda_va_release(cachalot_backend *b, int device, void *base, size_t size);
+cachalot_status cl_cuda_va_map(cachalot_backend *b, int device, void *addr, size_t size);
+cachalot_status cl_cuda_va_unmap(cachalot_backend *b, int device, void *addr, size_t size);
+
+#endif
