@@ -29,7 +29,7 @@
 #include "plugin.h"
 
 #include "../allocator/backend/cuda/cuda.h"
-#include "../allocator/internal.h"
+#include "../allocator/lookup.h" /* cl_address_is_ours */
 
 #include <cuda_runtime_api.h>
 
