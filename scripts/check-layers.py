@@ -8,8 +8,12 @@ Two kinds of edges are read:
     cl_* / cachalot_* symbols it uses but does not define, bound to the object that defines them. These
     catch calls through inline functions of a header, which no #include line shows.
 
-Usage: check-layers.py SOURCE_DIR [BUILD_DIR]   (without BUILD_DIR only #include lines are read)
-Exits 1 and lists the edges that break the rule."""
+With --limits it also checks the rooms' limits: no file of src/ or tools/ over 700 lines, no function of
+src/ over 80 (from its signature to its closing brace; top-level definitions, so C++ member functions
+defined inside a class are not seen).
+
+Usage: check-layers.py [--limits] SOURCE_DIR [BUILD_DIR]   (without BUILD_DIR only #include lines are read)
+Exits 1 and lists the edges that break the rule (and what is over the limits)."""
 import os
 import re
 import subprocess
@@ -132,9 +136,44 @@ def symbol_edges(root, build):
                     yield src, definer[s], s
 
 
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 700, 80
+DEFINITION = re.compile(r"^[A-Za-z_][^;]*\(")
+
+
+def over_limits(root):
+    for top in ("src", "tools"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if not f.endswith(SOURCE_EXT):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    lines = fh.read().split("\n")
+                if len(lines) - 1 > MAX_FILE_LINES:
+                    yield f"{rel} has {len(lines) - 1} lines (at most {MAX_FILE_LINES})"
+                if top != "src":
+                    continue
+                start = None
+                for i, line in enumerate(lines):
+                    if start is None and DEFINITION.match(line) and not line.startswith(("typedef", "#")) \
+                            and not line.rstrip().endswith(";"):
+                        start = i
+                    elif start is not None and line.startswith("}"):
+                        if i - start + 1 > MAX_FUNCTION_LINES:
+                            name = re.search(r"([A-Za-z_][\w:~]*)\s*\(", lines[start])
+                            yield f"{rel}:{start + 1}: {name.group(1) if name else '?'} has {i - start + 1} lines " \
+                                  f"(at most {MAX_FUNCTION_LINES})"
+                        start = None
+
+
 def main():
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    limits = "--limits" in args
+    args = [a for a in args if a != "--limits"]
+    if len(args) not in (1, 2):
         sys.exit(__doc__)
+    sys.argv = [sys.argv[0]] + args
     root = sys.argv[1]
     bad = set()
     for src, dst in include_edges(root):
@@ -146,10 +185,13 @@ def main():
                 bad.add(f"{src} uses {sym} of {dst}")
     for line in sorted(bad):
         print("layer rule broken:", line)
-    if bad:
-        print(f"check-layers: {len(bad)} edges break the rule of docs/architecture.md")
+    over = list(over_limits(root)) if limits else []
+    for line in over:
+        print("over the limits:", line)
+    if bad or over:
+        print(f"check-layers: {len(bad)} edges break the rule of docs/architecture.md, {len(over)} limits passed")
         return 1
-    print("check-layers: every edge points down")
+    print("check-layers: every edge points down" + (", every file and function within the limits" if limits else ""))
     return 0
 
 
