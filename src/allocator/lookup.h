@@ -1,4 +1,4 @@
-/* From a pointer to its segment and block: the page map (page_map.c), a segment's handed-out table,
+/* From a pointer to its segment and block: the page map (lookup.c), a segment's handed-out table,
  * and the slow lookups for error paths (lookup.c). */
 #ifndef CACHALOT_ALLOCATOR_LOOKUP_H
 #define CACHALOT_ALLOCATOR_LOOKUP_H

@@ -407,8 +407,8 @@ struct cl_device {
   bool total_known;
   cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
-  struct cl_block_ctx *block_ctx; /* contexts of handed-out blocks, by address (trace.c); while any is
-                                     held the warm paths stay off, so every free passes trace.c */
+  struct cl_block_ctx *block_ctx; /* contexts of handed-out blocks, by address (history.c); while any is
+                                     held the warm paths stay off, so every free passes history.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
@@ -424,7 +424,7 @@ typedef struct cl_observer {
   void *ctx;
 } cl_observer;
 
-/* The page map (page_map.c): device address >> 21 -> the segment covering that 2 MiB page, read
+/* The page map (lookup.c): device address >> 21 -> the segment covering that 2 MiB page, read
  * without locks: two levels (a root of 2^13 slots, leaves of 2^14 made on demand) over the low 48 bits
  * of the address space, where CUDA places device memory on every platform it supports, so that free()
  * finds a pointer's segment with two loads. Leaves are added, never removed, until destroy. A segment at

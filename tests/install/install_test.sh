@@ -73,7 +73,7 @@ if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
     echo "the static client still needs libcachalot.so"; exit 1
   fi
   env -u LD_LIBRARY_PATH "$scratch/client-static"
-  # The snapshot at exit (src/stats/export.c) from the statically linked program, %p expanded to its pid.
+  # The snapshot at exit (src/process/export.c) from the statically linked program, %p expanded to its pid.
   rm -f "$scratch"/exit-*.json
   CACHALOT_SNAPSHOT_AT_EXIT="$scratch/exit-%p.json" "$scratch/client-static" --leave-live
   snap=$(find "$scratch" -maxdepth 1 -name 'exit-*.json' | head -1)
