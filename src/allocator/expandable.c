@@ -378,39 +378,98 @@ static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, con
   free(v);
 }
 
+/* The lane, free index and reservation a growth needs, made on first use (a retry counts as one first). */
+static cachalot_status expand_setup_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, bool is_retry,
+                                           cl_lane **lane, cl_vrange **vr, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (is_retry)
+    d->stats.num_alloc_retries++;
+  *lane = cl_lane_get_locked(d, s);
+  cl_bins *bins = cl_bins_get_locked(p, s, true);
+  if (!*lane || !bins) {
+    *host_oom = true;
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  if (cl_pool_is_default(d, p))
+    (*lane)->bins = bins;
+  return vrange_get_locked(d, bins, small, vr, host_oom);
+}
+
+/* Where the growth goes (*g), after compacting first when expandable_compact asks for it. */
+static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t size, growth *g) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const cachalot_device_stats *st = &d->stats;
+  if (!find_gap(vr, size, d->cfg.expandable_compact, g))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  const size_t bound = compact_bound(st, size);
+  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
+  if (d->cfg.expandable_compact && g->map && !cl_capturing(d) && after > bound &&
+      (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
+    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
+    compact_locked(d, after - bound < g->map ? after - bound : g->map, g->a ? g->a->tail : NULL,
+                   g->b ? g->b->head : NULL);
+    /* the runs changed (a gap may have opened where less is mapped): plan again */
+    if (!find_gap(vr, size, true, g))
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  }
+  return CACHALOT_OK;
+}
+
+/* Books the g->map bytes just mapped at g->at into run seg (fresh when g->a is NULL) as free block blk,
+ * then joins the run g->b it reached. */
+static void grow_run_locked(cl_device *d, cl_vrange *vr, cl_segment *seg, cl_block *blk, const growth *g,
+                            bool small) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const bool fresh = !g->a;
+  const size_t old_size = fresh ? 0 : seg->size;
+  if (fresh) {
+    seg->ptr = g->at;
+    seg->size = g->map;
+    blk->ptr = g->at;
+    blk->size = g->map;
+    blk->seg = seg;
+    blk->prev = blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->head = seg->tail = blk;
+    run_insert(vr, NULL, seg);
+    cl_segment_link_locked(d, seg);
+  } else if (blk == seg->tail) { /* the free tail grows */
+    cl_free_index_remove_locked(d, blk);
+    blk->size += g->map;
+    seg->size += g->map;
+    if (blk->prev)
+      cl_count_split_locked(d, small, 0, (int64_t)g->map);
+  } else { /* a new free block after a handed-out tail: the run is split now */
+    blk->ptr = g->at;
+    blk->size = g->map;
+    blk->seg = seg;
+    blk->prev = seg->tail;
+    blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->tail->next = blk;
+    seg->tail = blk;
+    seg->size += g->map;
+    cl_count_split_locked(d, small, 1, (int64_t)g->map);
+  }
+  table_clear(seg, old_size, seg->size);
+  if (g->b)
+    merge_runs_locked(d, seg, blk, g->b);
+}
+
 cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                  bool is_retry, cl_block **out, bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
   *host_oom = false;
   cachalot_device_stats *st = &d->stats;
-  if (is_retry)
-    st->num_alloc_retries++;
-  cl_lane *lane = cl_lane_get_locked(d, s);
-  cl_bins *bins = cl_bins_get_locked(p, s, true);
-  if (!lane || !bins) {
-    *host_oom = true;
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-  }
-  if (cl_pool_is_default(d, p))
-    lane->bins = bins;
+  cl_lane *lane;
   cl_vrange *vr;
-  cachalot_status rc = vrange_get_locked(d, bins, small, &vr, host_oom);
+  cachalot_status rc = expand_setup_locked(d, p, s, small, is_retry, &lane, &vr, host_oom);
   if (rc != CACHALOT_OK)
     return rc;
   growth g;
-  if (!find_gap(vr, size, d->cfg.expandable_compact, &g))
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  const size_t bound = compact_bound(st, size);
-  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g.map;
-  if (d->cfg.expandable_compact && g.map && !cl_capturing(d) && after > bound &&
-      (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
-    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
-    compact_locked(d, after - bound < g.map ? after - bound : g.map, g.a ? g.a->tail : NULL, g.b ? g.b->head : NULL);
-    /* the runs changed (a gap may have opened where less is mapped): plan again */
-    if (!find_gap(vr, size, true, &g))
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  }
+  if ((rc = plan_growth_locked(d, vr, size, &g)) != CACHALOT_OK)
+    return rc;
   if (g.map == 0) { /* the run's free tail holds it */
     *out = g.a->tail;
     cl_free_index_remove_locked(d, *out);
@@ -446,39 +505,7 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     g.b = NULL; /* the gap was not filled */
   }
 
-  if (fresh) {
-    seg->ptr = g.at;
-    seg->size = g.map;
-    blk->ptr = g.at;
-    blk->size = g.map;
-    blk->seg = seg;
-    blk->prev = blk->next = NULL;
-    blk->state = CL_FREE;
-    seg->head = seg->tail = blk;
-    run_insert(vr, NULL, seg);
-    cl_segment_link_locked(d, seg);
-  } else if (blk == seg->tail) { /* the free tail grows */
-    cl_free_index_remove_locked(d, blk);
-    blk->size += g.map;
-    seg->size += g.map;
-    if (blk->prev)
-      cl_count_split_locked(d, small, 0, (int64_t)g.map);
-  } else { /* a new free block after a handed-out tail: the run is split now */
-    blk->ptr = g.at;
-    blk->size = g.map;
-    blk->seg = seg;
-    blk->prev = seg->tail;
-    blk->next = NULL;
-    blk->state = CL_FREE;
-    seg->tail->next = blk;
-    seg->tail = blk;
-    seg->size += g.map;
-    cl_count_split_locked(d, small, 1, (int64_t)g.map);
-  }
-  table_clear(seg, old_size, seg->size);
-  if (g.b)
-    merge_runs_locked(d, seg, blk, g.b);
-
+  grow_run_locked(d, vr, seg, blk, &g, small);
   cl_stat_array_add(st->reserved_bytes, small, (int64_t)g.map);
   st->num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
