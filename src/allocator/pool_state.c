@@ -180,6 +180,99 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
   }
 }
 
+/* A checkpoint whose arrays cannot be walked safely is refused before the device is touched. */
+static cachalot_status check_state_shape(const cachalot_pool_state *state) {
+  if (state->n_segments && !state->segments)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_restore_pool: %zu segments but no array",
+                   state->n_segments);
+  /* Address order, each segment once (a segment named twice was re-carved twice: a crash) */
+  for (size_t i = 1; i < state->n_segments; i++)
+    if (state->segments[i].address <= state->segments[i - 1].address)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_restore_pool: segment %zu (0x%llx) does not follow segment %zu (0x%llx) in address "
+                     "order", i, (unsigned long long)state->segments[i].address, i - 1,
+                     (unsigned long long)state->segments[i - 1].address);
+  return CACHALOT_OK;
+}
+
+/* What the output and the block metadata are sized by: the checkpoint's allocated blocks, and all of them. */
+static void count_blocks(const cachalot_pool_state *state, size_t *n_alloc, size_t *n_blocks) {
+  *n_alloc = *n_blocks = 0;
+  for (size_t i = 0; i < state->n_segments; i++) {
+    *n_blocks += state->segments[i].n_blocks;
+    for (size_t k = 0; k < state->segments[i].n_blocks; k++)
+      *n_alloc += state->segments[i].blocks[k].allocated;
+  }
+}
+
+/* Each checkpointed segment must still be a segment of p, the same as then: targets[i] is segment i's. */
+static cachalot_status find_targets_locked(cl_device *d, const cl_pool *p, const cachalot_pool_state *state,
+                                           cl_segment **targets) {
+  CL_ASSERT_EXCLUSIVE(d);
+  for (size_t i = 0; i < state->n_segments; i++) {
+    targets[i] = NULL;
+    for (cl_segment *s = d->segments; s; s = s->next)
+      if (s->pool == p && !s->releasing && s->ptr == state->segments[i].address)
+        targets[i] = s;
+    if (!targets[i] || !segment_matches(targets[i], &state->segments[i]))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_restore_pool: segment 0x%llx of the checkpoint is %s", (unsigned long long)
+                     state->segments[i].address, targets[i] ? "not the same segment any more" : "no longer in the pool");
+  }
+  return CACHALOT_OK;
+}
+
+/* Whether blocks of p wait for events: restore must wait for them, which a capture forbids. */
+static bool pool_pending_locked(cl_device *d, const cl_pool *p) {
+  CL_ASSERT_EXCLUSIVE(d);
+  bool pending = false;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    for (cl_block *b = s->head; b && s->pool == p; b = b->next)
+      pending |= b->state == CL_PENDING;
+  return pending;
+}
+
+/* Metadata for every block of the checkpoint, taken while nothing has changed yet (added to *spare). */
+static cachalot_status take_spares_locked(cl_device *d, size_t n_blocks, cl_block **spare) {
+  CL_ASSERT_EXCLUSIVE(d);
+  for (size_t k = 0; k < n_blocks; k++) {
+    cl_block *b = cl_block_new_locked(d);
+    if (!b)
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
+    b->next = *spare;
+    *spare = b;
+  }
+  return CACHALOT_OK;
+}
+
+/* Free what is allocated now: every segment of the pool becomes one free block. */
+static void free_pool_blocks_locked(cl_device *d, const cl_pool *p) {
+  CL_ASSERT_EXCLUSIVE(d);
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    if (s->pool != p)
+      continue;
+    for (cl_block *b = s->head, *next; b; b = next) {
+      next = b->next;
+      if (b->state == CL_ALLOCATED) {
+        free_allocated_locked(d, b);
+        next = s->head; /* merging may have removed `next`: walk the segment again */
+      }
+    }
+  }
+}
+
+/* recarve_locked expects each target to be one free block by now. */
+static cachalot_status check_targets_free(const cachalot_pool_state *state, cl_segment *const *targets) {
+  for (size_t i = 0; i < state->n_segments; i++) {
+    if (targets[i]->head->state != CL_FREE || targets[i]->head->next) {
+      /* a pending block whose wait failed (a device error) still holds part of the segment */
+      return cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_restore_pool: a pending block of segment 0x%llx could not be "
+                     "waited for", (unsigned long long)targets[i]->ptr);
+    }
+  }
+  return CACHALOT_OK;
+}
+
 cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool_state *state, void ***ptrs,
                                       size_t *n_ptrs) {
   if (!ptrs || !n_ptrs)
@@ -191,23 +284,11 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
   cachalot_status rc = cl_check_device_arg(a, state->device, "cachalot_restore_pool");
   if (rc != CACHALOT_OK)
     return rc;
-  if (state->n_segments && !state->segments)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_restore_pool: %zu segments but no array",
-                   state->n_segments);
-  /* Address order, each segment once (a segment named twice was re-carved twice: a crash) */
-  for (size_t i = 1; i < state->n_segments; i++)
-    if (state->segments[i].address <= state->segments[i - 1].address)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                     "cachalot_restore_pool: segment %zu (0x%llx) does not follow segment %zu (0x%llx) in address "
-                     "order", i, (unsigned long long)state->segments[i].address, i - 1,
-                     (unsigned long long)state->segments[i - 1].address);
+  if ((rc = check_state_shape(state)) != CACHALOT_OK)
+    return rc;
   cl_device *d = &a->devices[state->device];
-  size_t n_alloc = 0, n_blocks = 0;
-  for (size_t i = 0; i < state->n_segments; i++) {
-    n_blocks += state->segments[i].n_blocks;
-    for (size_t k = 0; k < state->segments[i].n_blocks; k++)
-      n_alloc += state->segments[i].blocks[k].allocated;
-  }
+  size_t n_alloc, n_blocks;
+  count_blocks(state, &n_alloc, &n_blocks);
   void **out = malloc((n_alloc ? n_alloc : 1) * sizeof *out);
   cl_segment **targets = malloc((state->n_segments ? state->n_segments : 1) * sizeof *targets);
   if (!out || !targets) {
@@ -224,58 +305,21 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
     goto fail;
   }
   /* Validate everything before changing anything. */
-  for (size_t i = 0; i < state->n_segments; i++) {
-    targets[i] = NULL;
-    for (cl_segment *s = d->segments; s; s = s->next)
-      if (s->pool == p && !s->releasing && s->ptr == state->segments[i].address)
-        targets[i] = s;
-    if (!targets[i] || !segment_matches(targets[i], &state->segments[i])) {
-      rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                   "cachalot_restore_pool: segment 0x%llx of the checkpoint is %s", (unsigned long long)
-                   state->segments[i].address, targets[i] ? "not the same segment any more" : "no longer in the pool");
-      goto fail;
-    }
-  }
-  bool pending = false;
-  for (cl_segment *s = d->segments; s; s = s->next)
-    for (cl_block *b = s->head; b && s->pool == p; b = b->next)
-      pending |= b->state == CL_PENDING;
+  if ((rc = find_targets_locked(d, p, state, targets)) != CACHALOT_OK)
+    goto fail;
+  bool pending = pool_pending_locked(d, p);
   if (pending && cl_capturing(d)) {
     rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
                  "cachalot_restore_pool: blocks of the pool are pending free and a capture is underway");
     goto fail;
   }
-  for (size_t k = 0; k < n_blocks; k++) {
-    cl_block *b = cl_block_new_locked(d);
-    if (!b) {
-      rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_restore_pool: host out of memory");
-      goto fail;
-    }
-    b->next = spare;
-    spare = b;
-  }
+  if ((rc = take_spares_locked(d, n_blocks, &spare)) != CACHALOT_OK)
+    goto fail;
   if (pending)
     (void)cl_sync_all_events_locked(d);
-  /* Free what is allocated now: every segment of the pool becomes one free block. */
-  for (cl_segment *s = d->segments; s; s = s->next) {
-    if (s->pool != p)
-      continue;
-    for (cl_block *b = s->head, *next; b; b = next) {
-      next = b->next;
-      if (b->state == CL_ALLOCATED) {
-        free_allocated_locked(d, b);
-        next = s->head; /* merging may have removed `next`: walk the segment again */
-      }
-    }
-  }
-  for (size_t i = 0; i < state->n_segments; i++) {
-    if (targets[i]->head->state != CL_FREE || targets[i]->head->next) {
-      /* a pending block whose wait failed (a device error) still holds part of the segment */
-      rc = cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_restore_pool: a pending block of segment 0x%llx could not be "
-                   "waited for", (unsigned long long)targets[i]->ptr);
-      goto fail;
-    }
-  }
+  free_pool_blocks_locked(d, p);
+  if ((rc = check_targets_free(state, targets)) != CACHALOT_OK)
+    goto fail;
   size_t n_out = 0;
   for (size_t i = 0; i < state->n_segments; i++)
     recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
