@@ -151,122 +151,167 @@ CL_NO_COVERAGE static cachalot_status check_vranges(cl_device *d, size_t n_runs)
   return CACHALOT_OK;
 }
 
-CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
+/* What the blocks and segments say the stats and counters should be, summed over one walk. */
+typedef struct {
+  tally allocation, allocated_bytes, active, active_bytes, requested, segment, reserved, inactive, inactive_bytes;
+  int64_t oversize_allocs, oversize_segs;
+  size_t n_free, n_segments, n_event_refs, n_runs;
+} recount;
+
+/* A segment's own fields, before its blocks: list links, head, lane and index, page map, table. */
+CL_NO_COVERAGE static cachalot_status check_segment_locked(cl_device *d, const cl_segment *s) {
   CL_ASSERT_EXCLUSIVE(d);
   const int dev = d->index;
-  const size_t max_split = d->cfg.max_split_size;
-  tally allocation = {{0}}, allocated_bytes = {{0}}, active = {{0}}, active_bytes = {{0}},
-        requested = {{0}}, segment = {{0}}, reserved = {{0}}, inactive = {{0}}, inactive_bytes = {{0}};
-  int64_t oversize_allocs = 0, oversize_segs = 0;
-  cachalot_status rc;
-  size_t n_free = 0, n_segments = 0, n_event_refs = 0, n_runs = 0;
+  if (s->next && s->next->prev != s)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment list links broken", dev);
+  if (!s->head || s->head->prev || s->head->ptr != s->ptr)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
+                   dev, (unsigned long long)s->ptr);
+  if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream || s->lane->dormant ||
+      s->bins != cl_bins_get_locked(s->pool, s->stream, false))
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
+                   dev, (unsigned long long)s->ptr);
+  for (uintptr_t pg = s->ptr; pg < s->ptr + s->size && cl_page_mappable(s->ptr + s->size - 1);
+       pg += (uintptr_t)1 << CL_PAGE_SHIFT) {
+    const cl_segment *m = cl_page_get(&d->owner->pages, pg);
+    if (m != s && m != CL_PAGE_SHARED)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",
+                     dev, (unsigned long long)s->ptr);
+  }
+  if (s->at_shift != cl_seg_shift(s->small) || !s->at)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad handed-out table",
+                   dev, (unsigned long long)s->ptr);
+  return CACHALOT_OK;
+}
 
-  for (cl_segment *s = d->segments; s; s = s->next) {
-    n_segments++;
-    if (s->next && s->next->prev != s)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment list links broken", dev);
-    if (!s->head || s->head->prev || s->head->ptr != s->ptr)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
-                     dev, (unsigned long long)s->ptr);
-    if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream || s->lane->dormant ||
-        s->bins != cl_bins_get_locked(s->pool, s->stream, false))
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
-                     dev, (unsigned long long)s->ptr);
-    for (uintptr_t pg = s->ptr; pg < s->ptr + s->size && cl_page_mappable(s->ptr + s->size - 1);
-         pg += (uintptr_t)1 << CL_PAGE_SHIFT) {
-      const cl_segment *m = cl_page_get(&d->owner->pages, pg);
-      if (m != s && m != CL_PAGE_SHARED)
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the page map misses segment 0x%llx",
-                       dev, (unsigned long long)s->ptr);
-    }
-    if (s->at_shift != cl_seg_shift(s->small) || !s->at)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad handed-out table",
-                     dev, (unsigned long long)s->ptr);
-    size_t n_in_table = count_entries(s->at, cl_seg_entries(s)), n_handed_out = 0;
-    bool split = s->head->next != NULL;
-    uintptr_t expect = s->ptr;
-    const cl_block *prev = NULL;
-    for (const cl_block *b = s->head; b; prev = b, b = b->next) {
-      if (b->seg != s || b->prev != prev || b->ptr != expect || b->size == 0 || b->size % CL_MIN_BLOCK)
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                       "cachalot_check: device %d: blocks of segment 0x%llx do not tile it at 0x%llx", dev,
-                       (unsigned long long)s->ptr, (unsigned long long)expect);
-      if (prev && prev->state == CL_FREE && b->state == CL_FREE)
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                       "cachalot_check: device %d: free neighbours at 0x%llx were not merged", dev,
-                       (unsigned long long)b->ptr);
-      expect += b->size;
-      if (b->state == CL_FREE && s->releasing) {
-        if (split)
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a split segment is being released",
-                         dev);
-        continue; /* being given back by another thread: in no index until that finishes */
-      }
-      if (b->state == CL_FREE) {
-        cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
-        if (!bins || !cl_fit_contains(&bins->kind[s->small], s->small, b))
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                         "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
-                         (unsigned long long)b->ptr);
-        n_free++;
-        if (split) {
-          tally_add(&inactive, s->small, 1);
-          tally_add(&inactive_bytes, s->small, (int64_t)b->size);
-        }
-        continue;
-      }
-      if (*cl_seg_slot(s, b->ptr) != b)
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                       "cachalot_check: device %d: active block 0x%llx is missing from its segment's table", dev,
-                       (unsigned long long)b->ptr);
-      if (b->requested == 0 || b->requested > b->size)
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                       "cachalot_check: device %d: block 0x%llx has requested size %zu for size %zu", dev,
-                       (unsigned long long)b->ptr, b->requested, b->size);
-      n_handed_out++;
-      tally_add(&active, s->small, 1);
-      tally_add(&active_bytes, s->small, (int64_t)b->size);
-      tally_add(&requested, s->small, (int64_t)b->requested);
-      if (b->state == CL_ALLOCATED) {
-        if (b->event_count)
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: allocated block with events", dev);
-        tally_add(&allocation, s->small, 1);
-        tally_add(&allocated_bytes, s->small, (int64_t)b->size);
-        oversize_allocs += b->size >= max_split;
-      } else if (b->state == CL_PENDING) {
-        bool deferred = false;
-        for (size_t i = 0; i < d->n_deferred && !deferred; i++)
-          deferred = d->deferred[i] == b;
-        if (!b->event_count && !deferred)
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pending block without events", dev);
-        if (b->event_count && deferred)
-          return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: deferred block with events", dev);
-        n_event_refs += b->event_count;
-      } else {
-        return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block in unknown state %d", dev,
-                       b->state);
-      }
-    }
-    if (n_in_table != n_handed_out)
+/* A FREE block must be in its free index (unless its segment is being released); it counts as inactive
+ * when its segment is split. */
+CL_NO_COVERAGE static cachalot_status check_free_block_locked(cl_device *d, const cl_segment *s, const cl_block *b,
+                                                              bool split, recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
+  if (s->releasing) {
+    if (split)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a split segment is being released",
+                     dev);
+    return CACHALOT_OK; /* being given back by another thread: in no index until that finishes */
+  }
+  cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
+  if (!bins || !cl_fit_contains(&bins->kind[s->small], s->small, b))
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
+                   (unsigned long long)b->ptr);
+  c->n_free++;
+  if (split) {
+    tally_add(&c->inactive, s->small, 1);
+    tally_add(&c->inactive_bytes, s->small, (int64_t)b->size);
+  }
+  return CACHALOT_OK;
+}
+
+/* An ALLOCATED or PENDING block must be in its segment's table, with a sane requested size and events
+ * that match its state (a PENDING block freed during a capture waits in `deferred` instead). */
+CL_NO_COVERAGE static cachalot_status check_handed_out_locked(cl_device *d, const cl_segment *s, const cl_block *b,
+                                                              recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
+  if (*cl_seg_slot(s, b->ptr) != b)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: active block 0x%llx is missing from its segment's table", dev,
+                   (unsigned long long)b->ptr);
+  if (b->requested == 0 || b->requested > b->size)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: block 0x%llx has requested size %zu for size %zu", dev,
+                   (unsigned long long)b->ptr, b->requested, b->size);
+  tally_add(&c->active, s->small, 1);
+  tally_add(&c->active_bytes, s->small, (int64_t)b->size);
+  tally_add(&c->requested, s->small, (int64_t)b->requested);
+  if (b->state == CL_ALLOCATED) {
+    if (b->event_count)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: allocated block with events", dev);
+    tally_add(&c->allocation, s->small, 1);
+    tally_add(&c->allocated_bytes, s->small, (int64_t)b->size);
+    c->oversize_allocs += b->size >= d->cfg.max_split_size;
+  } else if (b->state == CL_PENDING) {
+    bool deferred = false;
+    for (size_t i = 0; i < d->n_deferred && !deferred; i++)
+      deferred = d->deferred[i] == b;
+    if (!b->event_count && !deferred)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pending block without events", dev);
+    if (b->event_count && deferred)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: deferred block with events", dev);
+    c->n_event_refs += b->event_count;
+  } else {
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block in unknown state %d", dev,
+                   b->state);
+  }
+  return CACHALOT_OK;
+}
+
+/* The blocks of s tile it exactly, free neighbours are merged, and the table holds exactly the handed-out
+ * ones; each block adds its share to the recount. */
+CL_NO_COVERAGE static cachalot_status check_blocks_locked(cl_device *d, const cl_segment *s, recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
+  cachalot_status rc;
+  size_t n_in_table = count_entries(s->at, cl_seg_entries(s)), n_handed_out = 0;
+  bool split = s->head->next != NULL;
+  uintptr_t expect = s->ptr;
+  const cl_block *prev = NULL;
+  for (const cl_block *b = s->head; b; prev = b, b = b->next) {
+    if (b->seg != s || b->prev != prev || b->ptr != expect || b->size == 0 || b->size % CL_MIN_BLOCK)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                     "cachalot_check: device %d: segment 0x%llx's table holds %zu blocks, it has %zu handed out", dev,
-                     (unsigned long long)s->ptr, n_in_table, n_handed_out);
-    if (expect != s->ptr + s->size || s->tail != prev)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: blocks of segment 0x%llx do not cover it",
-                     dev, (unsigned long long)s->ptr);
-    tally_add(&reserved, s->small, (int64_t)s->size);
-    if (s->expandable) { /* runs are mapped memory, not device allocations: check_vranges */
-      n_runs++;
+                     "cachalot_check: device %d: blocks of segment 0x%llx do not tile it at 0x%llx", dev,
+                     (unsigned long long)s->ptr, (unsigned long long)expect);
+    if (prev && prev->state == CL_FREE && b->state == CL_FREE)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: free neighbours at 0x%llx were not merged", dev,
+                     (unsigned long long)b->ptr);
+    expect += b->size;
+    if (b->state == CL_FREE) {
+      if ((rc = check_free_block_locked(d, s, b, split, c)) != CACHALOT_OK)
+        return rc;
       continue;
     }
-    tally_add(&segment, s->small, 1);
-    oversize_segs += s->size >= max_split;
+    if ((rc = check_handed_out_locked(d, s, b, c)) != CACHALOT_OK)
+      return rc;
+    n_handed_out++;
   }
-  if ((rc = check_vranges(d, n_runs)) != CACHALOT_OK)
-    return rc;
-  if (n_segments != d->n_segments)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu", dev,
-                   d->n_segments, n_segments);
+  if (n_in_table != n_handed_out)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: segment 0x%llx's table holds %zu blocks, it has %zu handed out", dev,
+                   (unsigned long long)s->ptr, n_in_table, n_handed_out);
+  if (expect != s->ptr + s->size || s->tail != prev)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: blocks of segment 0x%llx do not cover it",
+                   dev, (unsigned long long)s->ptr);
+  return CACHALOT_OK;
+}
+
+/* Segments and their blocks, walked once: the recount of everything the stats and counters hold. */
+CL_NO_COVERAGE static cachalot_status check_segments_locked(cl_device *d, recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const size_t max_split = d->cfg.max_split_size;
+  cachalot_status rc;
+  for (cl_segment *s = d->segments; s; s = s->next) {
+    c->n_segments++;
+    if ((rc = check_segment_locked(d, s)) != CACHALOT_OK || (rc = check_blocks_locked(d, s, c)) != CACHALOT_OK)
+      return rc;
+    tally_add(&c->reserved, s->small, (int64_t)s->size);
+    if (s->expandable) { /* runs are mapped memory, not device allocations: check_vranges */
+      c->n_runs++;
+      continue;
+    }
+    tally_add(&c->segment, s->small, 1);
+    c->oversize_segs += s->size >= max_split;
+  }
+  return CACHALOT_OK;
+}
+
+/* Lanes: every one in the lane index, the dormant ones out of the lock order and holding nothing, the
+ * others with the right free index and an honest spare count. */
+CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
   size_t n_dormant = 0;
   for (size_t i = 0; i < d->n_all_lanes; i++) {
     const cl_lane *ln = d->all_lanes[i];
@@ -295,7 +340,14 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
     if (n_spare != ln->n_spare)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane's spare count is off", dev);
   }
+  return CACHALOT_OK;
+}
 
+/* Pools and their free indexes: sane use counts, segment counts that add up to the list's, and indexes
+ * holding exactly the free blocks the segments hold. */
+CL_NO_COVERAGE static cachalot_status check_pools_locked(cl_device *d, const recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
   size_t n_indexed = 0, pool_segments = 0;
   const cl_pool *pool = &d->default_pool;
   for (const cl_pool *next_private = d->pools; pool;
@@ -314,14 +366,20 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
       }
     }
   }
-  if (pool_segments != n_segments)
+  if (pool_segments != c->n_segments)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pools count %zu segments, the list %zu",
-                   dev, pool_segments, n_segments);
-  if (n_indexed != n_free)
+                   dev, pool_segments, c->n_segments);
+  if (n_indexed != c->n_free)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: free indexes hold %zu blocks, segments hold %zu free ones", dev,
-                   n_indexed, n_free);
+                   n_indexed, c->n_free);
+  return CACHALOT_OK;
+}
 
+/* The event queues hold one entry per event the PENDING blocks wait for, as the counter says. */
+CL_NO_COVERAGE static cachalot_status check_events_locked(cl_device *d, const recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
   size_t n_queued = 0;
   cl_stream_events *se, *setmp;
   HASH_ITER(hh, d->events, se, setmp) {
@@ -331,26 +389,33 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
       n_queued++;
     }
   }
-  if (n_queued != n_event_refs || n_queued != d->n_pending_events)
+  if (n_queued != c->n_event_refs || n_queued != d->n_pending_events)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: %zu queued events, blocks expect %zu, counter says %zu", dev, n_queued,
-                   n_event_refs, d->n_pending_events);
+                   c->n_event_refs, d->n_pending_events);
+  return CACHALOT_OK;
+}
 
+/* The stats against the recount: every current value equal, no peak below its current value. */
+CL_NO_COVERAGE static cachalot_status check_stats_locked(cl_device *d, const recount *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
+  cachalot_status rc;
   const cachalot_device_stats *st = &d->stats;
 #define CMP(field, t)                                                                                              \
   if ((rc = compare(dev, #field, st->field, &t)) != CACHALOT_OK)                                                  \
     return rc;
-  CMP(allocation, allocation)
-  CMP(allocated_bytes, allocated_bytes)
-  CMP(active, active)
-  CMP(active_bytes, active_bytes)
-  CMP(requested_bytes, requested)
-  CMP(segment, segment)
-  CMP(reserved_bytes, reserved)
-  CMP(inactive_split, inactive)
-  CMP(inactive_split_bytes, inactive_bytes)
+  CMP(allocation, c->allocation)
+  CMP(allocated_bytes, c->allocated_bytes)
+  CMP(active, c->active)
+  CMP(active_bytes, c->active_bytes)
+  CMP(requested_bytes, c->requested)
+  CMP(segment, c->segment)
+  CMP(reserved_bytes, c->reserved)
+  CMP(inactive_split, c->inactive)
+  CMP(inactive_split_bytes, c->inactive_bytes)
 #undef CMP
-  if (st->oversize_allocations.current != oversize_allocs || st->oversize_segments.current != oversize_segs)
+  if (st->oversize_allocations.current != c->oversize_allocs || st->oversize_segments.current != c->oversize_segs)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: oversize stats are off", dev);
   const cachalot_stat *all[] = {st->allocation, st->segment, st->active, st->inactive_split, st->allocated_bytes,
                                 st->reserved_bytes, st->active_bytes, st->inactive_split_bytes,
@@ -361,6 +426,24 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
         return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                        "cachalot_check: device %d: a stat is negative or its peak is below its current value", dev);
   return CACHALOT_OK;
+}
+
+CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  recount c;
+  memset(&c, 0, sizeof c);
+  cachalot_status rc;
+  if ((rc = check_segments_locked(d, &c)) != CACHALOT_OK)
+    return rc;
+  if ((rc = check_vranges(d, c.n_runs)) != CACHALOT_OK)
+    return rc;
+  if (c.n_segments != d->n_segments)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu",
+                   d->index, d->n_segments, c.n_segments);
+  if ((rc = check_lanes_locked(d)) != CACHALOT_OK || (rc = check_pools_locked(d, &c)) != CACHALOT_OK ||
+      (rc = check_events_locked(d, &c)) != CACHALOT_OK)
+    return rc;
+  return check_stats_locked(d, &c);
 }
 
 cachalot_status cachalot_check(cachalot_allocator *a) {

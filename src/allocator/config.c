@@ -241,24 +241,95 @@ static cachalot_status roundup_unbalanced(void) {
                  CONF "roundup_power2_divisions: unbalanced '[' (reached the end of the string before ']')");
 }
 
+/* A single N: the same divisions for every interval. */
+static cachalot_status roundup_all(const tok *v, cl_config *c) {
+  char got[GOT_CAP];
+  uint64_t n = 0;
+  num_result r = word_u64(v, &n);
+  if (r != NUM_OK || !is_pow2(n) || n > DIV_MAX)
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "roundup_power2_divisions must be a power of 2 (at most %u) or a list "
+                        "[interval_mb:divisions,...,>:divisions], got %s%s",
+                   DIV_MAX, describe(v, got, sizeof got), range_note(r));
+  for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++)
+    c->roundup_divisions[i] = (unsigned)n;
+  return CACHALOT_OK;
+}
+
+/* A list entry's key k: '>' (*rest), or an interval in MiB whose index is *index (clamped to the last). */
+static cachalot_status roundup_interval(const tok *k, bool *rest, unsigned *index) {
+  char got[GOT_CAP];
+  if (k->kind != TK_WORD)
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "roundup_power2_divisions: expected an interval (a power of 2 in MiB) or '>' in "
+                        "the list, got %s",
+                   describe(k, got, sizeof got));
+  *rest = word_is(k, ">");
+  *index = 0;
+  if (!*rest) {
+    uint64_t mb = 0;
+    num_result r = word_u64(k, &mb);
+    if (r != NUM_OK || !is_pow2(mb))
+      return cl_fail(CACHALOT_ERROR_CONFIG,
+                     CONF "roundup_power2_divisions interval %s is not a power of 2 (a size in MiB) or "
+                          "'>'%s",
+                     describe(k, got, sizeof got), range_note(r));
+    *index = log2_pow2(mb);
+    if (*index > CL_ROUNDUP_INTERVALS - 1)
+      *index = CL_ROUNDUP_INTERVALS - 1;
+  }
+  return CACHALOT_OK;
+}
+
+/* The rest of the entry of key k: ':' and its divisions (token *d), 0 or a power of 2. */
+static cachalot_status roundup_divisions(lexer *lx, const tok *k, tok *d, uint64_t *div) {
+  char got[GOT_CAP];
+  cachalot_status st;
+  tok colon;
+  if ((st = lex_next(lx, &colon)) != CACHALOT_OK)
+    return st;
+  if (colon.kind != TK_COLON)
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "roundup_power2_divisions: expected ':' after interval '%.*s', got %s", k->n, k->p,
+                   describe(&colon, got, sizeof got));
+
+  if ((st = lex_next(lx, d)) != CACHALOT_OK)
+    return st;
+  *div = 0;
+  num_result r = word_u64(d, div);
+  if (r != NUM_OK || (*div != 0 && !is_pow2(*div)) || *div > DIV_MAX)
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "roundup_power2_divisions: divisions for interval '%.*s' must be 0 or a power of "
+                        "2 (at most %u), got %s%s",
+                   k->n, k->p, DIV_MAX, describe(d, got, sizeof got), range_note(r));
+  return CACHALOT_OK;
+}
+
+/* Where an entry's divisions go, by the fill rules parse_roundup describes. */
+static void roundup_fill(cl_config *c, bool rest, unsigned index, uint64_t div, unsigned *last_index,
+                         bool *first_explicit) {
+  if (rest) {
+    for (unsigned i = *last_index; i < CL_ROUNDUP_INTERVALS; i++)
+      c->roundup_divisions[i] = (unsigned)div;
+  } else {
+    if (*first_explicit) {
+      for (unsigned i = 0; i < index; i++)
+        c->roundup_divisions[i] = (unsigned)div;
+      *first_explicit = false;
+    }
+    c->roundup_divisions[index] = (unsigned)div;
+    *last_index = index;
+  }
+}
+
 /* Either one N for every interval, or `[k:v,...,>:v]`. The list keeps PyTorch's fill rules, which
  * users' existing strings depend on: the first explicit k also covers every interval below it, and
  * `>` covers everything from the previous entry's interval (inclusive) upwards. Intervals no entry
  * reaches keep the base's value, as in PyTorch where a list updates the current settings. */
 static cachalot_status parse_roundup(lexer *lx, const tok *v, cl_config *c) {
   char got[GOT_CAP];
-  if (v->kind == TK_WORD) {
-    uint64_t n = 0;
-    num_result r = word_u64(v, &n);
-    if (r != NUM_OK || !is_pow2(n) || n > DIV_MAX)
-      return cl_fail(CACHALOT_ERROR_CONFIG,
-                     CONF "roundup_power2_divisions must be a power of 2 (at most %u) or a list "
-                          "[interval_mb:divisions,...,>:divisions], got %s%s",
-                     DIV_MAX, describe(v, got, sizeof got), range_note(r));
-    for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++)
-      c->roundup_divisions[i] = (unsigned)n;
-    return CACHALOT_OK;
-  }
+  if (v->kind == TK_WORD)
+    return roundup_all(v, c);
   if (v->kind != TK_LBRACKET)
     return cl_fail(CACHALOT_ERROR_CONFIG,
                    CONF "roundup_power2_divisions must be a power of 2 or a list "
@@ -269,62 +340,20 @@ static cachalot_status parse_roundup(lexer *lx, const tok *v, cl_config *c) {
   bool first_explicit = true;
   for (;;) {
     cachalot_status st;
-    tok k, colon, d, sep;
+    tok k, d, sep;
     if ((st = lex_next(lx, &k)) != CACHALOT_OK)
       return st;
     if (k.kind == TK_RBRACKET) /* "[]" or a trailing comma, both accepted as PyTorch does */
       return CACHALOT_OK;
     if (k.kind == TK_END)
       return roundup_unbalanced();
-    if (k.kind != TK_WORD)
-      return cl_fail(CACHALOT_ERROR_CONFIG,
-                     CONF "roundup_power2_divisions: expected an interval (a power of 2 in MiB) or '>' in "
-                          "the list, got %s",
-                     describe(&k, got, sizeof got));
-    bool rest = word_is(&k, ">");
+    bool rest = false;
     unsigned index = 0;
-    if (!rest) {
-      uint64_t mb = 0;
-      num_result r = word_u64(&k, &mb);
-      if (r != NUM_OK || !is_pow2(mb))
-        return cl_fail(CACHALOT_ERROR_CONFIG,
-                       CONF "roundup_power2_divisions interval %s is not a power of 2 (a size in MiB) or "
-                            "'>'%s",
-                       describe(&k, got, sizeof got), range_note(r));
-      index = log2_pow2(mb);
-      if (index > CL_ROUNDUP_INTERVALS - 1)
-        index = CL_ROUNDUP_INTERVALS - 1;
-    }
-
-    if ((st = lex_next(lx, &colon)) != CACHALOT_OK)
-      return st;
-    if (colon.kind != TK_COLON)
-      return cl_fail(CACHALOT_ERROR_CONFIG,
-                     CONF "roundup_power2_divisions: expected ':' after interval '%.*s', got %s", k.n, k.p,
-                     describe(&colon, got, sizeof got));
-
-    if ((st = lex_next(lx, &d)) != CACHALOT_OK)
-      return st;
     uint64_t div = 0;
-    num_result r = word_u64(&d, &div);
-    if (r != NUM_OK || (div != 0 && !is_pow2(div)) || div > DIV_MAX)
-      return cl_fail(CACHALOT_ERROR_CONFIG,
-                     CONF "roundup_power2_divisions: divisions for interval '%.*s' must be 0 or a power of "
-                          "2 (at most %u), got %s%s",
-                     k.n, k.p, DIV_MAX, describe(&d, got, sizeof got), range_note(r));
-
-    if (rest) {
-      for (unsigned i = last_index; i < CL_ROUNDUP_INTERVALS; i++)
-        c->roundup_divisions[i] = (unsigned)div;
-    } else {
-      if (first_explicit) {
-        for (unsigned i = 0; i < index; i++)
-          c->roundup_divisions[i] = (unsigned)div;
-        first_explicit = false;
-      }
-      c->roundup_divisions[index] = (unsigned)div;
-      last_index = index;
-    }
+    if ((st = roundup_interval(&k, &rest, &index)) != CACHALOT_OK ||
+        (st = roundup_divisions(lx, &k, &d, &div)) != CACHALOT_OK)
+      return st;
+    roundup_fill(c, rest, index, div, &last_index, &first_explicit);
 
     if ((st = lex_next(lx, &sep)) != CACHALOT_OK)
       return st;

@@ -378,39 +378,98 @@ static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, con
   free(v);
 }
 
+/* The lane, free index and reservation a growth needs, made on first use (a retry counts as one first). */
+static cachalot_status expand_setup_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, bool is_retry,
+                                           cl_lane **lane, cl_vrange **vr, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (is_retry)
+    d->stats.num_alloc_retries++;
+  *lane = cl_lane_get_locked(d, s);
+  cl_bins *bins = cl_bins_get_locked(p, s, true);
+  if (!*lane || !bins) {
+    *host_oom = true;
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  if (cl_pool_is_default(d, p))
+    (*lane)->bins = bins;
+  return vrange_get_locked(d, bins, small, vr, host_oom);
+}
+
+/* Where the growth goes (*g), after compacting first when expandable_compact asks for it. */
+static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t size, growth *g) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const cachalot_device_stats *st = &d->stats;
+  if (!find_gap(vr, size, d->cfg.expandable_compact, g))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  const size_t bound = compact_bound(st, size);
+  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
+  if (d->cfg.expandable_compact && g->map && !cl_capturing(d) && after > bound &&
+      (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
+    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
+    compact_locked(d, after - bound < g->map ? after - bound : g->map, g->a ? g->a->tail : NULL,
+                   g->b ? g->b->head : NULL);
+    /* the runs changed (a gap may have opened where less is mapped): plan again */
+    if (!find_gap(vr, size, true, g))
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
+  }
+  return CACHALOT_OK;
+}
+
+/* Books the g->map bytes just mapped at g->at into run seg (fresh when g->a is NULL) as free block blk,
+ * then joins the run g->b it reached. */
+static void grow_run_locked(cl_device *d, cl_vrange *vr, cl_segment *seg, cl_block *blk, const growth *g,
+                            bool small) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const bool fresh = !g->a;
+  const size_t old_size = fresh ? 0 : seg->size;
+  if (fresh) {
+    seg->ptr = g->at;
+    seg->size = g->map;
+    blk->ptr = g->at;
+    blk->size = g->map;
+    blk->seg = seg;
+    blk->prev = blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->head = seg->tail = blk;
+    run_insert(vr, NULL, seg);
+    cl_segment_link_locked(d, seg);
+  } else if (blk == seg->tail) { /* the free tail grows */
+    cl_free_index_remove_locked(d, blk);
+    blk->size += g->map;
+    seg->size += g->map;
+    if (blk->prev)
+      cl_count_split_locked(d, small, 0, (int64_t)g->map);
+  } else { /* a new free block after a handed-out tail: the run is split now */
+    blk->ptr = g->at;
+    blk->size = g->map;
+    blk->seg = seg;
+    blk->prev = seg->tail;
+    blk->next = NULL;
+    blk->state = CL_FREE;
+    seg->tail->next = blk;
+    seg->tail = blk;
+    seg->size += g->map;
+    cl_count_split_locked(d, small, 1, (int64_t)g->map);
+  }
+  table_clear(seg, old_size, seg->size);
+  if (g->b)
+    merge_runs_locked(d, seg, blk, g->b);
+}
+
 cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
                                  bool is_retry, cl_block **out, bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
   *host_oom = false;
   cachalot_device_stats *st = &d->stats;
-  if (is_retry)
-    st->num_alloc_retries++;
-  cl_lane *lane = cl_lane_get_locked(d, s);
-  cl_bins *bins = cl_bins_get_locked(p, s, true);
-  if (!lane || !bins) {
-    *host_oom = true;
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-  }
-  if (cl_pool_is_default(d, p))
-    lane->bins = bins;
+  cl_lane *lane;
   cl_vrange *vr;
-  cachalot_status rc = vrange_get_locked(d, bins, small, &vr, host_oom);
+  cachalot_status rc = expand_setup_locked(d, p, s, small, is_retry, &lane, &vr, host_oom);
   if (rc != CACHALOT_OK)
     return rc;
   growth g;
-  if (!find_gap(vr, size, d->cfg.expandable_compact, &g))
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  const size_t bound = compact_bound(st, size);
-  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g.map;
-  if (d->cfg.expandable_compact && g.map && !cl_capturing(d) && after > bound &&
-      (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
-    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
-    compact_locked(d, after - bound < g.map ? after - bound : g.map, g.a ? g.a->tail : NULL, g.b ? g.b->head : NULL);
-    /* the runs changed (a gap may have opened where less is mapped): plan again */
-    if (!find_gap(vr, size, true, &g))
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  }
+  if ((rc = plan_growth_locked(d, vr, size, &g)) != CACHALOT_OK)
+    return rc;
   if (g.map == 0) { /* the run's free tail holds it */
     *out = g.a->tail;
     cl_free_index_remove_locked(d, *out);
@@ -446,39 +505,7 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     g.b = NULL; /* the gap was not filled */
   }
 
-  if (fresh) {
-    seg->ptr = g.at;
-    seg->size = g.map;
-    blk->ptr = g.at;
-    blk->size = g.map;
-    blk->seg = seg;
-    blk->prev = blk->next = NULL;
-    blk->state = CL_FREE;
-    seg->head = seg->tail = blk;
-    run_insert(vr, NULL, seg);
-    cl_segment_link_locked(d, seg);
-  } else if (blk == seg->tail) { /* the free tail grows */
-    cl_free_index_remove_locked(d, blk);
-    blk->size += g.map;
-    seg->size += g.map;
-    if (blk->prev)
-      cl_count_split_locked(d, small, 0, (int64_t)g.map);
-  } else { /* a new free block after a handed-out tail: the run is split now */
-    blk->ptr = g.at;
-    blk->size = g.map;
-    blk->seg = seg;
-    blk->prev = seg->tail;
-    blk->next = NULL;
-    blk->state = CL_FREE;
-    seg->tail->next = blk;
-    seg->tail = blk;
-    seg->size += g.map;
-    cl_count_split_locked(d, small, 1, (int64_t)g.map);
-  }
-  table_clear(seg, old_size, seg->size);
-  if (g.b)
-    merge_runs_locked(d, seg, blk, g.b);
-
+  grow_run_locked(d, vr, seg, blk, &g, small);
   cl_stat_array_add(st->reserved_bytes, small, (int64_t)g.map);
   st->num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
@@ -497,104 +524,132 @@ size_t cl_unmappable_bytes(const cl_block *b) {
   return hi > lo ? hi - lo : 0;
 }
 
-cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, bool *synced, size_t *unmapped) {
-  CL_ASSERT_EXCLUSIVE(d);
-  *unmapped = 0;
-  cl_segment *r = f->seg;
-  const cl_vrange *vr = r->vr;
-  const size_t n = cl_unmappable_bytes(f);
-  if (!n || !limit || cl_capturing(d))
-    return CACHALOT_OK;
-  uintptr_t lo = vr->base + round_up_to(f->ptr - vr->base, vr->page);
-  uintptr_t hi = lo + n;
+/* An unmapping under way: the hole [lo, hi) made in free block f of run r, and what it leaves either side. */
+typedef struct {
+  cl_block *f;
+  cl_segment *r;
+  uintptr_t lo, hi;
+  cl_segment *r2;                    /* metadata for a run above the hole, when r keeps a part below it */
+  cl_block *nb;                      /* metadata for a free rest above the hole, when f keeps one below it */
+  bool small;
+  cl_block *f1, *f2;                 /* f's free rests [f->ptr, lo) and [hi, f_end), or NULL */
+  cl_block *before, *after;          /* f's neighbours */
+  cl_block *lower_tail, *upper_head; /* the blocks next to the hole, below and above it, or NULL */
+  cl_segment *upper;                 /* the run that [hi, r_end) belongs to, when it exists */
+  uint64_t age_base;                 /* f's age, which its rests keep */
+  int64_t blocks, bytes;             /* the change to the split stats */
+} cut;
+
+/* The hole: the n bytes of whole pages inside f, or `limit` of them rounded up to pages. */
+static void hole_bounds(cut *c, size_t n, size_t limit) {
+  const cl_vrange *vr = c->r->vr;
+  c->lo = vr->base + round_up_to(c->f->ptr - vr->base, vr->page);
+  c->hi = c->lo + n;
   if (n > limit) { /* the pages at the run's nearer end, so that the run keeps one piece where it can */
     const size_t part = round_up_to(limit, vr->page);
-    if (f->prev)
-      lo = hi - part;
+    if (c->f->prev)
+      c->lo = c->hi - part;
     else
-      hi = lo + part;
+      c->hi = c->lo + part;
   }
+}
+
+/* Taken before anything is unmapped, so that a host allocation failure changes nothing. */
+static cachalot_status cut_metadata_locked(cl_device *d, cut *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const cl_segment *r = c->r;
   /* Metadata for the worst case (a page that cannot be unmapped leaves a free rest after the hole). */
-  cl_segment *r2 = NULL;
-  cl_block *nb = NULL;
-  const bool need_r2 = lo > r->ptr, need_nb = f->ptr < lo;
-  if (need_r2 && (r2 = segment_new_locked(d))) {
-    run_init(r2, r->vr, r->pool, r->stream, r->lane);
-    if (!table_reserve(r2, r->ptr + r->size - lo)) {
-      segment_spare_locked(d, r2);
-      r2 = NULL;
+  const bool need_r2 = c->lo > r->ptr, need_nb = c->f->ptr < c->lo;
+  if (need_r2 && (c->r2 = segment_new_locked(d))) {
+    run_init(c->r2, r->vr, r->pool, r->stream, r->lane);
+    if (!table_reserve(c->r2, r->ptr + r->size - c->lo)) {
+      segment_spare_locked(d, c->r2);
+      c->r2 = NULL;
     }
   }
   if (need_nb)
-    nb = cl_block_new_locked(d);
-  if ((need_r2 && !r2) || (need_nb && !nb)) {
-    drop_metadata(d, r2, nb);
+    c->nb = cl_block_new_locked(d);
+  if ((need_r2 && !c->r2) || (need_nb && !c->nb)) {
+    drop_metadata(d, c->r2, c->nb);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
+  return CACHALOT_OK;
+}
+
+/* Unmapping does not wait for work still using the memory: the device is synchronized first, once per
+ * *synced. The hole shrinks to what was unmapped. */
+static cachalot_status unmap_hole(cl_device *d, cut *c, bool *synced) {
   cachalot_status rc = CACHALOT_OK;
   if (!*synced) {
     cachalot_backend *b = d->owner->backend;
     if ((rc = b->ops->device_sync(b, d->index)) == CACHALOT_OK)
       *synced = true;
   }
-  hi = rc == CACHALOT_OK ? unmap_pages(d, vr, lo, hi, &rc) : lo; /* no sync: nothing may be unmapped */
-  if (hi == lo) {
-    drop_metadata(d, r2, nb);
-    return rc;
-  }
+  /* no sync: nothing may be unmapped */
+  c->hi = rc == CACHALOT_OK ? unmap_pages(d, c->r->vr, c->lo, c->hi, &rc) : c->lo;
+  return rc;
+}
 
-  /* f becomes up to two free blocks around the hole [lo, hi): f1 = [f->ptr, lo), f2 = [hi, f_end); the run
-   * r becomes up to two runs: [r->ptr, lo) and [hi, r_end). */
-  const bool small = r->small;
-  const uintptr_t f_end = f->ptr + f->size, r_end = r->ptr + r->size;
-  const bool has_f1 = f->ptr < lo, has_f2 = hi < f_end;
-  const bool has_r1 = r->ptr < lo, has_r2 = hi < r_end;
-  cl_block *before = f->prev, *after = f->next;
+/* The block side of the cut: f leaves its index and becomes its rests (f reused, nb for a second one). */
+static void cut_block_locked(cl_device *d, cut *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_block *f = c->f;
+  const uintptr_t lo = c->lo, hi = c->hi, f_end = f->ptr + f->size;
+  const bool has_f1 = f->ptr < lo, has_f2 = hi < f_end, has_r1 = c->r->ptr < lo;
+  c->before = f->prev;
+  c->after = f->next;
   /* split stats: f counted while its run had more blocks; f1 and f2 count when their run has others */
-  int64_t blocks = 0, bytes = 0;
-  if (before || after) {
-    blocks--;
-    bytes -= (int64_t)f->size;
+  if (c->before || c->after) {
+    c->blocks--;
+    c->bytes -= (int64_t)f->size;
   }
   cl_free_index_remove_locked(d, f);
-  const uint64_t age_base = f->gc_base;
-  cl_block *f1 = has_f1 ? f : NULL;
-  cl_block *f2 = has_f2 ? (has_f1 ? nb : f) : NULL;
-  if (nb && nb != f2)
-    cl_block_delete_locked(d, nb);
-  if (f1) {
-    f1->size = lo - f1->ptr;
-    f1->next = NULL;
+  c->age_base = f->gc_base;
+  c->f1 = has_f1 ? f : NULL;
+  c->f2 = has_f2 ? (has_f1 ? c->nb : f) : NULL;
+  if (c->nb && c->nb != c->f2)
+    cl_block_delete_locked(d, c->nb);
+  if (c->f1) {
+    c->f1->size = lo - c->f1->ptr;
+    c->f1->next = NULL;
   }
-  cl_segment *upper = has_r1 ? r2 : r; /* the run that [hi, r_end) belongs to, when it exists */
-  if (f2) {
-    f2->ptr = hi;
-    f2->size = f_end - hi;
-    f2->seg = upper;
-    f2->prev = NULL;
-    f2->next = after;
-    f2->state = CL_FREE;
+  c->upper = has_r1 ? c->r2 : c->r;
+  if (c->f2) {
+    c->f2->ptr = hi;
+    c->f2->size = f_end - hi;
+    c->f2->seg = c->upper;
+    c->f2->prev = NULL;
+    c->f2->next = c->after;
+    c->f2->state = CL_FREE;
   }
-  cl_block *upper_head = f2 ? f2 : after;
-  if (after)
-    after->prev = f2;
-  cl_block *lower_tail = f1 ? f1 : before;
-  if (before)
-    before->next = f1;
-  if (!f1 && !f2)
+  c->upper_head = c->f2 ? c->f2 : c->after;
+  if (c->after)
+    c->after->prev = c->f2;
+  c->lower_tail = c->f1 ? c->f1 : c->before;
+  if (c->before)
+    c->before->next = c->f1;
+  if (!c->f1 && !c->f2)
     cl_block_delete_locked(d, f);
+}
 
+/* The run side of the cut: r keeps the part below the hole, r2 (or r itself) takes the part above; a run
+ * left with neither goes back to the spares. */
+static void cut_run_locked(cl_device *d, cut *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_segment *r = c->r, *r2 = c->r2;
+  const uintptr_t lo = c->lo, hi = c->hi, r_end = r->ptr + r->size;
+  const bool has_r1 = r->ptr < lo, has_r2 = hi < r_end;
   (void)cl_page_map_point(&d->owner->pages, lo, hi - lo, NULL);
   if (has_r1 && has_r2) {
     r2->ptr = hi;
     r2->size = r_end - hi;
     memcpy(r2->at, r->at + entries(r, hi - r->ptr), entries(r2, r2->size) * sizeof *r2->at);
-    r2->head = upper_head;
-    r2->tail = r->tail == f ? f2 : r->tail;
-    for (cl_block *x = upper_head; x; x = x->next)
+    r2->head = c->upper_head;
+    r2->tail = r->tail == c->f ? c->f2 : r->tail;
+    for (cl_block *x = c->upper_head; x; x = x->next)
       x->seg = r2;
     r->size = lo - r->ptr;
-    r->tail = lower_tail;
+    r->tail = c->lower_tail;
     run_insert(r->vr, r, r2);
     cl_segment_link_locked(d, r2);
     (void)cl_page_map_point(&d->owner->pages, hi, r2->size, r2); /* its leaves exist: r's pages were mapped */
@@ -603,42 +658,72 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
       segment_spare_locked(d, r2);
     if (has_r1) {
       r->size = lo - r->ptr;
-      r->tail = lower_tail;
+      r->tail = c->lower_tail;
     } else if (has_r2) {
       memmove(r->at, r->at + entries(r, hi - r->ptr), entries(r, r_end - hi) * sizeof *r->at);
       r->ptr = hi;
       r->size = r_end - hi;
-      r->head = upper_head;
-      if (r->tail == f)
-        r->tail = f2;
+      r->head = c->upper_head;
+      if (r->tail == c->f)
+        r->tail = c->f2;
     } else {
       run_remove(r->vr, r);
       cl_segment_unlink_locked(d, r);
       segment_spare_locked(d, r);
     }
   }
-  if (f1) {
-    cl_free_index_insert_locked(d, f1);
-    f1->gc_base = age_base;
-    if (before) {
-      blocks++;
-      bytes += (int64_t)f1->size;
+}
+
+/* f's rests go back to the index with f's age, and the stats and history learn of the unmapping. */
+static void cut_book_locked(cl_device *d, cut *c) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (c->f1) {
+    cl_free_index_insert_locked(d, c->f1);
+    c->f1->gc_base = c->age_base;
+    if (c->before) {
+      c->blocks++;
+      c->bytes += (int64_t)c->f1->size;
     }
   }
-  if (f2) {
-    cl_free_index_insert_locked(d, f2);
-    f2->gc_base = age_base;
-    if (after) {
-      blocks++;
-      bytes += (int64_t)f2->size;
+  if (c->f2) {
+    cl_free_index_insert_locked(d, c->f2);
+    c->f2->gc_base = c->age_base;
+    if (c->after) {
+      c->blocks++;
+      c->bytes += (int64_t)c->f2->size;
     }
   }
-  cl_count_split_locked(d, small, blocks, bytes);
+  cl_count_split_locked(d, c->small, c->blocks, c->bytes);
   cachalot_device_stats *st = &d->stats;
-  cl_stat_array_add(st->reserved_bytes, small, -(int64_t)(hi - lo));
+  cl_stat_array_add(st->reserved_bytes, c->small, -(int64_t)(c->hi - c->lo));
   st->num_device_free++;
-  cl_trace_locked(d, CL_TRACE_SEGMENT_UNMAP, lo, hi - lo, upper->stream);
-  *unmapped = hi - lo;
+  cl_trace_locked(d, CL_TRACE_SEGMENT_UNMAP, c->lo, c->hi - c->lo, c->upper->stream);
+}
+
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, bool *synced, size_t *unmapped) {
+  CL_ASSERT_EXCLUSIVE(d);
+  *unmapped = 0;
+  const size_t n = cl_unmappable_bytes(f);
+  if (!n || !limit || cl_capturing(d))
+    return CACHALOT_OK;
+  cut c = {.f = f, .r = f->seg};
+  hole_bounds(&c, n, limit);
+  cachalot_status rc = cut_metadata_locked(d, &c);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = unmap_hole(d, &c, synced);
+  if (c.hi == c.lo) {
+    drop_metadata(d, c.r2, c.nb);
+    return rc;
+  }
+
+  /* f becomes up to two free blocks around the hole [lo, hi): f1 = [f->ptr, lo), f2 = [hi, f_end); the run
+   * r becomes up to two runs: [r->ptr, lo) and [hi, r_end). */
+  c.small = c.r->small;
+  cut_block_locked(d, &c);
+  cut_run_locked(d, &c);
+  cut_book_locked(d, &c);
+  *unmapped = c.hi - c.lo;
   return rc;
 }
 

@@ -73,6 +73,8 @@ static inline bool cl_capturing(const cl_device *d) { return d->n_routes > 0; }
 static inline bool cl_pool_is_default(const cl_device *d, const cl_pool *p) { return p == &d->default_pool; }
 /* The pool a request on `s` goes to: the first route, most recent first, whose filter takes `s`. */
 cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s);
+/* Private pool `id` of d, or NULL. */
+cl_pool *cl_find_pool_locked(cl_device *d, cachalot_mempool_id id);
 /* Frees the private pools that are freeable and have no segment left. */
 void cl_pools_collect_locked(cl_device *d);
 /* Frees every private pool (destroy). */

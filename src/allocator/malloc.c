@@ -36,23 +36,12 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   return b;
 }
 
-/* malloc step 5: a new segment of `alloc_size` from the device. The lock is dropped around the device
- * call unless release_lock_on_cudamalloc is False. On success *out is the segment's single block, not
- * in any index. OUT_OF_MEMORY when the fraction or the device says no, or, with *host_oom set, when
- * the host has no memory for the metadata (freeing device memory would not help then); other statuses
- * are device errors. */
-static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
-                                            size_t alloc_size, bool is_retry, cl_block **out, bool *host_oom) {
+/* Metadata first, so that a host allocation failure never strands device memory: the lane, the free
+ * index, the segment (a spare's when there is one) and its block, all set up but for the memory. */
+static cachalot_status segment_metadata_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
+                                               size_t alloc_size, cl_segment **seg_out, cl_block **blk_out,
+                                               bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
-  *out = NULL;
-  *host_oom = false;
-  cachalot_device_stats *st = &d->stats;
-  if (is_retry)
-    st->num_alloc_retries++;
-  cachalot_status rc = cl_fraction_admit_locked(d, alloc_size);
-  if (rc != CACHALOT_OK)
-    return rc;
-  /* Metadata first, so that a host allocation failure never strands device memory. */
   cl_lane *lane = cl_lane_get_locked(d, s);
   cl_bins *bins = cl_bins_get_locked(p, s, true);
   cl_segment *seg = d->spare_segments;
@@ -91,10 +80,17 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   cl_seg_set_lane(seg, lane);
   seg->bins = bins;
   seg->small = small;
+  *seg_out = seg;
+  *blk_out = blk;
+  return CACHALOT_OK;
+}
 
+/* The device call, with exclusive mode left around it unless release_lock_on_cudamalloc is False
+ * (`inflight` keeps the memory fraction honest meanwhile). */
+static cachalot_status device_alloc_locked(cl_device *d, size_t alloc_size, void **ptr) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
-  void *ptr = NULL;
   d->inflight += alloc_size;
   if (drop)
     cl_leave_exclusive(d);
@@ -103,33 +99,24 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
    * thread is switched to relaxed mode around every device allocation: two cheap calls on a path that
    * is about to call the device anyway. */
   cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
-  rc = b->ops->capture_mode_exchange(b, &mode);
+  cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
   if (rc == CACHALOT_OK) {
-    rc = b->ops->alloc(b, d->index, alloc_size, &ptr);
+    rc = b->ops->alloc(b, d->index, alloc_size, ptr);
     cachalot_capture_mode prev = mode;
     (void)b->ops->capture_mode_exchange(b, &prev);
   }
   if (drop)
     cl_enter_exclusive(d);
   d->inflight -= alloc_size;
-  seg->ptr = (uintptr_t)ptr;
-  seg->size = alloc_size;
-  /* The table after the device allocation: its size follows the segment's, and a request the device
-   * refuses must be reported as the device's out of memory, not the host's. */
-  if (rc == CACHALOT_OK && !seg->at)
-    seg->at = calloc(n_at, sizeof *seg->at);
-  if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
-    (void)b->ops->free(b, d->index, ptr); /* rare: no host memory for the table or a page map node */
-    *host_oom = true;
-    rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-  }
-  if (rc != CACHALOT_OK) {
-    seg->release_next = d->spare_segments;
-    d->spare_segments = seg;
-    cl_block_delete_locked(d, blk);
-    return rc;
-  }
+  return rc;
+}
 
+/* The new segment and its single FREE block enter the books: the segment list, the stats, the history. */
+static void book_segment_locked(cl_device *d, cl_segment *seg, cl_block *blk) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cachalot_device_stats *st = &d->stats;
+  const bool small = seg->small;
+  const size_t alloc_size = seg->size;
   seg->head = seg->tail = blk;
   cl_segment_link_locked(d, seg);
 
@@ -144,7 +131,50 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
   if (alloc_size >= d->cfg.max_split_size)
     cl_stat_inc(&st->oversize_segments, 1);
   st->num_device_alloc++;
-  cl_trace_locked(d, CL_TRACE_SEGMENT_ALLOC, seg->ptr, alloc_size, s);
+  cl_trace_locked(d, CL_TRACE_SEGMENT_ALLOC, seg->ptr, alloc_size, seg->stream);
+}
+
+/* malloc step 5: a new segment of `alloc_size` from the device. The lock is dropped around the device
+ * call unless release_lock_on_cudamalloc is False. On success *out is the segment's single block, not
+ * in any index. OUT_OF_MEMORY when the fraction or the device says no, or, with *host_oom set, when
+ * the host has no memory for the metadata (freeing device memory would not help then); other statuses
+ * are device errors. */
+static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
+                                            size_t alloc_size, bool is_retry, cl_block **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
+  *out = NULL;
+  *host_oom = false;
+  if (is_retry)
+    d->stats.num_alloc_retries++;
+  cachalot_status rc = cl_fraction_admit_locked(d, alloc_size);
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_segment *seg = NULL;
+  cl_block *blk = NULL;
+  if ((rc = segment_metadata_locked(d, p, s, small, alloc_size, &seg, &blk, host_oom)) != CACHALOT_OK)
+    return rc;
+
+  void *ptr = NULL;
+  rc = device_alloc_locked(d, alloc_size, &ptr);
+  seg->ptr = (uintptr_t)ptr;
+  seg->size = alloc_size;
+  /* The table after the device allocation: its size follows the segment's, and a request the device
+   * refuses must be reported as the device's out of memory, not the host's. */
+  if (rc == CACHALOT_OK && !seg->at)
+    seg->at = calloc(cl_seg_entries(seg), sizeof *seg->at);
+  if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
+    cachalot_backend *b = d->owner->backend;
+    (void)b->ops->free(b, d->index, ptr); /* rare: no host memory for the table or a page map node */
+    *host_oom = true;
+    rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
+  }
+  if (rc != CACHALOT_OK) {
+    seg->release_next = d->spare_segments;
+    d->spare_segments = seg;
+    cl_block_delete_locked(d, blk);
+    return rc;
+  }
+  book_segment_locked(d, seg, blk);
   *out = blk;
   return CACHALOT_OK;
 }
