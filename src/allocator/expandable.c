@@ -17,22 +17,12 @@
  * multiple of 2 MiB from the reservation's 2 MiB-aligned base), so an entry keeps its meaning when the
  * run's start moves by whole pages: tables are moved, never rebuilt. The large kind keeps one entry per
  * MiB: its handed-out blocks are larger than 1 MiB, so no two start in one MiB, split rule or not. */
-#include "internal.h"
+#include "expandable.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { SMALL_PAGE = 2u << 20, LARGE_PAGE = 20u << 20 };
-
-static size_t round_up_to(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
-/* Entries of s's table that a run of `size` bytes uses. */
-static size_t entries(const cl_segment *s, size_t size) { return size >> s->at_shift; }
-
-/* Makes s's table hold a run of `size` bytes (entries past the run's current size are not cleared:
- * the caller clears them once the run has grown). Doubles, so that a run grown page by page copies its
- * table a logarithmic number of times. */
-static bool table_reserve(cl_segment *s, size_t size) {
+bool cl_exp_table_reserve(cl_segment *s, size_t size) {
   const size_t need = entries(s, size);
   if (need <= s->at_cap)
     return true;
@@ -49,8 +39,7 @@ static void table_clear(cl_segment *s, size_t from_size, size_t to_size) {
   memset(s->at + entries(s, from_size), 0, (entries(s, to_size) - entries(s, from_size)) * sizeof *s->at);
 }
 
-/* Segment metadata for a new run (a spare's, else new), cleared, with no table. NULL on host OOM. */
-static cl_segment *segment_new_locked(cl_device *d) {
+cl_segment *cl_exp_segment_new_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_segment *s = d->spare_segments;
   cl_lane *lane = NULL;
@@ -68,9 +57,7 @@ static cl_segment *segment_new_locked(cl_device *d) {
   return s;
 }
 
-/* Back to the spares. A racing free() may still read it through the page map: with size 0 and no table
- * it matches no pointer. */
-static void segment_spare_locked(cl_device *d, cl_segment *s) {
+void cl_exp_segment_spare_locked(cl_device *d, cl_segment *s) {
   CL_ASSERT_EXCLUSIVE(d);
   free(s->at);
   s->at = NULL;
@@ -81,16 +68,14 @@ static void segment_spare_locked(cl_device *d, cl_segment *s) {
   d->spare_segments = s;
 }
 
-/* Gives back metadata taken for a change that did not happen (either may be NULL). */
-static void drop_metadata(cl_device *d, cl_segment *s, cl_block *b) {
+void cl_exp_drop_metadata(cl_device *d, cl_segment *s, cl_block *b) {
   if (s)
-    segment_spare_locked(d, s);
+    cl_exp_segment_spare_locked(d, s);
   if (b)
     cl_block_delete_locked(d, b);
 }
 
-/* Makes s a run of vr, for requests on `stream` from pool p. */
-static void run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream stream, cl_lane *lane) {
+void cl_exp_run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream stream, cl_lane *lane) {
   s->pool = p;
   s->stream = stream;
   cl_seg_set_lane(s, lane);
@@ -101,8 +86,7 @@ static void run_init(cl_segment *s, cl_vrange *vr, cl_pool *p, cachalot_stream s
   s->at_shift = cl_seg_shift(vr->small);
 }
 
-/* Puts run s into vr's list after `after` (NULL: first). */
-static void run_insert(cl_vrange *vr, cl_segment *after, cl_segment *s) {
+void cl_exp_run_insert(cl_vrange *vr, cl_segment *after, cl_segment *s) {
   s->run_prev = after;
   s->run_next = after ? after->run_next : vr->runs;
   if (s->run_next)
@@ -113,7 +97,7 @@ static void run_insert(cl_vrange *vr, cl_segment *after, cl_segment *s) {
     vr->runs = s;
 }
 
-static void run_remove(cl_vrange *vr, cl_segment *s) {
+void cl_exp_run_remove(cl_vrange *vr, cl_segment *s) {
   if (s->run_prev)
     s->run_prev->run_next = s->run_next;
   else
@@ -209,9 +193,7 @@ static bool find_gap(const cl_vrange *vr, size_t size, bool least, growth *g) {
   }
 }
 
-/* Unmaps [lo, hi) page by page; returns where it stopped (hi unless a page could not be unmapped, whose
- * status goes to *rc if rc is not NULL). */
-static uintptr_t unmap_pages(cl_device *d, const cl_vrange *vr, uintptr_t lo, uintptr_t hi, cachalot_status *rc) {
+uintptr_t cl_exp_unmap_pages(cl_device *d, const cl_vrange *vr, uintptr_t lo, uintptr_t hi, cachalot_status *rc) {
   cachalot_backend *b = d->owner->backend;
   cachalot_status st = CACHALOT_OK;
   while (lo < hi && (st = b->ops->va_unmap(b, d->index, (void *)lo, vr->page)) == CACHALOT_OK)
@@ -295,14 +277,12 @@ static void merge_runs_locked(cl_device *d, cl_segment *s, cl_block *blk, cl_seg
   }
   cl_count_split_locked(d, small, blocks, bytes);
   (void)cl_page_map_point(&d->owner->pages, b->ptr, b->size, s); /* its leaves exist: b's pages were mapped */
-  run_remove(s->vr, b);
+  cl_exp_run_remove(s->vr, b);
   cl_segment_unlink_locked(d, b);
-  segment_spare_locked(d, b);
+  cl_exp_segment_spare_locked(d, b);
 }
 
-/* Whether empty_cache may unmap vr's free pages: those of the default pool and of freeable private
- * pools (a private pool still in use keeps its memory: a graph may replay into it). */
-static bool vrange_releasable(const cl_device *d, const cl_vrange *vr) {
+bool cl_exp_vrange_releasable(const cl_device *d, const cl_vrange *vr) {
   const cl_pool *p = vr->runs ? vr->runs->pool : NULL;
   return p && (cl_pool_is_default(d, p) || p->use_count == 0);
 }
@@ -431,7 +411,7 @@ static void grow_run_locked(cl_device *d, cl_vrange *vr, cl_segment *seg, cl_blo
     blk->prev = blk->next = NULL;
     blk->state = CL_FREE;
     seg->head = seg->tail = blk;
-    run_insert(vr, NULL, seg);
+    cl_exp_run_insert(vr, NULL, seg);
     cl_segment_link_locked(d, seg);
   } else if (blk == seg->tail) { /* the free tail grows */
     cl_free_index_remove_locked(d, blk);
@@ -479,24 +459,24 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
     return rc;
 
   /* Metadata first, so that a host allocation failure never strands device memory. */
-  cl_segment *seg = g.a ? g.a : segment_new_locked(d);
+  cl_segment *seg = g.a ? g.a : cl_exp_segment_new_locked(d);
   const bool fresh = !g.a;
   cl_block *blk = fresh || g.a->tail->state != CL_FREE ? cl_block_new_locked(d) : g.a->tail;
   if (seg && fresh)
-    run_init(seg, vr, p, s, lane);
+    cl_exp_run_init(seg, vr, p, s, lane);
   cl_segment *const new_seg = fresh ? seg : NULL; /* what this call took, to give back on failure */
   cl_block *const new_blk = blk != (g.a ? g.a->tail : NULL) ? blk : NULL;
   const size_t old_size = fresh ? 0 : seg->size;
   const size_t new_size = old_size + g.map + (g.b ? g.b->size : 0);
-  if (!seg || !blk || !table_reserve(seg, new_size) || !cl_page_map_point(&d->owner->pages, g.at, g.map, seg)) {
-    drop_metadata(d, new_seg, new_blk);
+  if (!seg || !blk || !cl_exp_table_reserve(seg, new_size) || !cl_page_map_point(&d->owner->pages, g.at, g.map, seg)) {
+    cl_exp_drop_metadata(d, new_seg, new_blk);
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
   size_t left = 0;
   if ((rc = map_pages(d, vr, g.at, g.map, &left)) != CACHALOT_OK && left == 0) {
     (void)cl_page_map_point(&d->owner->pages, g.at, g.map, NULL);
-    drop_metadata(d, new_seg, new_blk);
+    cl_exp_drop_metadata(d, new_seg, new_blk);
     return rc;
   }
   if (rc != CACHALOT_OK) { /* pages that could not be unmapped are booked as cached memory */
@@ -515,273 +495,4 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   }
   *out = blk;
   return CACHALOT_OK;
-}
-
-size_t cl_unmappable_bytes(const cl_block *b) {
-  const cl_vrange *vr = b->seg->vr;
-  const size_t lo = round_up_to(b->ptr - vr->base, vr->page);
-  const size_t hi = (b->ptr + b->size - vr->base) / vr->page * vr->page;
-  return hi > lo ? hi - lo : 0;
-}
-
-/* An unmapping under way: the hole [lo, hi) made in free block f of run r, and what it leaves either side. */
-typedef struct {
-  cl_block *f;
-  cl_segment *r;
-  uintptr_t lo, hi;
-  cl_segment *r2;                    /* metadata for a run above the hole, when r keeps a part below it */
-  cl_block *nb;                      /* metadata for a free rest above the hole, when f keeps one below it */
-  bool small;
-  cl_block *f1, *f2;                 /* f's free rests [f->ptr, lo) and [hi, f_end), or NULL */
-  cl_block *before, *after;          /* f's neighbours */
-  cl_block *lower_tail, *upper_head; /* the blocks next to the hole, below and above it, or NULL */
-  cl_segment *upper;                 /* the run that [hi, r_end) belongs to, when it exists */
-  uint64_t age_base;                 /* f's age, which its rests keep */
-  int64_t blocks, bytes;             /* the change to the split stats */
-} cut;
-
-/* The hole: the n bytes of whole pages inside f, or `limit` of them rounded up to pages. */
-static void hole_bounds(cut *c, size_t n, size_t limit) {
-  const cl_vrange *vr = c->r->vr;
-  c->lo = vr->base + round_up_to(c->f->ptr - vr->base, vr->page);
-  c->hi = c->lo + n;
-  if (n > limit) { /* the pages at the run's nearer end, so that the run keeps one piece where it can */
-    const size_t part = round_up_to(limit, vr->page);
-    if (c->f->prev)
-      c->lo = c->hi - part;
-    else
-      c->hi = c->lo + part;
-  }
-}
-
-/* Taken before anything is unmapped, so that a host allocation failure changes nothing. */
-static cachalot_status cut_metadata_locked(cl_device *d, cut *c) {
-  CL_ASSERT_EXCLUSIVE(d);
-  const cl_segment *r = c->r;
-  /* Metadata for the worst case (a page that cannot be unmapped leaves a free rest after the hole). */
-  const bool need_r2 = c->lo > r->ptr, need_nb = c->f->ptr < c->lo;
-  if (need_r2 && (c->r2 = segment_new_locked(d))) {
-    run_init(c->r2, r->vr, r->pool, r->stream, r->lane);
-    if (!table_reserve(c->r2, r->ptr + r->size - c->lo)) {
-      segment_spare_locked(d, c->r2);
-      c->r2 = NULL;
-    }
-  }
-  if (need_nb)
-    c->nb = cl_block_new_locked(d);
-  if ((need_r2 && !c->r2) || (need_nb && !c->nb)) {
-    drop_metadata(d, c->r2, c->nb);
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
-  }
-  return CACHALOT_OK;
-}
-
-/* Unmapping does not wait for work still using the memory: the device is synchronized first, once per
- * *synced. The hole shrinks to what was unmapped. */
-static cachalot_status unmap_hole(cl_device *d, cut *c, bool *synced) {
-  cachalot_status rc = CACHALOT_OK;
-  if (!*synced) {
-    cachalot_backend *b = d->owner->backend;
-    if ((rc = b->ops->device_sync(b, d->index)) == CACHALOT_OK)
-      *synced = true;
-  }
-  /* no sync: nothing may be unmapped */
-  c->hi = rc == CACHALOT_OK ? unmap_pages(d, c->r->vr, c->lo, c->hi, &rc) : c->lo;
-  return rc;
-}
-
-/* The block side of the cut: f leaves its index and becomes its rests (f reused, nb for a second one). */
-static void cut_block_locked(cl_device *d, cut *c) {
-  CL_ASSERT_EXCLUSIVE(d);
-  cl_block *f = c->f;
-  const uintptr_t lo = c->lo, hi = c->hi, f_end = f->ptr + f->size;
-  const bool has_f1 = f->ptr < lo, has_f2 = hi < f_end, has_r1 = c->r->ptr < lo;
-  c->before = f->prev;
-  c->after = f->next;
-  /* split stats: f counted while its run had more blocks; f1 and f2 count when their run has others */
-  if (c->before || c->after) {
-    c->blocks--;
-    c->bytes -= (int64_t)f->size;
-  }
-  cl_free_index_remove_locked(d, f);
-  c->age_base = f->gc_base;
-  c->f1 = has_f1 ? f : NULL;
-  c->f2 = has_f2 ? (has_f1 ? c->nb : f) : NULL;
-  if (c->nb && c->nb != c->f2)
-    cl_block_delete_locked(d, c->nb);
-  if (c->f1) {
-    c->f1->size = lo - c->f1->ptr;
-    c->f1->next = NULL;
-  }
-  c->upper = has_r1 ? c->r2 : c->r;
-  if (c->f2) {
-    c->f2->ptr = hi;
-    c->f2->size = f_end - hi;
-    c->f2->seg = c->upper;
-    c->f2->prev = NULL;
-    c->f2->next = c->after;
-    c->f2->state = CL_FREE;
-  }
-  c->upper_head = c->f2 ? c->f2 : c->after;
-  if (c->after)
-    c->after->prev = c->f2;
-  c->lower_tail = c->f1 ? c->f1 : c->before;
-  if (c->before)
-    c->before->next = c->f1;
-  if (!c->f1 && !c->f2)
-    cl_block_delete_locked(d, f);
-}
-
-/* The run side of the cut: r keeps the part below the hole, r2 (or r itself) takes the part above; a run
- * left with neither goes back to the spares. */
-static void cut_run_locked(cl_device *d, cut *c) {
-  CL_ASSERT_EXCLUSIVE(d);
-  cl_segment *r = c->r, *r2 = c->r2;
-  const uintptr_t lo = c->lo, hi = c->hi, r_end = r->ptr + r->size;
-  const bool has_r1 = r->ptr < lo, has_r2 = hi < r_end;
-  (void)cl_page_map_point(&d->owner->pages, lo, hi - lo, NULL);
-  if (has_r1 && has_r2) {
-    r2->ptr = hi;
-    r2->size = r_end - hi;
-    memcpy(r2->at, r->at + entries(r, hi - r->ptr), entries(r2, r2->size) * sizeof *r2->at);
-    r2->head = c->upper_head;
-    r2->tail = r->tail == c->f ? c->f2 : r->tail;
-    for (cl_block *x = c->upper_head; x; x = x->next)
-      x->seg = r2;
-    r->size = lo - r->ptr;
-    r->tail = c->lower_tail;
-    run_insert(r->vr, r, r2);
-    cl_segment_link_locked(d, r2);
-    (void)cl_page_map_point(&d->owner->pages, hi, r2->size, r2); /* its leaves exist: r's pages were mapped */
-  } else {
-    if (r2)
-      segment_spare_locked(d, r2);
-    if (has_r1) {
-      r->size = lo - r->ptr;
-      r->tail = c->lower_tail;
-    } else if (has_r2) {
-      memmove(r->at, r->at + entries(r, hi - r->ptr), entries(r, r_end - hi) * sizeof *r->at);
-      r->ptr = hi;
-      r->size = r_end - hi;
-      r->head = c->upper_head;
-      if (r->tail == c->f)
-        r->tail = c->f2;
-    } else {
-      run_remove(r->vr, r);
-      cl_segment_unlink_locked(d, r);
-      segment_spare_locked(d, r);
-    }
-  }
-}
-
-/* f's rests go back to the index with f's age, and the stats and history learn of the unmapping. */
-static void cut_book_locked(cl_device *d, cut *c) {
-  CL_ASSERT_EXCLUSIVE(d);
-  if (c->f1) {
-    cl_free_index_insert_locked(d, c->f1);
-    c->f1->gc_base = c->age_base;
-    if (c->before) {
-      c->blocks++;
-      c->bytes += (int64_t)c->f1->size;
-    }
-  }
-  if (c->f2) {
-    cl_free_index_insert_locked(d, c->f2);
-    c->f2->gc_base = c->age_base;
-    if (c->after) {
-      c->blocks++;
-      c->bytes += (int64_t)c->f2->size;
-    }
-  }
-  cl_count_split_locked(d, c->small, c->blocks, c->bytes);
-  cachalot_device_stats *st = &d->stats;
-  cl_stat_array_add(st->reserved_bytes, c->small, -(int64_t)(c->hi - c->lo));
-  st->num_device_free++;
-  cl_trace_locked(d, CL_TRACE_SEGMENT_UNMAP, c->lo, c->hi - c->lo, c->upper->stream);
-}
-
-cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, bool *synced, size_t *unmapped) {
-  CL_ASSERT_EXCLUSIVE(d);
-  *unmapped = 0;
-  const size_t n = cl_unmappable_bytes(f);
-  if (!n || !limit || cl_capturing(d))
-    return CACHALOT_OK;
-  cut c = {.f = f, .r = f->seg};
-  hole_bounds(&c, n, limit);
-  cachalot_status rc = cut_metadata_locked(d, &c);
-  if (rc != CACHALOT_OK)
-    return rc;
-  rc = unmap_hole(d, &c, synced);
-  if (c.hi == c.lo) {
-    drop_metadata(d, c.r2, c.nb);
-    return rc;
-  }
-
-  /* f becomes up to two free blocks around the hole [lo, hi): f1 = [f->ptr, lo), f2 = [hi, f_end); the run
-   * r becomes up to two runs: [r->ptr, lo) and [hi, r_end). */
-  c.small = c.r->small;
-  cut_block_locked(d, &c);
-  cut_run_locked(d, &c);
-  cut_book_locked(d, &c);
-  *unmapped = c.hi - c.lo;
-  return rc;
-}
-
-cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
-  CL_ASSERT_EXCLUSIVE(d);
-  cachalot_status result = CACHALOT_OK;
-  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
-    if (!vrange_releasable(d, vr))
-      continue;
-    for (cl_segment *run = vr->runs, *following; run; run = following) {
-      following = run->run_next; /* a run split below is walked through its blocks, not through the list */
-      for (cl_block *b = run->head, *next; b; b = next) {
-        next = b->next; /* survives: unmapping b changes b and the runs only */
-        size_t n;
-        if (b->state == CL_FREE) {
-          cachalot_status rc = cl_unmap_block_locked(d, b, SIZE_MAX, synced, &n);
-          if (rc != CACHALOT_OK && result == CACHALOT_OK)
-            result = rc;
-        }
-      }
-    }
-  }
-  return result;
-}
-
-void cl_vranges_release_locked(cl_device *d, cl_bins *bins) {
-  CL_ASSERT_EXCLUSIVE(d);
-  cachalot_backend *b = d->owner->backend;
-  for (int k = 0; k < 2; k++) {
-    cl_vrange *vr = bins->vr[k];
-    if (!vr)
-      continue;
-    bins->vr[k] = NULL;
-    for (cl_vrange **link = &d->vranges; *link; link = &(*link)->next) {
-      if (*link == vr) {
-        *link = vr->next;
-        break;
-      }
-    }
-    (void)b->ops->va_release(b, d->index, (void *)vr->base, vr->size); /* it holds no run: nothing is mapped
-    * */
-    free(vr);
-  }
-}
-
-size_t cl_expandable_destroy_locked(cl_device *d) {
-  CL_ASSERT_EXCLUSIVE(d);
-  cachalot_backend *b = d->owner->backend;
-  size_t kept = 0;
-  if (d->vranges)
-    (void)b->ops->device_sync(b, d->index);
-  /* every run of every kind first: a bins' two reservations go back together */
-  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
-    for (cl_segment *run = vr->runs; run; run = run->run_next)
-      kept += run->ptr + run->size - unmap_pages(d, vr, run->ptr, run->ptr + run->size, NULL);
-    vr->runs = NULL; /* the runs stay in the device's segment list, which destroy frees */
-  }
-  while (d->vranges)
-    cl_vranges_release_locked(d, d->vranges->bins);
-  return kept;
 }
