@@ -1,5 +1,5 @@
 /* alloc_bench: a snapshot's trace (PyTorch's or cachalot's device_traces) as an operation sequence,
- * read with alloc_snapshot's checked reader.
+ * read with the checked snapshot reader of tools/common.
  *
  * The entries of every device are taken in time order (ties: the lower device; within a device the
  * file's order), as `alloc_snapshot replay` does, and all run on the benchmark's one device and stream:
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../alloc_snapshot/reader.h"
+#include "../common/snapshot_reader.h"
 
 /* (device, addr) -> slot, open addressing with linear probing; deletion by backward shift. */
 typedef struct {

@@ -18,7 +18,7 @@
 
 #include "../common/outfile.h"
 #include "cli.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 #include "summary.h"
 
 static const char help[] =

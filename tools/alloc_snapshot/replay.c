@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "../common/cuda_hint.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 
 static const char help[] =
     "usage: alloc_snapshot replay TRACE [--backend sim|cuda] [--conf STR] [--capacity BYTES]\n"
