@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "../common/cuda_hint.h"
 #include "../common/snapshot_reader.h"
+#include "../common/trace_walk.h"
 
 static const char help[] =
     "usage: alloc_snapshot replay TRACE [--backend sim|cuda] [--conf STR] [--capacity BYTES]\n"
@@ -52,100 +53,18 @@ static const char help[] =
     "Exit status: 0 replay done (OOMs included), 1 unreadable or malformed trace, no trace entries,\n"
     "no device (cuda), allocator error, cannot write SNAPSHOT; 2 usage error (bad config string too).\n";
 
-/* ---- an address map: (device, key) -> value, open addressing with linear probing ----
- * Backward-shift deletion keeps probe runs short without tombstones, so a long replay does not slow
- * down as entries come and go. */
-typedef struct {
-  uint64_t key;
-  int device;    /* -1: empty slot */
-  bool failed;   /* alloc entry: the allocation failed as out of memory */
-  void *ptr;     /* the pointer cachalot gave (alloc) or the stream (streams) */
-  uint64_t size; /* the requested size */
-} slot;
-
-typedef struct {
-  slot *slots;
-  size_t cap, count; /* cap a power of two */
-} addr_map;
-
-static uint64_t hash_key(int device, uint64_t key) {
-  uint64_t h = key ^ ((uint64_t)(unsigned)device << 56);
-  /* splitmix64's finaliser: device addresses share their low bits (alignment) and high bits. */
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h;
-}
-
-static bool map_init(addr_map *m, size_t cap) {
-  m->cap = cap;
-  m->count = 0;
-  m->slots = malloc(cap * sizeof *m->slots);
-  if (m->slots == NULL)
-    return false;
-  for (size_t i = 0; i < cap; i++)
-    m->slots[i].device = -1;
-  return true;
-}
-
-static slot *map_find(addr_map *m, int device, uint64_t key) {
-  for (size_t i = hash_key(device, key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    slot *s = &m->slots[i];
-    if (s->device < 0)
-      return NULL;
-    if (s->device == device && s->key == key)
-      return s;
-  }
-}
-
-/* Inserts a new key (not present). False on host OOM. */
-static bool map_insert(addr_map *m, slot v) {
-  if ((m->count + 1) * 2 > m->cap) { /* load at most 1/2 */
-    addr_map bigger;
-    if (m->cap > SIZE_MAX / 2 / sizeof(slot) || !map_init(&bigger, m->cap * 2))
-      return false;
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->slots[i].device >= 0)
-        map_insert(&bigger, m->slots[i]); /* cannot grow again: half empty */
-    free(m->slots);
-    *m = bigger;
-  }
-  size_t i = hash_key(v.device, v.key) & (m->cap - 1);
-  while (m->slots[i].device >= 0)
-    i = (i + 1) & (m->cap - 1);
-  m->slots[i] = v;
-  m->count++;
-  return true;
-}
-
-static void map_remove(addr_map *m, slot *s) {
-  size_t i = (size_t)(s - m->slots), mask = m->cap - 1;
-  m->slots[i].device = -1;
-  m->count--;
-  /* Shift back the entries after the hole whose home slot is at or before it. */
-  for (size_t j = (i + 1) & mask; m->slots[j].device >= 0; j = (j + 1) & mask) {
-    size_t home = hash_key(m->slots[j].device, m->slots[j].key) & mask;
-    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!between) {
-      m->slots[i] = m->slots[j];
-      m->slots[j].device = -1;
-      i = j;
-    }
-  }
-}
-
 /* ---- the replay ---- */
 
 enum { MAX_STREAMS = 4096 }; /* simulated streams live as long as the backend: a bound for bad traces */
+
+/* The tag of a live allocation whose cachalot_malloc failed as out of memory: its free is skipped. */
+enum { FAILED_ALLOC = 1 };
 
 typedef struct {
   cachalot_backend *b;
   cachalot_allocator *a;
   bool sim;
-  addr_map live;    /* (device, addr) -> allocation */
-  addr_map streams; /* (device, stream id) -> cachalot_stream */
+  tw_map streams; /* (device, stream id) -> cachalot_stream */
   bool warned_streams;
   /* per device */
   int n_devices;
@@ -165,7 +84,7 @@ static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) 
     r->warned_streams = true;
     return 0;
   }
-  slot *s = map_find(&r->streams, device, id);
+  tw_live *s = tw_map_find(&r->streams, device, id);
   if (s != NULL) {
     *out = s->ptr;
     return 0;
@@ -176,94 +95,84 @@ static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) 
   cachalot_status st = cachalot_sim_stream_create(r->b, device, &made);
   if (st != CACHALOT_OK)
     return as_failure("replay", "cannot create a simulated stream on device %d: %s", device, cachalot_last_error());
-  if (!map_insert(&r->streams, (slot){.key = id, .device = device, .ptr = made}))
+  if (tw_map_insert(&r->streams, (tw_live){.key = id, .device = device, .ptr = made}) == NULL)
     return as_failure("replay", "out of host memory");
   *out = made;
   return 0;
 }
 
-static int do_free(replay *r, slot *s) {
-  if (s->failed) {
+/* Frees the allocation of a live record the walk removed. */
+static int do_free(replay *r, const tw_live *s) {
+  if (s->tag == FAILED_ALLOC) {
     r->failed_frees++;
-  } else {
-    cachalot_status st = cachalot_free(r->a, s->ptr);
-    if (st != CACHALOT_OK)
-      return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
-                        s->key, cachalot_status_name(st), cachalot_last_error());
-    r->req_cur[s->device] -= s->size;
-    r->frees++;
+    return 0;
   }
-  map_remove(&r->live, s);
+  cachalot_status st = cachalot_free(r->a, s->ptr);
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
+                      s->key, cachalot_status_name(st), cachalot_last_error());
+  r->req_cur[s->device] -= s->size;
+  r->frees++;
   return 0;
 }
 
-static int do_entry(replay *r, int device, size_t index, const as_trace_entry *e) {
-  if (e->action == AS_FREE_REQUESTED) {
-    slot *s = map_find(&r->live, device, e->addr);
-    if (s == NULL) {
-      r->unknown_frees++;
-      return 0;
-    }
-    return do_free(r, s);
-  }
-  if (e->action != AS_ALLOC) {
-    r->skipped++;
-    return 0;
-  }
-  /* The same addr allocated again while live: the free between them is missing from the trace (a
-   * damaged or merged trace); the memory was free in the recording, so it is freed here too. */
-  slot *old = map_find(&r->live, device, e->addr);
-  if (old != NULL) {
-    r->implicit_frees++;
-    if (do_free(r, old) != 0)
-      return AS_EXIT_FAILURE;
-  }
+/* Allocates for an alloc entry, into the record the walk made for it. */
+static int do_alloc(replay *r, const tw_step *step) {
+  int device = step->device;
+  const as_trace_entry *e = step->e;
   cachalot_stream stream;
   if (get_stream(r, device, e->stream, &stream) != 0)
     return AS_EXIT_FAILURE;
   if (e->size > SIZE_MAX)
-    return as_failure("replay", "device %d entry %zu: size %" PRIu64 " does not fit this machine", device, index,
+    return as_failure("replay", "device %d entry %zu: size %" PRIu64 " does not fit this machine", device, step->index,
                       e->size);
   void *p = NULL;
   cachalot_status st = cachalot_malloc(r->a, device, (size_t)e->size, stream, &p);
-  slot v = {.key = e->addr, .device = device, .ptr = p, .size = e->size};
+  step->live->ptr = p;
   if (st == CACHALOT_ERROR_OUT_OF_MEMORY) {
     r->ooms++;
-    v.failed = true;
+    step->live->tag = FAILED_ALLOC;
   } else if (st != CACHALOT_OK) {
-    return as_failure("replay", "device %d entry %zu: allocating %" PRIu64 " bytes failed: %s: %s", device, index,
-                      e->size, cachalot_status_name(st), cachalot_last_error());
+    return as_failure("replay", "device %d entry %zu: allocating %" PRIu64 " bytes failed: %s: %s", device,
+                      step->index, e->size, cachalot_status_name(st), cachalot_last_error());
   } else {
     r->allocs++;
     r->req_cur[device] += e->size;
     if (r->req_cur[device] > r->req_peak[device])
       r->req_peak[device] = r->req_cur[device];
   }
-  if (!map_insert(&r->live, v))
-    return as_failure("replay", "out of host memory");
   return 0;
 }
 
-/* Runs every device's trace, always taking the entry with the smallest time_us next (ties: the lower
- * device); within a device the file's order is kept whatever the times say. */
-static int run_traces(replay *r, const as_snapshot *s) {
-  size_t *next = calloc(s->n_devices ? s->n_devices : 1, sizeof *next);
-  if (next == NULL)
-    return as_failure("replay", "out of host memory");
-  int rc = 0;
-  for (;;) {
-    int best = -1;
-    for (size_t d = 0; d < s->n_devices && (int)d < r->n_devices; d++)
-      if (next[d] < s->traces[d].n &&
-          (best < 0 || s->traces[d].entries[next[d]].time_us < s->traces[best].entries[next[best]].time_us))
-        best = (int)d;
-    if (best < 0)
-      break;
-    size_t i = next[best]++;
-    if ((rc = do_entry(r, best, i, &s->traces[best].entries[i])) != 0)
-      break;
+static int do_step(replay *r, const tw_step *step) {
+  switch (step->kind) {
+  case TW_ALLOC:
+    return do_alloc(r, step);
+  case TW_IMPLICIT_FREE:
+    r->implicit_frees++;
+    return do_free(r, step->live) != 0 ? AS_EXIT_FAILURE : 0;
+  case TW_FREE:
+    return do_free(r, step->live);
+  case TW_UNKNOWN_FREE:
+    r->unknown_frees++;
+    return 0;
+  case TW_OTHER:
+    break;
   }
-  free(next);
+  r->skipped++;
+  return 0;
+}
+
+/* Runs every device's trace in the walk's order (trace_walk.h). */
+static int run_traces(replay *r, const as_snapshot *s) {
+  tw_walk w;
+  if (tw_begin(&w, s->traces, (size_t)r->n_devices) != 0)
+    return as_failure("replay", "out of host memory");
+  int rc = 0, more;
+  tw_step step;
+  while (rc == 0 && (more = tw_next(&w, &step)) != 0)
+    rc = more < 0 ? as_failure("replay", "out of host memory") : do_step(r, &step);
+  tw_end(&w);
   return rc;
 }
 
@@ -485,7 +394,7 @@ int as_cmd_replay(int argc, char **argv) {
   }
   r.req_cur = calloc((size_t)r.n_devices, sizeof *r.req_cur);
   r.req_peak = calloc((size_t)r.n_devices, sizeof *r.req_peak);
-  if (r.req_cur == NULL || r.req_peak == NULL || !map_init(&r.live, 1024) || !map_init(&r.streams, 16)) {
+  if (r.req_cur == NULL || r.req_peak == NULL || !tw_map_init(&r.streams, 16)) {
     rc = as_failure("replay", "out of host memory");
     goto out;
   }
@@ -510,8 +419,7 @@ int as_cmd_replay(int argc, char **argv) {
 out:
   cachalot_destroy(r.a);
   cachalot_backend_destroy(r.b);
-  free(r.live.slots);
-  free(r.streams.slots);
+  tw_map_free(&r.streams);
   free(r.req_cur);
   free(r.req_peak);
   as_snapshot_free(&s);
