@@ -19,6 +19,7 @@
 #include "../common/outfile.h"
 #include "cli.h"
 #include "../common/snapshot_reader.h"
+#include "../common/trace_walk.h"
 #include "summary.h"
 
 static const char help[] =
@@ -235,25 +236,6 @@ static void dec_push(decimator *d, double x, double y) {
   d->s_last = s;
 }
 
-/* Live allocations by address: open addressing, a slot keeps its key once used (so a freed address
- * found again reuses its slot), which keeps every probe chain intact without deletions. */
-typedef struct {
-  uint64_t key, size;
-  unsigned char used, live;
-} live_slot;
-
-typedef struct {
-  live_slot *slots;
-  size_t mask;
-} live_map;
-
-static live_slot *live_find(live_map *m, uint64_t key) {
-  uint64_t h = key * 0x9E3779B97F4A7C15ull;
-  for (size_t i = (size_t)(h >> 20) & m->mask;; i = (i + 1) & m->mask)
-    if (!m->slots[i].used || m->slots[i].key == key)
-      return &m->slots[i];
-}
-
 typedef struct {
   bool empty;         /* no entries at all */
   bool by_time;       /* x is seconds since the first entry; else the entry index */
@@ -264,11 +246,61 @@ typedef struct {
   uint64_t peak_alloc, peak_reserved, end_alloc, end_reserved;
   double peak_alloc_x, peak_reserved_x;
   size_t n_oom;
-  size_t unknown_frees; /* free_requested of addresses the trace never allocated */
+  size_t unknown_frees; /* free_requested of addresses the trace never allocated (trace_walk.h) */
 } series;
 
 static double entry_x(const as_device_trace *t, size_t i, bool by_time) {
   return by_time ? (double)(t->entries[i].time_us - t->entries[0].time_us) / 1e6 : (double)i;
+}
+
+/* The x axis: seconds since the first entry where time_us rises through the trace, else the entry
+ * index (time_us absent, constant or out of order). */
+static void series_axis(const as_device_trace *t, series *s) {
+  s->by_time = t->entries[t->n - 1].time_us > t->entries[0].time_us;
+  for (size_t i = 1; s->by_time && i < t->n; i++)
+    if (t->entries[i].time_us < t->entries[i - 1].time_us)
+      s->by_time = false;
+  s->x_max = entry_x(t, t->n - 1, s->by_time);
+  s->x_scale = !s->by_time || s->x_max >= 1.0 ? 1.0 : s->x_max >= 1e-3 ? 1e3 : 1e6;
+  s->x_unit = !s->by_time ? "" : s->x_max >= 1.0 ? "s" : s->x_max >= 1e-3 ? "ms" : "&#181;s";
+}
+
+/* What one step of the walk does to the allocated (*a) and reserved (*r) bytes. */
+static void apply_step(const tw_step *st, uint64_t *a, uint64_t *r, series *s) {
+  const as_trace_entry *e = st->e;
+  switch (st->kind) {
+  case TW_IMPLICIT_FREE: /* allocated twice without a free in between: the later one counts */
+  case TW_FREE:
+    *a = *a >= st->live->size ? *a - st->live->size : 0;
+    return;
+  case TW_ALLOC:
+    *a = as_sat_add(*a, e->size);
+    return;
+  case TW_UNKNOWN_FREE:
+    s->unknown_frees++;
+    return;
+  case TW_OTHER:
+    break;
+  }
+  if (e->action == AS_SEGMENT_ALLOC || e->action == AS_SEGMENT_MAP)
+    *r = as_sat_add(*r, e->size);
+  else if (e->action == AS_SEGMENT_FREE || e->action == AS_SEGMENT_UNMAP)
+    *r = *r >= e->size ? *r - e->size : 0;
+  else if (e->action == AS_OOM)
+    s->n_oom++;
+}
+
+/* A line's step at x from *cur to v (vertical, so the line is a staircase), and its peak. */
+static void step_to(decimator *d, double x, uint64_t *cur, uint64_t v, uint64_t *peak, double *peak_x) {
+  if (v == *cur)
+    return;
+  dec_push(d, x, (double)*cur);
+  dec_push(d, x, (double)v);
+  *cur = v;
+  if (v > *peak) {
+    *peak = v;
+    *peak_x = x;
+  }
 }
 
 /* 0, or -1 on host OOM. */
@@ -278,98 +310,38 @@ static int build_series(const as_device_trace *t, series *s) {
     s->empty = true;
     return 0;
   }
-  s->by_time = t->entries[t->n - 1].time_us > t->entries[0].time_us;
-  for (size_t i = 1; s->by_time && i < t->n; i++)
-    if (t->entries[i].time_us < t->entries[i - 1].time_us)
-      s->by_time = false;
-  s->x_max = entry_x(t, t->n - 1, s->by_time);
-  s->x_scale = !s->by_time || s->x_max >= 1.0 ? 1.0 : s->x_max >= 1e-3 ? 1e3 : 1e6;
-  s->x_unit = !s->by_time ? "" : s->x_max >= 1.0 ? "s" : s->x_max >= 1e-3 ? "ms" : "&#181;s";
-  size_t n_alloc = 0;
-  for (size_t i = 0; i < t->n; i++)
-    n_alloc += t->entries[i].action == AS_ALLOC;
-  size_t cap = 16;
-  while (cap < 2 * n_alloc)
-    cap *= 2;
-  live_map live = {calloc(cap, sizeof *live.slots), cap - 1};
+  series_axis(t, s);
   s->alloc.out = malloc(DEC_CAP * sizeof(pt));
   s->reserved.out = malloc(DEC_CAP * sizeof(pt));
-  if (live.slots == NULL || s->alloc.out == NULL || s->reserved.out == NULL) {
-    free(live.slots);
+  tw_walk w;
+  if (s->alloc.out == NULL || s->reserved.out == NULL || tw_begin(&w, t, 1) != 0)
     return -1;
-  }
   decimator *da = &s->alloc, *dr = &s->reserved;
   da->x0 = dr->x0 = 0;
   da->span = dr->span = s->x_max;
   da->cur = dr->cur = -1;
-  uint64_t alloc = 0, reserved = 0;
+  uint64_t alloc = 0, reserved = 0, a = 0, r = 0;
   dec_push(da, 0, 0);
   dec_push(dr, 0, 0);
-  for (size_t i = 0; i < t->n; i++) {
-    const as_trace_entry *e = &t->entries[i];
-    double x = entry_x(t, i, s->by_time);
-    uint64_t a = alloc, r = reserved;
-    switch (e->action) {
-    case AS_ALLOC: {
-      live_slot *sl = live_find(&live, e->addr);
-      if (sl->used && sl->live) /* allocated twice without a free in between: the later one counts */
-        a = a >= sl->size ? a - sl->size : 0;
-      sl->used = sl->live = 1;
-      sl->key = e->addr;
-      sl->size = e->size;
-      a = as_sat_add(a, e->size);
-      break;
-    }
-    case AS_FREE_REQUESTED: {
-      live_slot *sl = live_find(&live, e->addr);
-      if (sl->used && sl->live) {
-        a = a >= sl->size ? a - sl->size : 0;
-        sl->live = 0;
-      } else {
-        s->unknown_frees++;
-      }
-      break;
-    }
-    case AS_SEGMENT_ALLOC:
-    case AS_SEGMENT_MAP:
-      r = as_sat_add(r, e->size);
-      break;
-    case AS_SEGMENT_FREE:
-    case AS_SEGMENT_UNMAP:
-      r = r >= e->size ? r - e->size : 0;
-      break;
-    case AS_OOM:
-      s->n_oom++;
-      break;
-    default:
-      break;
-    }
-    if (a != alloc) {
-      dec_push(da, x, (double)alloc);
-      dec_push(da, x, (double)a);
-      alloc = a;
-      if (a > s->peak_alloc) {
-        s->peak_alloc = a;
-        s->peak_alloc_x = x;
-      }
-    }
-    if (r != reserved) {
-      dec_push(dr, x, (double)reserved);
-      dec_push(dr, x, (double)r);
-      reserved = r;
-      if (r > s->peak_reserved) {
-        s->peak_reserved = r;
-        s->peak_reserved_x = x;
-      }
-    }
+  tw_step st;
+  int more;
+  while ((more = tw_next(&w, &st)) > 0) {
+    apply_step(&st, &a, &r, s);
+    if (st.kind == TW_IMPLICIT_FREE)
+      continue; /* its entry's TW_ALLOC comes next: the two are one step of the line */
+    double x = entry_x(t, st.index, s->by_time);
+    step_to(da, x, &alloc, a, &s->peak_alloc, &s->peak_alloc_x);
+    step_to(dr, x, &reserved, r, &s->peak_reserved, &s->peak_reserved_x);
   }
+  tw_end(&w);
+  if (more < 0)
+    return -1;
   dec_push(da, s->x_max, (double)alloc);
   dec_push(dr, s->x_max, (double)reserved);
   dec_flush(da);
   dec_flush(dr);
   s->end_alloc = alloc;
   s->end_reserved = reserved;
-  free(live.slots);
   return 0;
 }
 
