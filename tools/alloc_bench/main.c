@@ -1,5 +1,6 @@
 /* alloc_bench: the command line, the workloads and the timed passes. */
 #include "bench.h"
+#include "json_writer.h" /* src/common/: its string escaper */
 
 #include <errno.h>
 #include <getopt.h>
@@ -757,18 +758,24 @@ static const char *why_none_ran(const config *c, const ab_results *res) {
   return other != NULL ? other : "every selected allocator was skipped";
 }
 
-static void json_str(char *buf, size_t len, const char *s) {
-  size_t k = 0;
-  for (; *s && k + 7 < len; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      k += (size_t)snprintf(buf + k, len - k, "\\%c", ch);
-    else if (ch < 0x20)
-      k += (size_t)snprintf(buf + k, len - k, "\\u%04x", ch);
-    else
-      buf[k++] = (char)ch;
-  }
-  buf[k] = '\0';
+/* A JSON string's contents into buf[0..len), cut before the character whose escape might not fit. */
+typedef struct {
+  char *buf;
+  size_t len, k;
+} bounded;
+
+static void put_bounded(void *ctx, const char *bytes, size_t n) {
+  bounded *b = ctx;
+  if (b->k + 7 >= b->len) /* the longest escape (6) and the NUL */
+    return;
+  memcpy(b->buf + b->k, bytes, n);
+  b->k += n;
+}
+
+static void json_contents(char *buf, size_t len, const char *s) {
+  bounded b = {buf, len, 0};
+  cl_json_escape(s, put_bounded, &b);
+  buf[b.k] = '\0';
 }
 
 /* Appends to buf[0..len) at *k; stops quietly at the end of the buffer. */
@@ -786,7 +793,7 @@ static void append(char *buf, size_t len, size_t *k, const char *fmt, ...) {
 static void config_json(const config *c, char *buf, size_t len, const char *device) {
   size_t k = 0;
   char tmp[1024];
-  json_str(tmp, sizeof tmp, device);
+  json_contents(tmp, sizeof tmp, device);
   append(buf, len, &k,
          "{\"device\": \"%s\", \"repeat\": %d, \"ops\": %zu, \"graph_ops\": %zu, \"replays\": %d, "
          "\"threads\": %d, \"streams\": %d, \"seed\": %" PRIu64 ", \"workloads\": [",
@@ -799,14 +806,14 @@ static void config_json(const config *c, char *buf, size_t len, const char *devi
     }
   append(buf, len, &k, "], \"traces\": [");
   for (size_t i = 0; i < c->n_traces; i++) {
-    json_str(tmp, sizeof tmp, c->traces[i]);
+    json_contents(tmp, sizeof tmp, c->traces[i]);
     append(buf, len, &k, "%s\"%s\"", i ? ", " : "", tmp);
   }
   append(buf, len, &k, "], \"skipped\": {");
   first = true;
   for (int i = 0; i < c->n_alloc; i++)
     if (c->skip[i][0] != '\0') {
-      json_str(tmp, sizeof tmp, c->skip[i]);
+      json_contents(tmp, sizeof tmp, c->skip[i]);
       append(buf, len, &k, "%s\"%s\": \"%s\"", first ? "" : ", ", c->alloc[i]->name, tmp);
       first = false;
     }

@@ -2,6 +2,7 @@
 #include "bench.h"
 
 #include "../common/outfile.h"
+#include "json_writer.h" /* src/common/: its string escaper */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -347,20 +348,6 @@ int ab_read_csv(const char *path, ab_results *res, char err[AB_ERR_LEN]) {
 
 /* ---- JSON ---- */
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 static void json_i64(FILE *f, const char *key, int64_t v) {
   if (v >= 0)
     fprintf(f, ", \"%s\": %" PRId64, key, v);
@@ -377,9 +364,9 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
     fprintf(f, "%s\n  {\"workload\": ", k ? "," : "");
-    json_string(f, r->workload);
+    cl_json_fput_string(f, r->workload);
     fputs(", \"allocator\": ", f);
-    json_string(f, r->allocator);
+    cl_json_fput_string(f, r->allocator);
     fprintf(f, ", \"status\": \"%s\", \"unit\": \"%s\", \"units_per_repeat\": %" PRIu64
                ", \"repeats\": %d, \"threads\": %d, \"streams\": %d",
             ab_status_name(r->status), r->unit, r->units, r->repeats, r->threads, r->streams);
@@ -392,7 +379,7 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
     json_i64(f, "peak_requested_bytes", r->peak_requested);
     json_i64(f, "device_allocs", r->device_allocs);
     fputs(", \"note\": ", f);
-    json_string(f, r->note);
+    cl_json_fput_string(f, r->note);
     fputc('}', f);
   }
   fputs("\n]}\n", f);
