@@ -16,11 +16,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../common/outfile.h"
-#include "cli.h"
-#include "../common/snapshot_reader.h"
-#include "../common/trace_walk.h"
-#include "summary.h"
+#include "../../common/outfile.h"
+#include "../cli.h"
+#include "../../common/snapshot_reader.h"
+#include "../../common/trace_walk.h"
+#include "../summary.h"
 
 static const char help[] =
     "usage: alloc_snapshot plot FILE -o OUT.html [--device N]\n"
