@@ -277,16 +277,25 @@ static int print_stats_json(replay *r) {
   return 0;
 }
 
-int as_cmd_replay(int argc, char **argv) {
+/* ---- the command ---- */
+
+enum { GO_ON = -1 }; /* what the steps below return when the command goes on */
+
+typedef struct {
+  const char *backend, *conf, *out_path, *path;
+  uint64_t capacity;
+  bool sim, stats_json, snapshot_to_stdout;
+} replay_args;
+
+/* GO_ON, or the exit status (--help, a usage error). */
+static int parse_args(int argc, char **argv, replay_args *a) {
   static const struct option longopts[] = {{"backend", required_argument, NULL, 'B'},
                                            {"conf", required_argument, NULL, 'c'},
                                            {"capacity", required_argument, NULL, 'C'},
                                            {"stats-json", no_argument, NULL, 'j'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
-  const char *backend = "sim", *conf = "", *out_path = NULL;
-  uint64_t capacity = (uint64_t)80 << 30;
-  bool capacity_given = false, stats_json = false;
+  bool capacity_given = false;
   for (int c; (c = as_getopt("replay", argc, argv, ":ho:", longopts)) != -1;) {
     switch (c) {
     case 'h':
@@ -295,22 +304,22 @@ int as_cmd_replay(int argc, char **argv) {
     case 'B':
       if (strcmp(optarg, "sim") != 0 && strcmp(optarg, "cuda") != 0)
         return as_usage_error("replay", "--backend is sim or cuda, not '%s'", optarg);
-      backend = optarg;
+      a->backend = optarg;
       break;
     case 'c':
-      conf = optarg;
+      a->conf = optarg;
       break;
     case 'C':
-      if (!as_parse_bytes(optarg, &capacity) || capacity == 0 || capacity > SIZE_MAX)
+      if (!as_parse_bytes(optarg, &a->capacity) || a->capacity == 0 || a->capacity > SIZE_MAX)
         return as_usage_error("replay", "--capacity wants a positive byte count such as 80G or 1048576, not '%s'",
                               optarg);
       capacity_given = true;
       break;
     case 'o':
-      out_path = optarg;
+      a->out_path = optarg;
       break;
     case 'j':
-      stats_json = true;
+      a->stats_json = true;
       break;
     default:
       return AS_EXIT_USAGE;
@@ -320,103 +329,109 @@ int as_cmd_replay(int argc, char **argv) {
     return as_usage_error("replay", "no TRACE given");
   if (argc - optind > 1)
     return as_usage_error("replay", "one TRACE expected, got %d arguments", argc - optind);
-  bool sim = strcmp(backend, "sim") == 0;
-  if (capacity_given && !sim)
+  a->sim = strcmp(a->backend, "sim") == 0;
+  if (capacity_given && !a->sim)
     return as_usage_error("replay", "--capacity applies to the sim backend only");
-  bool snapshot_to_stdout = out_path != NULL && strcmp(out_path, "-") == 0;
-  if (snapshot_to_stdout && stats_json)
+  a->snapshot_to_stdout = a->out_path != NULL && strcmp(a->out_path, "-") == 0;
+  if (a->snapshot_to_stdout && a->stats_json)
     return as_usage_error("replay", "-o - and --stats-json would both write JSON to standard output");
-  const char *path = argv[optind];
+  a->path = argv[optind];
+  return GO_ON;
+}
 
-  as_snapshot s;
-  char err[AS_ERR_LEN];
-  if (as_snapshot_load(path, &s, err) != 0)
-    return as_failure("replay", "%s", err);
-  replay r = {.sim = sim};
-  int rc = AS_EXIT_OK;
-  size_t entries = 0;
-  int last_device = -1;
-  for (size_t d = 0; d < s.n_devices; d++)
-    if (s.traces[d].n > 0) {
-      entries += s.traces[d].n;
-      last_device = (int)d;
-    }
-  if (entries == 0) {
-    rc = as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", path);
-    goto out;
-  }
-  r.n_devices = last_device + 1;
-
+/* The backend, with r->n_devices devices at least. GO_ON, or the exit status. */
+static int open_backend(replay *r, const replay_args *a) {
   cachalot_status st;
-  if (sim) {
-    if (r.n_devices > 64) {
-      rc = as_failure("replay", "%s: the trace has %d devices; the simulated backend has at most 64", path,
-                      r.n_devices);
-      goto out;
-    }
-    cachalot_sim_options opt = {.device_count = r.n_devices, .capacity_bytes = (size_t)capacity,
+  if (a->sim) {
+    if (r->n_devices > 64)
+      return as_failure("replay", "%s: the trace has %d devices; the simulated backend has at most 64", a->path,
+                        r->n_devices);
+    cachalot_sim_options opt = {.device_count = r->n_devices, .capacity_bytes = (size_t)a->capacity,
                                 .complete_immediately = true};
-    st = cachalot_backend_sim(&opt, &r.b);
+    st = cachalot_backend_sim(&opt, &r->b);
   } else {
-    st = cachalot_backend_cuda(&r.b);
+    st = cachalot_backend_cuda(&r->b);
   }
   if (st != CACHALOT_OK) {
     char msg[AS_ERR_LEN];
-    if (sim)
+    if (a->sim)
       snprintf(msg, sizeof msg, "%s", cachalot_last_error());
     else
       tool_cuda_hint(msg, sizeof msg, cachalot_last_error(), "--backend sim replays on a simulated device");
-    rc = as_failure("replay", "cannot use the %s backend: %s", backend, msg);
-    goto out;
+    return as_failure("replay", "cannot use the %s backend: %s", a->backend, msg);
   }
   int count = 0;
-  if (cachalot_backend_device_count(r.b, &count) != CACHALOT_OK || count < r.n_devices) {
-    rc = as_failure("replay", "the trace uses %d devices; the %s backend has %d", r.n_devices, backend, count);
-    goto out;
-  }
-  st = cachalot_create(r.b, conf, &r.a);
-  if (st == CACHALOT_ERROR_CONFIG) {
-    rc = as_usage_error("replay", "--conf: %s", cachalot_last_error());
-    goto out;
-  }
-  if (st != CACHALOT_OK) {
-    rc = as_failure("replay", "cannot create the allocator: %s: %s", cachalot_status_name(st), cachalot_last_error());
-    goto out;
-  }
-  if (out_path != NULL) {
+  if (cachalot_backend_device_count(r->b, &count) != CACHALOT_OK || count < r->n_devices)
+    return as_failure("replay", "the trace uses %d devices; the %s backend has %d", r->n_devices, a->backend, count);
+  return GO_ON;
+}
+
+/* Everything the replay of s needs: its devices, the backend, the allocator (recording its history for
+ * -o) and the bookkeeping. GO_ON, or the exit status. */
+static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
+  size_t entries = 0;
+  int last_device = -1;
+  for (size_t d = 0; d < s->n_devices; d++)
+    if (s->traces[d].n > 0) {
+      entries += s->traces[d].n;
+      last_device = (int)d;
+    }
+  if (entries == 0)
+    return as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", a->path);
+  r->n_devices = last_device + 1;
+  int rc = open_backend(r, a);
+  if (rc != GO_ON)
+    return rc;
+  cachalot_status st = cachalot_create(r->b, a->conf, &r->a);
+  if (st == CACHALOT_ERROR_CONFIG)
+    return as_usage_error("replay", "--conf: %s", cachalot_last_error());
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "cannot create the allocator: %s: %s", cachalot_status_name(st), cachalot_last_error());
+  if (a->out_path != NULL) {
     /* Room for the replay's own entries (alloc, free_requested, free_completed, segment_*) so the written
      * snapshot holds its whole trace. */
     size_t max_entries = entries > (SIZE_MAX - 4096) / 2 ? SIZE_MAX / 2 : entries * 2 + 4096;
-    if ((st = cachalot_record_history(r.a, true, max_entries)) != CACHALOT_OK) {
-      rc = as_failure("replay", "cannot record history: %s", cachalot_last_error());
-      goto out;
-    }
+    if (cachalot_record_history(r->a, true, max_entries) != CACHALOT_OK)
+      return as_failure("replay", "cannot record history: %s", cachalot_last_error());
   }
-  r.req_cur = calloc((size_t)r.n_devices, sizeof *r.req_cur);
-  r.req_peak = calloc((size_t)r.n_devices, sizeof *r.req_peak);
-  if (r.req_cur == NULL || r.req_peak == NULL || !tw_map_init(&r.streams, 16)) {
-    rc = as_failure("replay", "out of host memory");
-    goto out;
-  }
+  r->req_cur = calloc((size_t)r->n_devices, sizeof *r->req_cur);
+  r->req_peak = calloc((size_t)r->n_devices, sizeof *r->req_peak);
+  if (r->req_cur == NULL || r->req_peak == NULL || !tw_map_init(&r->streams, 16))
+    return as_failure("replay", "out of host memory");
+  return GO_ON;
+}
 
+/* The replay, timed, checked, and what it reports and writes. The exit status. */
+static int run_and_report(replay *r, const replay_args *a, const as_snapshot *s) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  rc = run_traces(&r, &s);
+  int rc = run_traces(r, s);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (rc != 0)
-    goto out;
+    return rc;
   double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-  if ((st = cachalot_check(r.a)) != CACHALOT_OK) {
-    rc = as_failure("replay", "cachalot_check after the replay: %s", cachalot_last_error());
-    goto out;
-  }
-  print_summary(stats_json || snapshot_to_stdout ? stderr : stdout, &r, &s, strcmp(path, "-") == 0 ? "<stdin>" : path,
-                backend, capacity, conf, seconds);
-  if (out_path != NULL && (rc = write_snapshot(&r, out_path)) != 0)
-    goto out;
-  if (stats_json)
-    rc = print_stats_json(&r);
-out:
+  if (cachalot_check(r->a) != CACHALOT_OK)
+    return as_failure("replay", "cachalot_check after the replay: %s", cachalot_last_error());
+  print_summary(a->stats_json || a->snapshot_to_stdout ? stderr : stdout, r, s,
+                strcmp(a->path, "-") == 0 ? "<stdin>" : a->path, a->backend, a->capacity, a->conf, seconds);
+  if (a->out_path != NULL && (rc = write_snapshot(r, a->out_path)) != 0)
+    return rc;
+  return a->stats_json ? print_stats_json(r) : AS_EXIT_OK;
+}
+
+int as_cmd_replay(int argc, char **argv) {
+  replay_args a = {.backend = "sim", .conf = "", .capacity = (uint64_t)80 << 30};
+  int rc = parse_args(argc, argv, &a);
+  if (rc != GO_ON)
+    return rc;
+  as_snapshot s;
+  char err[AS_ERR_LEN];
+  if (as_snapshot_load(a.path, &s, err) != 0)
+    return as_failure("replay", "%s", err);
+  replay r = {.sim = a.sim};
+  rc = set_up(&r, &a, &s);
+  if (rc == GO_ON)
+    rc = run_and_report(&r, &a, &s);
   cachalot_destroy(r.a);
   cachalot_backend_destroy(r.b);
   tw_map_free(&r.streams);
