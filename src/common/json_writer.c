@@ -1,3 +1,4 @@
+/* The JSON writer of json_writer.h, and the one JSON string escaper of cachalot and its tools. */
 #include "json_writer.h"
 
 #include "c_locale.h"
@@ -66,25 +67,39 @@ void cl_json_end_object(cl_json *j) { close_(j, '}'); }
 void cl_json_begin_array(cl_json *j) { open_(j, '['); }
 void cl_json_end_array(cl_json *j) { close_(j, ']'); }
 
-static void quoted(cl_json *j, const char *s) {
-  put(j, "\"", 1);
+void cl_json_escape(const char *s, cl_json_sink *sink, void *ctx) {
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
     char esc[8];
     switch (*p) {
-    case '"': puts_(j, "\\\""); break;
-    case '\\': puts_(j, "\\\\"); break;
-    case '\n': puts_(j, "\\n"); break;
-    case '\r': puts_(j, "\\r"); break;
-    case '\t': puts_(j, "\\t"); break;
+    case '"': sink(ctx, "\\\"", 2); break;
+    case '\\': sink(ctx, "\\\\", 2); break;
+    case '\n': sink(ctx, "\\n", 2); break;
+    case '\r': sink(ctx, "\\r", 2); break;
+    case '\t': sink(ctx, "\\t", 2); break;
     default:
       if (*p < 0x20) {
         snprintf(esc, sizeof esc, "\\u%04x", *p);
-        puts_(j, esc);
+        sink(ctx, esc, 6);
       } else {
-        put(j, (const char *)p, 1);
+        sink(ctx, (const char *)p, 1);
       }
     }
   }
+}
+
+static void put_file(void *f, const char *s, size_t n) { fwrite(s, 1, n, f); }
+
+void cl_json_fput_string(FILE *f, const char *s) {
+  fputc('"', f);
+  cl_json_escape(s, put_file, f);
+  fputc('"', f);
+}
+
+static void put_json(void *j, const char *s, size_t n) { put(j, s, n); }
+
+static void quoted(cl_json *j, const char *s) {
+  put(j, "\"", 1);
+  cl_json_escape(s, put_json, j);
   put(j, "\"", 1);
 }
 

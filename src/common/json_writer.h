@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum { CL_JSON_MAX_DEPTH = 32 };
 
@@ -34,5 +35,15 @@ void cl_json_null(cl_json *j);
 /* The finished text (caller frees), or NULL after a host allocation failure. The writer is reset. */
 char *cl_json_finish(cl_json *j);
 void cl_json_discard(cl_json *j);
+
+/* The escaper cl_json_string uses, for writers of their own (the tools compile this file in). */
+typedef void cl_json_sink(void *ctx, const char *bytes, size_t n);
+/* The contents of s (NULL: "") as a JSON string's, without its quotes: '"', '\\' and the control
+ * characters below 0x20 escaped (\n, \r, \t by name, the others as \u00xx); every other byte, DEL and
+ * UTF-8 included, as it is. sink gets one call per byte of s (the byte or its escape), so a sink with a
+ * bound can stop between characters and never cut an escape in half. */
+void cl_json_escape(const char *s, cl_json_sink *sink, void *ctx);
+/* s as a quoted JSON string on f. */
+void cl_json_fput_string(FILE *f, const char *s);
 
 #endif

@@ -2,6 +2,7 @@
 #include "bench.h"
 
 #include "../common/outfile.h"
+#include "json_writer.h" /* src/common/: its string escaper */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -256,15 +257,69 @@ static size_t csv_split(char *line, char **fields, size_t max) {
   }
 }
 
+/* The columns the chart needs, found by their header names (note may be missing). */
+enum { F_WORKLOAD, F_ALLOCATOR, F_STATUS, F_UNIT, F_MEDIAN, F_MIN, F_MAX, F_NOTE, F_COUNT };
+
+/* col[] from the header's n fields: 0, or -1 when a column other than note is missing. */
+static int find_columns(char **fields, size_t n, int col[F_COUNT], const char *path, char err[AB_ERR_LEN]) {
+  static const char *const want[F_COUNT] = {"workload", "allocator", "status", "unit",
+                                            "median_ns", "min_ns",   "max_ns", "note"};
+  for (int i = 0; i < F_COUNT; i++) {
+    col[i] = -1;
+    for (size_t k = 0; k < n; k++)
+      if (strcmp(fields[k], want[i]) == 0)
+        col[i] = (int)k;
+    if (col[i] < 0 && i != F_NOTE) {
+      snprintf(err, AB_ERR_LEN, "%s: no '%s' column in the header (not an alloc_bench CSV?)", path, want[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* One record of n fields, line `lineno`, as a row of res. 0, or -1 with a message. */
+static int read_row(char **fields, size_t n, const int col[F_COUNT], ab_results *res, const char *path,
+                    size_t lineno, char err[AB_ERR_LEN]) {
+  for (int i = 0; i < F_COUNT; i++)
+    if (col[i] >= 0 && (size_t)col[i] >= n) {
+      snprintf(err, AB_ERR_LEN, "%s:%zu: %zu fields, expected at least %d", path, lineno, n, col[i] + 1);
+      return -1;
+    }
+  ab_row *r = ab_results_add(res);
+  if (r == NULL) {
+    snprintf(err, AB_ERR_LEN, "out of host memory");
+    return -1;
+  }
+  snprintf(r->workload, sizeof r->workload, "%s", fields[col[F_WORKLOAD]]);
+  snprintf(r->allocator, sizeof r->allocator, "%s", fields[col[F_ALLOCATOR]]);
+  snprintf(r->unit, sizeof r->unit, "%s", fields[col[F_UNIT]]);
+  if (col[F_NOTE] >= 0)
+    snprintf(r->note, sizeof r->note, "%s", fields[col[F_NOTE]]);
+  r->status = AB_ROW_ERROR;
+  for (int s = 0; s < 4; s++)
+    if (strcmp(fields[col[F_STATUS]], status_names[s]) == 0)
+      r->status = (ab_row_status)s;
+  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = -1;
+  if (r->status != AB_ROW_OK)
+    return 0;
+  char *end1, *end2, *end3;
+  r->median_ns = strtod(fields[col[F_MEDIAN]], &end1);
+  r->min_ns = strtod(fields[col[F_MIN]], &end2);
+  r->max_ns = strtod(fields[col[F_MAX]], &end3);
+  if (*end1 || *end2 || *end3 || end1 == fields[col[F_MEDIAN]] || !(r->median_ns >= 0) || !(r->min_ns >= 0) ||
+      !(r->max_ns >= 0)) {
+    snprintf(err, AB_ERR_LEN, "%s:%zu: median_ns, min_ns and max_ns must be non-negative numbers", path, lineno);
+    return -1;
+  }
+  return 0;
+}
+
 int ab_read_csv(const char *path, ab_results *res, char err[AB_ERR_LEN]) {
   FILE *f = fopen(path, "r");
   if (f == NULL) {
     snprintf(err, AB_ERR_LEN, "cannot read %s: %s", path, strerror(errno));
     return -1;
   }
-  enum { F_WORKLOAD, F_ALLOCATOR, F_STATUS, F_UNIT, F_MEDIAN, F_MIN, F_MAX, F_NOTE, F_COUNT };
-  static const char *const want[F_COUNT] = {"workload", "allocator", "status", "unit",
-                                            "median_ns", "min_ns",   "max_ns", "note"};
   int col[F_COUNT];
   char line[4096];
   char *fields[32];
@@ -283,55 +338,7 @@ int ab_read_csv(const char *path, ab_results *res, char err[AB_ERR_LEN]) {
     if (len == 0)
       continue;
     size_t n = csv_split(line, fields, 32);
-    if (lineno == 1) {
-      for (int i = 0; i < F_COUNT; i++) {
-        col[i] = -1;
-        for (size_t k = 0; k < n; k++)
-          if (strcmp(fields[k], want[i]) == 0)
-            col[i] = (int)k;
-        if (col[i] < 0 && i != F_NOTE) {
-          snprintf(err, AB_ERR_LEN, "%s: no '%s' column in the header (not an alloc_bench CSV?)", path, want[i]);
-          rc = -1;
-          break;
-        }
-      }
-      continue;
-    }
-    for (int i = 0; i < F_COUNT; i++)
-      if (col[i] >= 0 && (size_t)col[i] >= n) {
-        snprintf(err, AB_ERR_LEN, "%s:%zu: %zu fields, expected at least %d", path, lineno, n, col[i] + 1);
-        rc = -1;
-        break;
-      }
-    if (rc != 0)
-      break;
-    ab_row *r = ab_results_add(res);
-    if (r == NULL) {
-      snprintf(err, AB_ERR_LEN, "out of host memory");
-      rc = -1;
-      break;
-    }
-    snprintf(r->workload, sizeof r->workload, "%s", fields[col[F_WORKLOAD]]);
-    snprintf(r->allocator, sizeof r->allocator, "%s", fields[col[F_ALLOCATOR]]);
-    snprintf(r->unit, sizeof r->unit, "%s", fields[col[F_UNIT]]);
-    if (col[F_NOTE] >= 0)
-      snprintf(r->note, sizeof r->note, "%s", fields[col[F_NOTE]]);
-    r->status = AB_ROW_ERROR;
-    for (int s = 0; s < 4; s++)
-      if (strcmp(fields[col[F_STATUS]], status_names[s]) == 0)
-        r->status = (ab_row_status)s;
-    r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = -1;
-    if (r->status == AB_ROW_OK) {
-      char *end1, *end2, *end3;
-      r->median_ns = strtod(fields[col[F_MEDIAN]], &end1);
-      r->min_ns = strtod(fields[col[F_MIN]], &end2);
-      r->max_ns = strtod(fields[col[F_MAX]], &end3);
-      if (*end1 || *end2 || *end3 || end1 == fields[col[F_MEDIAN]] || !(r->median_ns >= 0) || !(r->min_ns >= 0) ||
-          !(r->max_ns >= 0)) {
-        snprintf(err, AB_ERR_LEN, "%s:%zu: median_ns, min_ns and max_ns must be non-negative numbers", path, lineno);
-        rc = -1;
-      }
-    }
+    rc = lineno == 1 ? find_columns(fields, n, col, path, err) : read_row(fields, n, col, res, path, lineno, err);
   }
   if (rc == 0 && ferror(f)) {
     snprintf(err, AB_ERR_LEN, "cannot read %s: %s", path, strerror(errno));
@@ -346,20 +353,6 @@ int ab_read_csv(const char *path, ab_results *res, char err[AB_ERR_LEN]) {
 }
 
 /* ---- JSON ---- */
-
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
 
 static void json_i64(FILE *f, const char *key, int64_t v) {
   if (v >= 0)
@@ -377,9 +370,9 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
     fprintf(f, "%s\n  {\"workload\": ", k ? "," : "");
-    json_string(f, r->workload);
+    cl_json_fput_string(f, r->workload);
     fputs(", \"allocator\": ", f);
-    json_string(f, r->allocator);
+    cl_json_fput_string(f, r->allocator);
     fprintf(f, ", \"status\": \"%s\", \"unit\": \"%s\", \"units_per_repeat\": %" PRIu64
                ", \"repeats\": %d, \"threads\": %d, \"streams\": %d",
             ab_status_name(r->status), r->unit, r->units, r->repeats, r->threads, r->streams);
@@ -392,7 +385,7 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
     json_i64(f, "peak_requested_bytes", r->peak_requested);
     json_i64(f, "device_allocs", r->device_allocs);
     fputs(", \"note\": ", f);
-    json_string(f, r->note);
+    cl_json_fput_string(f, r->note);
     fputc('}', f);
   }
   fputs("\n]}\n", f);

@@ -84,21 +84,30 @@ static const char *colour(const char *allocator, int index) {
   return palette[(4 + index) % (int)(sizeof palette / sizeof palette[0])];
 }
 
-int ab_write_svg(const char *path, const ab_results *res, const char *title, char err[AB_ERR_LEN]) {
-  name_list groups = {calloc(res->n + 1, sizeof(char *)), 0}, allocs = {calloc(res->n + 1, sizeof(char *)), 0};
-  if (groups.names == NULL || allocs.names == NULL) {
-    free(groups.names);
-    free(allocs.names);
-    snprintf(err, AB_ERR_LEN, "out of host memory");
+/* What the chart's parts share: its groups (row names) and allocators in order of appearance, the log
+ * scale (decades e_lo .. e_hi), and its size. */
+typedef struct {
+  name_list groups, allocs;
+  int e_lo, e_hi;
+  double l_lo, l_span;
+  int width, height;
+} layout;
+
+/* The names, the scale over every median, min and max, and the size. 0, or -1 on host OOM. */
+static int lay_out(const ab_results *res, layout *c) {
+  c->groups = (name_list){calloc(res->n + 1, sizeof(char *)), 0};
+  c->allocs = (name_list){calloc(res->n + 1, sizeof(char *)), 0};
+  if (c->groups.names == NULL || c->allocs.names == NULL)
     return -1;
-  }
   double lo = INFINITY, hi = 0;
+  size_t lines = 0; /* every non-skipped row is a line of its group */
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
     if (r->status == AB_ROW_SKIPPED)
       continue;
-    index_of(&groups, r->workload, true);
-    index_of(&allocs, r->allocator, true);
+    lines++;
+    index_of(&c->groups, r->workload, true);
+    index_of(&c->allocs, r->allocator, true);
     if (r->status == AB_ROW_OK) {
       double a = r->min_ns < r->median_ns ? r->min_ns : r->median_ns;
       double b = r->max_ns > r->median_ns ? r->max_ns : r->median_ns;
@@ -110,34 +119,28 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
     lo = 1;
     hi = 10;
   }
-  int e_lo = (int)floor(log10(lo)), e_hi = (int)ceil(log10(hi > lo ? hi : lo));
-  if (e_hi <= e_lo)
-    e_hi = e_lo + 1;
-  double l_lo = e_lo, l_span = e_hi - e_lo;
+  c->e_lo = (int)floor(log10(lo));
+  c->e_hi = (int)ceil(log10(hi > lo ? hi : lo));
+  if (c->e_hi <= c->e_lo)
+    c->e_hi = c->e_lo + 1;
+  c->l_lo = c->e_lo;
+  c->l_span = c->e_hi - c->e_lo;
+  c->height = TOP + (int)lines * (BAR_H + BAR_GAP) + (int)c->groups.n * GROUP_GAP + 40;
+  c->width = LABEL_W + PLOT_W + VALUE_W;
+  return 0;
+}
 
-  /* Height: every non-skipped row is a line of its group. */
-  size_t lines = 0;
-  for (size_t k = 0; k < res->n; k++)
-    lines += res->rows[k].status != AB_ROW_SKIPPED;
-  int height = TOP + (int)lines * (BAR_H + BAR_GAP) + (int)groups.n * GROUP_GAP + 40;
-  int width = LABEL_W + PLOT_W + VALUE_W;
+/* The x of log10 value lv. */
+static double x_at(const layout *c, double lv) { return LABEL_W + PLOT_W * (lv - c->l_lo) / c->l_span; }
 
-  /* As common/outfile.h says: a regular file is replaced atomically, anything else written through. */
-  tool_out o;
-  char why[256];
-  if (tool_out_open(&o, path, why, sizeof why) != 0) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
-    free(groups.names);
-    free(allocs.names);
-    return -1;
-  }
-  FILE *f = o.f;
+/* The document's start, the title and the legend of the allocators' colours. */
+static void chart_head(FILE *f, const layout *c, const char *title) {
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
           "font-family=\"sans-serif\" font-size=\"11\">\n"
           "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-          width, height, width, height);
+          c->width, c->height, c->width, c->height);
   fputs("<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">alloc_bench: median time per unit "
         "(log scale; whiskers: min-max)</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">",
         f);
@@ -145,92 +148,128 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
   fputs(" \xe2\x80\x94 pair: ns per alloc+free pair; others: ns per alloc or free call; graph-replay: ns per "
         "launch</text>\n",
         f);
-  /* legend */
   int lx = 10;
-  for (size_t i = 0; i < allocs.n; i++) {
+  for (size_t i = 0; i < c->allocs.n; i++) {
     fprintf(f, "<rect x=\"%d\" y=\"50\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"60\">", lx,
-            colour(allocs.names[i], (int)i), lx + 16);
-    xml(f, allocs.names[i]);
+            colour(c->allocs.names[i], (int)i), lx + 16);
+    xml(f, c->allocs.names[i]);
     fputs("</text>\n", f);
-    lx += 16 + 7 * (int)strlen(allocs.names[i]) + 20;
+    lx += 16 + 7 * (int)strlen(c->allocs.names[i]) + 20;
   }
-  /* decade grid */
-  int plot_bottom = height - 30;
-  for (int e = e_lo; e <= e_hi; e++) {
-    double x = LABEL_W + PLOT_W * (e - l_lo) / l_span;
+}
+
+/* A line per decade, labelled, and fainter ones at 2 to 9 times it. */
+static void decade_grid(FILE *f, const layout *c) {
+  int plot_bottom = c->height - 30;
+  for (int e = c->e_lo; e <= c->e_hi; e++) {
+    double x = x_at(c, e);
     char lab[32];
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbb\"/>\n", x, TOP - 12, x, plot_bottom);
     fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%s</text>\n", x, TOP - 16,
             decade_label(lab, e));
-    for (int m = 2; m <= 9 && e < e_hi; m++) {
-      double xm = LABEL_W + PLOT_W * (e + log10(m) - l_lo) / l_span;
+    for (int m = 2; m <= 9 && e < c->e_hi; m++) {
+      double xm = x_at(c, e + log10(m));
       fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>\n", xm, TOP - 6, xm, plot_bottom);
     }
   }
-  /* groups */
-  int y = TOP;
-  for (size_t g = 0; g < groups.n; g++) {
-    int y0 = y, n_lines = 0;
-    const char *unit = "";
-    for (size_t k = 0; k < res->n; k++) {
-      const ab_row *r = &res->rows[k];
-      if (r->status == AB_ROW_SKIPPED || strcmp(r->workload, groups.names[g]) != 0)
-        continue;
-      if (unit[0] == '\0')
-        unit = r->unit;
-      const char *col = colour(r->allocator, index_of(&allocs, r->allocator, false));
-      int cy = y + BAR_H / 2;
-      if (r->status == AB_ROW_OK) {
-        double v[3] = {r->median_ns, r->min_ns, r->max_ns}, x[3];
-        for (int i = 0; i < 3; i++) {
-          double lv = v[i] > 0 ? log10(v[i]) : l_lo;
-          x[i] = LABEL_W + PLOT_W * (lv - l_lo) / l_span;
-          x[i] = x[i] < LABEL_W ? LABEL_W : x[i];
-        }
-        char med[32], mn[32], mx[32];
-        fmt_time(med, r->median_ns);
-        fmt_time(mn, r->min_ns);
-        fmt_time(mx, r->max_ns);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>", LABEL_W, y,
-                x[0] - LABEL_W < 1 ? 1 : x[0] - LABEL_W, BAR_H, col);
-        xml(f, r->workload);
-        fputs(", ", f);
-        xml(f, r->allocator);
-        fprintf(f, ": median %s [%s - %s] %s</title></rect>\n", med, mn, mx, r->unit);
-        fprintf(f,
-                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
-                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
-                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
-                x[1], cy, x[2], cy, x[1], cy - 3, x[1], cy + 3, x[2], cy - 3, x[2], cy + 3);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", (x[2] > x[0] ? x[2] : x[0]) + 4, cy + 4, med);
-      } else {
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"4\" height=\"%d\" fill=\"%s\"/>", LABEL_W, y, BAR_H, col);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">", LABEL_W + 8, cy + 4);
-        xml(f, r->allocator);
-        fprintf(f, ": %s<title>", ab_status_name(r->status));
-        xml(f, r->note);
-        fputs("</title></text>\n", f);
-      }
-      y += BAR_H + BAR_GAP;
-      n_lines++;
-    }
-    int mid = y0 + (n_lines * (BAR_H + BAR_GAP)) / 2;
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-weight=\"bold\">", LABEL_W - 8, mid);
-    xml(f, groups.names[g]);
-    fprintf(f, "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">", LABEL_W - 8,
-            mid + 12);
-    xml(f, unit);
-    fputs("</text>\n", f);
-    y += GROUP_GAP;
-    if (g + 1 < groups.n)
-      fprintf(f, "<line x1=\"10\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>\n", y - GROUP_GAP / 2 - 1,
-              width - 10, y - GROUP_GAP / 2 - 1);
+}
+
+/* A row that ran: its median as a bar, min-max as a whisker, the median written after them. */
+static void bar(FILE *f, const layout *c, const ab_row *r, int y, const char *col) {
+  int cy = y + BAR_H / 2;
+  double v[3] = {r->median_ns, r->min_ns, r->max_ns}, x[3];
+  for (int i = 0; i < 3; i++) {
+    x[i] = x_at(c, v[i] > 0 ? log10(v[i]) : c->l_lo);
+    x[i] = x[i] < LABEL_W ? LABEL_W : x[i];
   }
-  if (groups.n == 0)
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">no results</text>\n", LABEL_W, TOP + 12);
-  fputs("</svg>\n", f);
-  free(groups.names);
-  free(allocs.names);
+  char med[32], mn[32], mx[32];
+  fmt_time(med, r->median_ns);
+  fmt_time(mn, r->min_ns);
+  fmt_time(mx, r->max_ns);
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>", LABEL_W, y,
+          x[0] - LABEL_W < 1 ? 1 : x[0] - LABEL_W, BAR_H, col);
+  xml(f, r->workload);
+  fputs(", ", f);
+  xml(f, r->allocator);
+  fprintf(f, ": median %s [%s - %s] %s</title></rect>\n", med, mn, mx, r->unit);
+  fprintf(f,
+          "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
+          "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
+          "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
+          x[1], cy, x[2], cy, x[1], cy - 3, x[1], cy + 3, x[2], cy - 3, x[2], cy + 3);
+  fprintf(f, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", (x[2] > x[0] ? x[2] : x[0]) + 4, cy + 4, med);
+}
+
+/* A row that did not run: a stub and its status, the note as its tooltip. */
+static void no_bar(FILE *f, const ab_row *r, int y, const char *col) {
+  int cy = y + BAR_H / 2;
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"4\" height=\"%d\" fill=\"%s\"/>", LABEL_W, y, BAR_H, col);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">", LABEL_W + 8, cy + 4);
+  xml(f, r->allocator);
+  fprintf(f, ": %s<title>", ab_status_name(r->status));
+  xml(f, r->note);
+  fputs("</title></text>\n", f);
+}
+
+/* Group g from y: a line per row of that name, then its label; returns the y after it. */
+static int draw_group(FILE *f, layout *c, const ab_results *res, size_t g, int y) {
+  int y0 = y, n_lines = 0;
+  const char *unit = "";
+  for (size_t k = 0; k < res->n; k++) {
+    const ab_row *r = &res->rows[k];
+    if (r->status == AB_ROW_SKIPPED || strcmp(r->workload, c->groups.names[g]) != 0)
+      continue;
+    if (unit[0] == '\0')
+      unit = r->unit;
+    const char *col = colour(r->allocator, index_of(&c->allocs, r->allocator, false));
+    if (r->status == AB_ROW_OK)
+      bar(f, c, r, y, col);
+    else
+      no_bar(f, r, y, col);
+    y += BAR_H + BAR_GAP;
+    n_lines++;
+  }
+  int mid = y0 + (n_lines * (BAR_H + BAR_GAP)) / 2;
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-weight=\"bold\">", LABEL_W - 8, mid);
+  xml(f, c->groups.names[g]);
+  fprintf(f, "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">", LABEL_W - 8,
+          mid + 12);
+  xml(f, unit);
+  fputs("</text>\n", f);
+  y += GROUP_GAP;
+  if (g + 1 < c->groups.n)
+    fprintf(f, "<line x1=\"10\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>\n", y - GROUP_GAP / 2 - 1,
+            c->width - 10, y - GROUP_GAP / 2 - 1);
+  return y;
+}
+
+int ab_write_svg(const char *path, const ab_results *res, const char *title, char err[AB_ERR_LEN]) {
+  layout c;
+  if (lay_out(res, &c) != 0) {
+    free(c.groups.names);
+    free(c.allocs.names);
+    snprintf(err, AB_ERR_LEN, "out of host memory");
+    return -1;
+  }
+  /* As common/outfile.h says: a regular file is replaced atomically, anything else written through. */
+  tool_out o;
+  char why[256];
+  if (tool_out_open(&o, path, why, sizeof why) != 0) {
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    free(c.groups.names);
+    free(c.allocs.names);
+    return -1;
+  }
+  chart_head(o.f, &c, title);
+  decade_grid(o.f, &c);
+  int y = TOP;
+  for (size_t g = 0; g < c.groups.n; g++)
+    y = draw_group(o.f, &c, res, g, y);
+  if (c.groups.n == 0)
+    fprintf(o.f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">no results</text>\n", LABEL_W, TOP + 12);
+  fputs("</svg>\n", o.f);
+  free(c.groups.names);
+  free(c.allocs.names);
   if (tool_out_close(&o, true, why, sizeof why) != 0) {
     snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
     return -1;

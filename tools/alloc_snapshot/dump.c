@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 
 static const char help[] =
     "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE] [--timeout S]\n"

@@ -1,6 +1,6 @@
 /* alloc_snapshot: the command line tool a person uses to see where device memory went (issue 4).
  * This file only dispatches to the subcommands; each lives in its own file (show.c, segments.c,
- * diff.c, replay.c) and the snapshot reader in reader.c. */
+ * diff.c, replay.c); the snapshot reader is tools/common/snapshot_reader.h. */
 #include <stdio.h>
 #include <string.h>
 

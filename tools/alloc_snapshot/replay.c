@@ -13,7 +13,8 @@
 
 #include "cli.h"
 #include "../common/cuda_hint.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
+#include "../common/trace_walk.h"
 
 static const char help[] =
     "usage: alloc_snapshot replay TRACE [--backend sim|cuda] [--conf STR] [--capacity BYTES]\n"
@@ -52,100 +53,18 @@ static const char help[] =
     "Exit status: 0 replay done (OOMs included), 1 unreadable or malformed trace, no trace entries,\n"
     "no device (cuda), allocator error, cannot write SNAPSHOT; 2 usage error (bad config string too).\n";
 
-/* ---- an address map: (device, key) -> value, open addressing with linear probing ----
- * Backward-shift deletion keeps probe runs short without tombstones, so a long replay does not slow
- * down as entries come and go. */
-typedef struct {
-  uint64_t key;
-  int device;    /* -1: empty slot */
-  bool failed;   /* alloc entry: the allocation failed as out of memory */
-  void *ptr;     /* the pointer cachalot gave (alloc) or the stream (streams) */
-  uint64_t size; /* the requested size */
-} slot;
-
-typedef struct {
-  slot *slots;
-  size_t cap, count; /* cap a power of two */
-} addr_map;
-
-static uint64_t hash_key(int device, uint64_t key) {
-  uint64_t h = key ^ ((uint64_t)(unsigned)device << 56);
-  /* splitmix64's finaliser: device addresses share their low bits (alignment) and high bits. */
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return h;
-}
-
-static bool map_init(addr_map *m, size_t cap) {
-  m->cap = cap;
-  m->count = 0;
-  m->slots = malloc(cap * sizeof *m->slots);
-  if (m->slots == NULL)
-    return false;
-  for (size_t i = 0; i < cap; i++)
-    m->slots[i].device = -1;
-  return true;
-}
-
-static slot *map_find(addr_map *m, int device, uint64_t key) {
-  for (size_t i = hash_key(device, key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    slot *s = &m->slots[i];
-    if (s->device < 0)
-      return NULL;
-    if (s->device == device && s->key == key)
-      return s;
-  }
-}
-
-/* Inserts a new key (not present). False on host OOM. */
-static bool map_insert(addr_map *m, slot v) {
-  if ((m->count + 1) * 2 > m->cap) { /* load at most 1/2 */
-    addr_map bigger;
-    if (m->cap > SIZE_MAX / 2 / sizeof(slot) || !map_init(&bigger, m->cap * 2))
-      return false;
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->slots[i].device >= 0)
-        map_insert(&bigger, m->slots[i]); /* cannot grow again: half empty */
-    free(m->slots);
-    *m = bigger;
-  }
-  size_t i = hash_key(v.device, v.key) & (m->cap - 1);
-  while (m->slots[i].device >= 0)
-    i = (i + 1) & (m->cap - 1);
-  m->slots[i] = v;
-  m->count++;
-  return true;
-}
-
-static void map_remove(addr_map *m, slot *s) {
-  size_t i = (size_t)(s - m->slots), mask = m->cap - 1;
-  m->slots[i].device = -1;
-  m->count--;
-  /* Shift back the entries after the hole whose home slot is at or before it. */
-  for (size_t j = (i + 1) & mask; m->slots[j].device >= 0; j = (j + 1) & mask) {
-    size_t home = hash_key(m->slots[j].device, m->slots[j].key) & mask;
-    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!between) {
-      m->slots[i] = m->slots[j];
-      m->slots[j].device = -1;
-      i = j;
-    }
-  }
-}
-
 /* ---- the replay ---- */
 
 enum { MAX_STREAMS = 4096 }; /* simulated streams live as long as the backend: a bound for bad traces */
+
+/* The tag of a live allocation whose cachalot_malloc failed as out of memory: its free is skipped. */
+enum { FAILED_ALLOC = 1 };
 
 typedef struct {
   cachalot_backend *b;
   cachalot_allocator *a;
   bool sim;
-  addr_map live;    /* (device, addr) -> allocation */
-  addr_map streams; /* (device, stream id) -> cachalot_stream */
+  tw_map streams; /* (device, stream id) -> cachalot_stream */
   bool warned_streams;
   /* per device */
   int n_devices;
@@ -165,7 +84,7 @@ static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) 
     r->warned_streams = true;
     return 0;
   }
-  slot *s = map_find(&r->streams, device, id);
+  tw_live *s = tw_map_find(&r->streams, device, id);
   if (s != NULL) {
     *out = s->ptr;
     return 0;
@@ -176,94 +95,84 @@ static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) 
   cachalot_status st = cachalot_sim_stream_create(r->b, device, &made);
   if (st != CACHALOT_OK)
     return as_failure("replay", "cannot create a simulated stream on device %d: %s", device, cachalot_last_error());
-  if (!map_insert(&r->streams, (slot){.key = id, .device = device, .ptr = made}))
+  if (tw_map_insert(&r->streams, (tw_live){.key = id, .device = device, .ptr = made}) == NULL)
     return as_failure("replay", "out of host memory");
   *out = made;
   return 0;
 }
 
-static int do_free(replay *r, slot *s) {
-  if (s->failed) {
+/* Frees the allocation of a live record the walk removed. */
+static int do_free(replay *r, const tw_live *s) {
+  if (s->tag == FAILED_ALLOC) {
     r->failed_frees++;
-  } else {
-    cachalot_status st = cachalot_free(r->a, s->ptr);
-    if (st != CACHALOT_OK)
-      return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
-                        s->key, cachalot_status_name(st), cachalot_last_error());
-    r->req_cur[s->device] -= s->size;
-    r->frees++;
+    return 0;
   }
-  map_remove(&r->live, s);
+  cachalot_status st = cachalot_free(r->a, s->ptr);
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
+                      s->key, cachalot_status_name(st), cachalot_last_error());
+  r->req_cur[s->device] -= s->size;
+  r->frees++;
   return 0;
 }
 
-static int do_entry(replay *r, int device, size_t index, const as_trace_entry *e) {
-  if (e->action == AS_FREE_REQUESTED) {
-    slot *s = map_find(&r->live, device, e->addr);
-    if (s == NULL) {
-      r->unknown_frees++;
-      return 0;
-    }
-    return do_free(r, s);
-  }
-  if (e->action != AS_ALLOC) {
-    r->skipped++;
-    return 0;
-  }
-  /* The same addr allocated again while live: the free between them is missing from the trace (a
-   * damaged or merged trace); the memory was free in the recording, so it is freed here too. */
-  slot *old = map_find(&r->live, device, e->addr);
-  if (old != NULL) {
-    r->implicit_frees++;
-    if (do_free(r, old) != 0)
-      return AS_EXIT_FAILURE;
-  }
+/* Allocates for an alloc entry, into the record the walk made for it. */
+static int do_alloc(replay *r, const tw_step *step) {
+  int device = step->device;
+  const as_trace_entry *e = step->e;
   cachalot_stream stream;
   if (get_stream(r, device, e->stream, &stream) != 0)
     return AS_EXIT_FAILURE;
   if (e->size > SIZE_MAX)
-    return as_failure("replay", "device %d entry %zu: size %" PRIu64 " does not fit this machine", device, index,
+    return as_failure("replay", "device %d entry %zu: size %" PRIu64 " does not fit this machine", device, step->index,
                       e->size);
   void *p = NULL;
   cachalot_status st = cachalot_malloc(r->a, device, (size_t)e->size, stream, &p);
-  slot v = {.key = e->addr, .device = device, .ptr = p, .size = e->size};
+  step->live->ptr = p;
   if (st == CACHALOT_ERROR_OUT_OF_MEMORY) {
     r->ooms++;
-    v.failed = true;
+    step->live->tag = FAILED_ALLOC;
   } else if (st != CACHALOT_OK) {
-    return as_failure("replay", "device %d entry %zu: allocating %" PRIu64 " bytes failed: %s: %s", device, index,
-                      e->size, cachalot_status_name(st), cachalot_last_error());
+    return as_failure("replay", "device %d entry %zu: allocating %" PRIu64 " bytes failed: %s: %s", device,
+                      step->index, e->size, cachalot_status_name(st), cachalot_last_error());
   } else {
     r->allocs++;
     r->req_cur[device] += e->size;
     if (r->req_cur[device] > r->req_peak[device])
       r->req_peak[device] = r->req_cur[device];
   }
-  if (!map_insert(&r->live, v))
-    return as_failure("replay", "out of host memory");
   return 0;
 }
 
-/* Runs every device's trace, always taking the entry with the smallest time_us next (ties: the lower
- * device); within a device the file's order is kept whatever the times say. */
-static int run_traces(replay *r, const as_snapshot *s) {
-  size_t *next = calloc(s->n_devices ? s->n_devices : 1, sizeof *next);
-  if (next == NULL)
-    return as_failure("replay", "out of host memory");
-  int rc = 0;
-  for (;;) {
-    int best = -1;
-    for (size_t d = 0; d < s->n_devices && (int)d < r->n_devices; d++)
-      if (next[d] < s->traces[d].n &&
-          (best < 0 || s->traces[d].entries[next[d]].time_us < s->traces[best].entries[next[best]].time_us))
-        best = (int)d;
-    if (best < 0)
-      break;
-    size_t i = next[best]++;
-    if ((rc = do_entry(r, best, i, &s->traces[best].entries[i])) != 0)
-      break;
+static int do_step(replay *r, const tw_step *step) {
+  switch (step->kind) {
+  case TW_ALLOC:
+    return do_alloc(r, step);
+  case TW_IMPLICIT_FREE:
+    r->implicit_frees++;
+    return do_free(r, step->live) != 0 ? AS_EXIT_FAILURE : 0;
+  case TW_FREE:
+    return do_free(r, step->live);
+  case TW_UNKNOWN_FREE:
+    r->unknown_frees++;
+    return 0;
+  case TW_OTHER:
+    break;
   }
-  free(next);
+  r->skipped++;
+  return 0;
+}
+
+/* Runs every device's trace in the walk's order (trace_walk.h). */
+static int run_traces(replay *r, const as_snapshot *s) {
+  tw_walk w;
+  if (tw_begin(&w, s->traces, (size_t)r->n_devices) != 0)
+    return as_failure("replay", "out of host memory");
+  int rc = 0, more;
+  tw_step step;
+  while (rc == 0 && (more = tw_next(&w, &step)) != 0)
+    rc = more < 0 ? as_failure("replay", "out of host memory") : do_step(r, &step);
+  tw_end(&w);
   return rc;
 }
 
@@ -368,16 +277,25 @@ static int print_stats_json(replay *r) {
   return 0;
 }
 
-int as_cmd_replay(int argc, char **argv) {
+/* ---- the command ---- */
+
+enum { GO_ON = -1 }; /* what the steps below return when the command goes on */
+
+typedef struct {
+  const char *backend, *conf, *out_path, *path;
+  uint64_t capacity;
+  bool sim, stats_json, snapshot_to_stdout;
+} replay_args;
+
+/* GO_ON, or the exit status (--help, a usage error). */
+static int parse_args(int argc, char **argv, replay_args *a) {
   static const struct option longopts[] = {{"backend", required_argument, NULL, 'B'},
                                            {"conf", required_argument, NULL, 'c'},
                                            {"capacity", required_argument, NULL, 'C'},
                                            {"stats-json", no_argument, NULL, 'j'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
-  const char *backend = "sim", *conf = "", *out_path = NULL;
-  uint64_t capacity = (uint64_t)80 << 30;
-  bool capacity_given = false, stats_json = false;
+  bool capacity_given = false;
   for (int c; (c = as_getopt("replay", argc, argv, ":ho:", longopts)) != -1;) {
     switch (c) {
     case 'h':
@@ -386,22 +304,22 @@ int as_cmd_replay(int argc, char **argv) {
     case 'B':
       if (strcmp(optarg, "sim") != 0 && strcmp(optarg, "cuda") != 0)
         return as_usage_error("replay", "--backend is sim or cuda, not '%s'", optarg);
-      backend = optarg;
+      a->backend = optarg;
       break;
     case 'c':
-      conf = optarg;
+      a->conf = optarg;
       break;
     case 'C':
-      if (!as_parse_bytes(optarg, &capacity) || capacity == 0 || capacity > SIZE_MAX)
+      if (!as_parse_bytes(optarg, &a->capacity) || a->capacity == 0 || a->capacity > SIZE_MAX)
         return as_usage_error("replay", "--capacity wants a positive byte count such as 80G or 1048576, not '%s'",
                               optarg);
       capacity_given = true;
       break;
     case 'o':
-      out_path = optarg;
+      a->out_path = optarg;
       break;
     case 'j':
-      stats_json = true;
+      a->stats_json = true;
       break;
     default:
       return AS_EXIT_USAGE;
@@ -411,107 +329,112 @@ int as_cmd_replay(int argc, char **argv) {
     return as_usage_error("replay", "no TRACE given");
   if (argc - optind > 1)
     return as_usage_error("replay", "one TRACE expected, got %d arguments", argc - optind);
-  bool sim = strcmp(backend, "sim") == 0;
-  if (capacity_given && !sim)
+  a->sim = strcmp(a->backend, "sim") == 0;
+  if (capacity_given && !a->sim)
     return as_usage_error("replay", "--capacity applies to the sim backend only");
-  bool snapshot_to_stdout = out_path != NULL && strcmp(out_path, "-") == 0;
-  if (snapshot_to_stdout && stats_json)
+  a->snapshot_to_stdout = a->out_path != NULL && strcmp(a->out_path, "-") == 0;
+  if (a->snapshot_to_stdout && a->stats_json)
     return as_usage_error("replay", "-o - and --stats-json would both write JSON to standard output");
-  const char *path = argv[optind];
+  a->path = argv[optind];
+  return GO_ON;
+}
 
-  as_snapshot s;
-  char err[AS_ERR_LEN];
-  if (as_snapshot_load(path, &s, err) != 0)
-    return as_failure("replay", "%s", err);
-  replay r = {.sim = sim};
-  int rc = AS_EXIT_OK;
-  size_t entries = 0;
-  int last_device = -1;
-  for (size_t d = 0; d < s.n_devices; d++)
-    if (s.traces[d].n > 0) {
-      entries += s.traces[d].n;
-      last_device = (int)d;
-    }
-  if (entries == 0) {
-    rc = as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", path);
-    goto out;
-  }
-  r.n_devices = last_device + 1;
-
+/* The backend, with r->n_devices devices at least. GO_ON, or the exit status. */
+static int open_backend(replay *r, const replay_args *a) {
   cachalot_status st;
-  if (sim) {
-    if (r.n_devices > 64) {
-      rc = as_failure("replay", "%s: the trace has %d devices; the simulated backend has at most 64", path,
-                      r.n_devices);
-      goto out;
-    }
-    cachalot_sim_options opt = {.device_count = r.n_devices, .capacity_bytes = (size_t)capacity,
+  if (a->sim) {
+    if (r->n_devices > 64)
+      return as_failure("replay", "%s: the trace has %d devices; the simulated backend has at most 64", a->path,
+                        r->n_devices);
+    cachalot_sim_options opt = {.device_count = r->n_devices, .capacity_bytes = (size_t)a->capacity,
                                 .complete_immediately = true};
-    st = cachalot_backend_sim(&opt, &r.b);
+    st = cachalot_backend_sim(&opt, &r->b);
   } else {
-    st = cachalot_backend_cuda(&r.b);
+    st = cachalot_backend_cuda(&r->b);
   }
   if (st != CACHALOT_OK) {
     char msg[AS_ERR_LEN];
-    if (sim)
+    if (a->sim)
       snprintf(msg, sizeof msg, "%s", cachalot_last_error());
     else
       tool_cuda_hint(msg, sizeof msg, cachalot_last_error(), "--backend sim replays on a simulated device");
-    rc = as_failure("replay", "cannot use the %s backend: %s", backend, msg);
-    goto out;
+    return as_failure("replay", "cannot use the %s backend: %s", a->backend, msg);
   }
   int count = 0;
-  if (cachalot_backend_device_count(r.b, &count) != CACHALOT_OK || count < r.n_devices) {
-    rc = as_failure("replay", "the trace uses %d devices; the %s backend has %d", r.n_devices, backend, count);
-    goto out;
-  }
-  st = cachalot_create(r.b, conf, &r.a);
-  if (st == CACHALOT_ERROR_CONFIG) {
-    rc = as_usage_error("replay", "--conf: %s", cachalot_last_error());
-    goto out;
-  }
-  if (st != CACHALOT_OK) {
-    rc = as_failure("replay", "cannot create the allocator: %s: %s", cachalot_status_name(st), cachalot_last_error());
-    goto out;
-  }
-  if (out_path != NULL) {
+  if (cachalot_backend_device_count(r->b, &count) != CACHALOT_OK || count < r->n_devices)
+    return as_failure("replay", "the trace uses %d devices; the %s backend has %d", r->n_devices, a->backend, count);
+  return GO_ON;
+}
+
+/* Everything the replay of s needs: its devices, the backend, the allocator (recording its history for
+ * -o) and the bookkeeping. GO_ON, or the exit status. */
+static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
+  size_t entries = 0;
+  int last_device = -1;
+  for (size_t d = 0; d < s->n_devices; d++)
+    if (s->traces[d].n > 0) {
+      entries += s->traces[d].n;
+      last_device = (int)d;
+    }
+  if (entries == 0)
+    return as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", a->path);
+  r->n_devices = last_device + 1;
+  int rc = open_backend(r, a);
+  if (rc != GO_ON)
+    return rc;
+  cachalot_status st = cachalot_create(r->b, a->conf, &r->a);
+  if (st == CACHALOT_ERROR_CONFIG)
+    return as_usage_error("replay", "--conf: %s", cachalot_last_error());
+  if (st != CACHALOT_OK)
+    return as_failure("replay", "cannot create the allocator: %s: %s", cachalot_status_name(st), cachalot_last_error());
+  if (a->out_path != NULL) {
     /* Room for the replay's own entries (alloc, free_requested, free_completed, segment_*) so the written
      * snapshot holds its whole trace. */
     size_t max_entries = entries > (SIZE_MAX - 4096) / 2 ? SIZE_MAX / 2 : entries * 2 + 4096;
-    if ((st = cachalot_record_history(r.a, true, max_entries)) != CACHALOT_OK) {
-      rc = as_failure("replay", "cannot record history: %s", cachalot_last_error());
-      goto out;
-    }
+    if (cachalot_record_history(r->a, true, max_entries) != CACHALOT_OK)
+      return as_failure("replay", "cannot record history: %s", cachalot_last_error());
   }
-  r.req_cur = calloc((size_t)r.n_devices, sizeof *r.req_cur);
-  r.req_peak = calloc((size_t)r.n_devices, sizeof *r.req_peak);
-  if (r.req_cur == NULL || r.req_peak == NULL || !map_init(&r.live, 1024) || !map_init(&r.streams, 16)) {
-    rc = as_failure("replay", "out of host memory");
-    goto out;
-  }
+  r->req_cur = calloc((size_t)r->n_devices, sizeof *r->req_cur);
+  r->req_peak = calloc((size_t)r->n_devices, sizeof *r->req_peak);
+  if (r->req_cur == NULL || r->req_peak == NULL || !tw_map_init(&r->streams, 16))
+    return as_failure("replay", "out of host memory");
+  return GO_ON;
+}
 
+/* The replay, timed, checked, and what it reports and writes. The exit status. */
+static int run_and_report(replay *r, const replay_args *a, const as_snapshot *s) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  rc = run_traces(&r, &s);
+  int rc = run_traces(r, s);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (rc != 0)
-    goto out;
+    return rc;
   double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-  if ((st = cachalot_check(r.a)) != CACHALOT_OK) {
-    rc = as_failure("replay", "cachalot_check after the replay: %s", cachalot_last_error());
-    goto out;
-  }
-  print_summary(stats_json || snapshot_to_stdout ? stderr : stdout, &r, &s, strcmp(path, "-") == 0 ? "<stdin>" : path,
-                backend, capacity, conf, seconds);
-  if (out_path != NULL && (rc = write_snapshot(&r, out_path)) != 0)
-    goto out;
-  if (stats_json)
-    rc = print_stats_json(&r);
-out:
+  if (cachalot_check(r->a) != CACHALOT_OK)
+    return as_failure("replay", "cachalot_check after the replay: %s", cachalot_last_error());
+  print_summary(a->stats_json || a->snapshot_to_stdout ? stderr : stdout, r, s,
+                strcmp(a->path, "-") == 0 ? "<stdin>" : a->path, a->backend, a->capacity, a->conf, seconds);
+  if (a->out_path != NULL && (rc = write_snapshot(r, a->out_path)) != 0)
+    return rc;
+  return a->stats_json ? print_stats_json(r) : AS_EXIT_OK;
+}
+
+int as_cmd_replay(int argc, char **argv) {
+  replay_args a = {.backend = "sim", .conf = "", .capacity = (uint64_t)80 << 30};
+  int rc = parse_args(argc, argv, &a);
+  if (rc != GO_ON)
+    return rc;
+  as_snapshot s;
+  char err[AS_ERR_LEN];
+  if (as_snapshot_load(a.path, &s, err) != 0)
+    return as_failure("replay", "%s", err);
+  replay r = {.sim = a.sim};
+  rc = set_up(&r, &a, &s);
+  if (rc == GO_ON)
+    rc = run_and_report(&r, &a, &s);
   cachalot_destroy(r.a);
   cachalot_backend_destroy(r.b);
-  free(r.live.slots);
-  free(r.streams.slots);
+  tw_map_free(&r.streams);
   free(r.req_cur);
   free(r.req_peak);
   as_snapshot_free(&s);

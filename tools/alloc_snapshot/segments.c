@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 
 static const char help[] =
     "usage: alloc_snapshot segments FILE [--device N] [--pool A,B] [--stream S]\n"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 #include "summary.h"
 
 static const char help[] =

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reader.h"
+#include "../common/snapshot_reader.h"
 
 typedef struct {
   int device;

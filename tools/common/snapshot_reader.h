@@ -1,4 +1,6 @@
-/* alloc_snapshot: a snapshot file as a checked model (SPEC.md §7, torch.cuda.memory._snapshot()).
+/* A snapshot file as a checked model (SPEC.md §7, torch.cuda.memory._snapshot()), for alloc_snapshot
+ * and alloc_bench: snapshot_file.c reads the file, snapshot_json.c checks its JSON text, and
+ * snapshot_reader.c checks the schema into the model below.
  *
  * Reads cachalot's and PyTorch's snapshot JSON, plain or gzip'ed (one gzip member or several, nothing
  * after them), as strict JSON (as_json_parse), and checks every field it uses for its type and range
@@ -16,8 +18,8 @@
  * "segment_type" (large), trace "stream"/"time_us"/"size" (0), and either of "segments" and
  * "device_traces" (empty) but not both.
  */
-#ifndef ALLOC_SNAPSHOT_READER_H
-#define ALLOC_SNAPSHOT_READER_H
+#ifndef TOOLS_COMMON_SNAPSHOT_READER_H
+#define TOOLS_COMMON_SNAPSHOT_READER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,17 +1,14 @@
-/* alloc_snapshot: file -> checked snapshot model (see reader.h for what is accepted). */
-#include "reader.h"
+/* The snapshot's schema: the parsed JSON tree checked field by field into the model of
+ * snapshot_reader.h, every message naming the JSON path of what is wrong. The text itself is checked in
+ * snapshot_json.c, the file read in snapshot_file.c. */
+#include "snapshot_reader.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
-/* Sums over a hostile file saturate instead of wrapping (reader.c stands alone, for a fuzzer). */
+/* Sums over a hostile file saturate instead of wrapping (the reader stands alone, for a fuzzer). */
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 /* What the checks below need: the file's name for messages, the error buffer, and the JSON path of the
@@ -205,18 +202,7 @@ static int parse_block(ctx *c, const cJSON *jb, uint64_t next_address, as_block 
   return 0;
 }
 
-static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
-  if (!cJSON_IsObject(js))
-    return fail(c, "expected a segment object, got %s", type_name(js));
-  s->json = js;
-  uint64_t device = 0;
-  const char *type = NULL;
-  const cJSON *blocks = NULL, *pool = NULL;
-  if (get_u64(c, js, "device", true, 0, &device) || get_u64(c, js, "address", true, 0, &s->address) ||
-      get_u64(c, js, "total_size", true, 0, &s->total_size) || get_u64(c, js, "stream", false, 0, &s->stream) ||
-      get_bool(c, js, "is_expandable", &s->is_expandable) || get_string(c, js, "segment_type", false, &type) ||
-      get_array(c, js, "segment_pool_id", false, &pool) || get_array(c, js, "blocks", true, &blocks))
-    return -1;
+static int parse_device(ctx *c, uint64_t device, as_segment *s) {
   if (device > AS_MAX_DEVICE) {
     size_t old = path_push(c, "device", 0);
     fail(c, "device %llu is out of range (at most %d)", (unsigned long long)device, AS_MAX_DEVICE);
@@ -224,6 +210,11 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
     return -1;
   }
   s->device = (int)device;
+  return 0;
+}
+
+/* segment_type: absent is large (older PyTorch snapshots lack it). */
+static int parse_segment_type(ctx *c, const char *type, as_segment *s) {
   if (type == NULL || strcmp(type, "large") == 0) {
     s->small = false;
   } else if (strcmp(type, "small") == 0) {
@@ -235,26 +226,36 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
     path_pop(c, old);
     return -1;
   }
-  if (pool != NULL) {
-    size_t old = path_push(c, "segment_pool_id", 0);
-    const cJSON *p0 = pool->child, *p1 = p0 ? p0->next : NULL;
-    int r = 0;
-    if (p0 == NULL || p1 == NULL || p1->next != NULL) {
-      r = fail(c, "expected an array of two integers");
-    } else {
-      for (int i = 0; i < 2 && r == 0; i++) {
-        const cJSON *v = i ? p1 : p0;
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble < 18446744073709551616.0) ||
-            (double)(uint64_t)v->valuedouble != v->valuedouble)
-          r = fail(c, "expected an array of two non-negative integers, element %d is %s", i, type_name(v));
-        else
-          s->pool_id[i] = (uint64_t)v->valuedouble;
-      }
+  return 0;
+}
+
+static int parse_pool_id(ctx *c, const cJSON *pool, uint64_t pool_id[2]) {
+  size_t old = path_push(c, "segment_pool_id", 0);
+  const cJSON *p0 = pool->child, *p1 = p0 ? p0->next : NULL;
+  int r = 0;
+  if (p0 == NULL || p1 == NULL || p1->next != NULL) {
+    r = fail(c, "expected an array of two integers");
+  } else {
+    for (int i = 0; i < 2 && r == 0; i++) {
+      const cJSON *v = i ? p1 : p0;
+      if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble < 18446744073709551616.0) ||
+          (double)(uint64_t)v->valuedouble != v->valuedouble)
+        r = fail(c, "expected an array of two non-negative integers, element %d is %s", i, type_name(v));
+      else
+        pool_id[i] = (uint64_t)v->valuedouble;
     }
-    path_pop(c, old);
-    if (r)
-      return r;
   }
+  path_pop(c, old);
+  return r;
+}
+
+/* What a segment's blocks add up to, for files that do not give the sums themselves. */
+typedef struct {
+  uint64_t allocated, active, requested;
+} block_sums;
+
+/* The blocks of segment s (its address and total_size already read), checked to tile it in order. */
+static int parse_blocks(ctx *c, const cJSON *blocks, as_segment *s, block_sums *sums) {
   size_t n = array_len(blocks);
   s->blocks = calloc(n ? n : 1, sizeof *s->blocks);
   if (s->blocks == NULL)
@@ -268,7 +269,7 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
   }
   uint64_t seg_end = s->address + s->total_size;
   size_t old = path_push(c, "blocks", 0);
-  uint64_t next = s->address, allocated = 0, active = 0, requested = 0;
+  uint64_t next = s->address;
   for (const cJSON *jb = blocks->child; jb != NULL; jb = jb->next) {
     size_t old_i = path_push(c, NULL, s->n_blocks);
     as_block *b = &s->blocks[s->n_blocks];
@@ -290,28 +291,54 @@ static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
     s->n_blocks++;
     next = sat_add(b->address, b->size);
     if (b->state != AS_INACTIVE) {
-      active = sat_add(active, b->size);
+      sums->active = sat_add(sums->active, b->size);
       if (b->state == AS_ACTIVE_ALLOCATED) {
-        allocated = sat_add(allocated, b->size);
-        requested = sat_add(requested, b->requested_size);
+        sums->allocated = sat_add(sums->allocated, b->size);
+        sums->requested = sat_add(sums->requested, b->requested_size);
       }
     }
   }
   path_pop(c, old);
-  /* The file's own sums win when present; they are recomputed only for files that lack them. */
-  if (get_u64(c, js, "allocated_size", false, allocated, &s->allocated_size) ||
-      get_u64(c, js, "active_size", false, active, &s->active_size) ||
-      get_u64(c, js, "requested_size", false, requested, &s->requested_size))
+  return 0;
+}
+
+/* The segment's allocated, active and requested sizes: the file's own sums win when present; they are
+ * recomputed only for files that lack them. */
+static int parse_sizes(ctx *c, const cJSON *js, const block_sums *sums, as_segment *s) {
+  if (get_u64(c, js, "allocated_size", false, sums->allocated, &s->allocated_size) ||
+      get_u64(c, js, "active_size", false, sums->active, &s->active_size) ||
+      get_u64(c, js, "requested_size", false, sums->requested, &s->requested_size))
     return -1;
   bool allocated_over = s->allocated_size > s->total_size;
   if (allocated_over || s->active_size > s->total_size) {
-    old = path_push(c, allocated_over ? "allocated_size" : "active_size", 0);
+    size_t old = path_push(c, allocated_over ? "allocated_size" : "active_size", 0);
     fail(c, "%llu bytes in a segment of %llu bytes",
          (unsigned long long)(allocated_over ? s->allocated_size : s->active_size), (unsigned long long)s->total_size);
     path_pop(c, old);
     return -1;
   }
   return 0;
+}
+
+static int parse_segment(ctx *c, const cJSON *js, as_segment *s) {
+  if (!cJSON_IsObject(js))
+    return fail(c, "expected a segment object, got %s", type_name(js));
+  s->json = js;
+  uint64_t device = 0;
+  const char *type = NULL;
+  const cJSON *blocks = NULL, *pool = NULL;
+  if (get_u64(c, js, "device", true, 0, &device) || get_u64(c, js, "address", true, 0, &s->address) ||
+      get_u64(c, js, "total_size", true, 0, &s->total_size) || get_u64(c, js, "stream", false, 0, &s->stream) ||
+      get_bool(c, js, "is_expandable", &s->is_expandable) || get_string(c, js, "segment_type", false, &type) ||
+      get_array(c, js, "segment_pool_id", false, &pool) || get_array(c, js, "blocks", true, &blocks))
+    return -1;
+  if (parse_device(c, device, s) || parse_segment_type(c, type, s) ||
+      (pool != NULL && parse_pool_id(c, pool, s->pool_id)))
+    return -1;
+  block_sums sums = {0, 0, 0};
+  if (parse_blocks(c, blocks, s, &sums))
+    return -1;
+  return parse_sizes(c, js, &sums, s);
 }
 
 static void parse_action(const char *name, as_action *out) {
@@ -401,165 +428,6 @@ static int parse_settings(ctx *c, const cJSON *root, as_snapshot *s) {
   return r;
 }
 
-/* Line and column (from 1) of byte `off` of data, for parse-error messages. */
-static void line_col(const char *data, size_t off, size_t *line, size_t *col) {
-  *line = 1;
-  *col = 1;
-  for (size_t i = 0; i < off; i++) {
-    if (data[i] == '\n') {
-      (*line)++;
-      *col = 1;
-    } else {
-      (*col)++;
-    }
-  }
-}
-
-/* The bracket depth at byte `off` (strings skipped), to tell cJSON's nesting limit from other errors. */
-static size_t depth_at(const char *data, size_t off) {
-  size_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < off; i++) {
-    char ch = data[i];
-    if (in_string) {
-      if (ch == '\\')
-        i++;
-      else if (ch == '"')
-        in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      depth++;
-    } else if ((ch == ']' || ch == '}') && depth > 0) {
-      depth--;
-    }
-  }
-  return depth;
-}
-
-/* A number as RFC 8259 writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static bool json_number(const char *p, size_t n) {
-  size_t i = 0;
-  if (i < n && p[i] == '-')
-    i++;
-  if (i < n && p[i] == '0')
-    i++;
-  else if (i < n && p[i] >= '1' && p[i] <= '9')
-    while (i < n && p[i] >= '0' && p[i] <= '9')
-      i++;
-  else
-    return false;
-  if (i < n && p[i] == '.') {
-    size_t digits = ++i;
-    while (i < n && p[i] >= '0' && p[i] <= '9')
-      i++;
-    if (i == digits)
-      return false;
-  }
-  if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-    i++;
-    if (i < n && (p[i] == '+' || p[i] == '-'))
-      i++;
-    size_t digits = i;
-    while (i < n && p[i] >= '0' && p[i] <= '9')
-      i++;
-    if (i == digits)
-      return false;
-  }
-  return i == n;
-}
-
-/* cJSON takes every byte up to 0x20 for white space, keeps control bytes inside strings, reads numbers
- * with strtod ("01", "1.") and cuts a string at an escaped NUL: it read `{"segments": [\0]}` as a
- * snapshot. This finds the first such byte of a text cJSON has parsed (so its strings are closed), or
- * returns SIZE_MAX; *why says what is wrong there. */
-static size_t not_strict_json(const char *data, size_t len, const char **why) {
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)data[i];
-    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r')
-      continue;
-    if (ch < 0x20) {
-      *why = "a control byte between tokens (only space, tab, newline and carriage return may be there)";
-      return i;
-    }
-    if (ch == '"') {
-      for (i++; i < len && data[i] != '"'; i++) {
-        ch = (unsigned char)data[i];
-        if (ch < 0x20) {
-          *why = "a control byte inside a string (JSON wants it escaped)";
-          return i;
-        }
-        if (ch == '\\' && i + 1 < len) {
-          if (data[i + 1] == 'u' && i + 6 <= len && memcmp(data + i + 2, "0000", 4) == 0) {
-            *why = "\\u0000 in a string (its NUL would cut the string short)";
-            return i;
-          }
-          i++;
-        }
-      }
-    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-      size_t n = 0;
-      while (i + n < len && data[i + n] != '\0' && strchr("0123456789+-.eE", data[i + n]) != NULL)
-        n++;
-      if (!json_number(data + i, n)) {
-        *why = "a number JSON does not allow (a leading zero, or a point or exponent without digits)";
-        return i;
-      }
-      i += n - 1;
-    }
-  }
-  return SIZE_MAX;
-}
-
-cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]) {
-  ctx c = {.name = name, .err = err};
-  err[0] = '\0';
-  size_t first = 0;
-  while (first < len && (data[first] == ' ' || data[first] == '\t' || data[first] == '\n' || data[first] == '\r'))
-    first++;
-  if (first == len) {
-    fail(&c, len == 0 ? "empty file" : "no JSON in the file (only white space)");
-    return NULL;
-  }
-  const char *end = NULL;
-  /* With a length, cJSON never reads past data + len, so data needs no NUL at its end. The nesting
-   * limit (CJSON_NESTING_LIMIT, 1000) bounds its recursion. */
-  cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, false);
-  size_t line, col;
-  if (root == NULL) {
-    size_t off = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : 0;
-    line_col(data, off, &line, &col);
-    unsigned char ch = off < len ? (unsigned char)data[off] : 0;
-    /* cJSON reports an error at the end as the last byte. */
-    if (off + 1 >= len)
-      fail(&c, "not valid JSON: the text ends early (truncated file?) at line %zu, column %zu", line, col);
-    else if (depth_at(data, off) >= CJSON_NESTING_LIMIT)
-      fail(&c, "not valid JSON: nested deeper than %d levels at line %zu, column %zu", CJSON_NESTING_LIMIT, line,
-           col);
-    else if (ch >= 0x20 && ch < 0x7f)
-      fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, '%c')", line, col, off, ch);
-    else
-      fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)", line, col, off, ch);
-    return NULL;
-  }
-  /* Anything after the value other than white space means this is not one JSON document. */
-  size_t rest = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : len;
-  while (rest < len && (data[rest] == ' ' || data[rest] == '\t' || data[rest] == '\n' || data[rest] == '\r'))
-    rest++;
-  const char *why = "text after the end of the document";
-  size_t bad = rest < len ? rest : not_strict_json(data, len, &why);
-  if (bad == SIZE_MAX)
-    return root;
-  line_col(data, bad, &line, &col);
-  unsigned char ch = (unsigned char)data[bad];
-  if (ch >= 0x20 && ch < 0x7f)
-    fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, '%c'): %s", line, col, bad, ch, why);
-  else
-    fail(&c, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x): %s", line, col, bad, ch, why);
-  cJSON_Delete(root);
-  return NULL;
-}
-
 int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapshot *out, char err[AS_ERR_LEN]) {
   ctx c = {.name = name, .err = err};
   memset(out, 0, sizeof *out);
@@ -600,157 +468,6 @@ int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapsho
     return -1;
   }
   return 0;
-}
-
-/* Reads all of fd into a malloc'ed buffer; more than AS_MAX_INPUT_BYTES is refused. */
-static int read_fd(int fd, const char *name, char **data, size_t *len, char err[AS_ERR_LEN]) {
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  if (buf == NULL) {
-    snprintf(err, AS_ERR_LEN, "%s: out of host memory", name);
-    return -1;
-  }
-  for (;;) {
-    if (n == cap) {
-      if (cap >= AS_MAX_INPUT_BYTES) {
-        snprintf(err, AS_ERR_LEN, "%s: larger than %zu MiB: refused", name, AS_MAX_INPUT_BYTES >> 20);
-        break;
-      }
-      size_t ncap = cap * 2 > AS_MAX_INPUT_BYTES ? AS_MAX_INPUT_BYTES : cap * 2;
-      char *grown = realloc(buf, ncap);
-      if (grown == NULL) {
-        snprintf(err, AS_ERR_LEN, "%s: out of host memory after %zu bytes", name, n);
-        break;
-      }
-      buf = grown;
-      cap = ncap;
-    }
-    ssize_t got = read(fd, buf + n, cap - n);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got < 0) {
-      snprintf(err, AS_ERR_LEN, "%s: cannot read: %s", name, strerror(errno));
-      break;
-    }
-    if (got == 0) {
-      *data = buf;
-      *len = n;
-      return 0;
-    }
-    n += (size_t)got;
-  }
-  free(buf);
-  return -1;
-}
-
-static bool gzip_magic(const unsigned char *p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
-
-/* Inflates every gzip member of in[0..in_len). gzread stopped at the first member's end when what
- * followed was not gzip, and the rest of the file was silently dropped: here it is an error. */
-static int gunzip(const char *name, const unsigned char *in, size_t in_len, char **data, size_t *len,
-                  char err[AS_ERR_LEN]) {
-  z_stream z;
-  memset(&z, 0, sizeof z);
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-    snprintf(err, AS_ERR_LEN, "%s: cannot read: out of host memory", name);
-    return -1;
-  }
-  z.next_in = (Bytef *)in;
-  z.avail_in = (uInt)in_len; /* at most AS_MAX_INPUT_BYTES */
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  int rc = -1;
-  if (buf == NULL) {
-    snprintf(err, AS_ERR_LEN, "%s: out of host memory", name);
-    goto done;
-  }
-  for (;;) {
-    if (n == cap) {
-      if (cap >= AS_MAX_INPUT_BYTES) {
-        snprintf(err, AS_ERR_LEN, "%s: larger than %zu MiB once decompressed: refused", name,
-                 AS_MAX_INPUT_BYTES >> 20);
-        goto done;
-      }
-      size_t ncap = cap * 2 > AS_MAX_INPUT_BYTES ? AS_MAX_INPUT_BYTES : cap * 2;
-      char *grown = realloc(buf, ncap);
-      if (grown == NULL) {
-        snprintf(err, AS_ERR_LEN, "%s: out of host memory after %zu bytes", name, n);
-        goto done;
-      }
-      buf = grown;
-      cap = ncap;
-    }
-    z.next_out = (Bytef *)buf + n;
-    z.avail_out = (uInt)(cap - n);
-    int r = inflate(&z, Z_NO_FLUSH);
-    n = cap - z.avail_out;
-    if (r == Z_STREAM_END) {
-      if (z.avail_in == 0)
-        break;
-      if (!gzip_magic(z.next_in, z.avail_in)) {
-        snprintf(err, AS_ERR_LEN, "%s: %u bytes after the end of the gzip data (from byte %zu): not a snapshot",
-                 name, z.avail_in, in_len - z.avail_in);
-        goto done;
-      }
-      inflateReset(&z); /* the next member of a concatenation (`cat a.gz b.gz`) */
-    } else if (r == Z_BUF_ERROR && z.avail_out > 0) {
-      snprintf(err, AS_ERR_LEN, "%s: corrupt or truncated gzip data: unexpected end of file", name);
-      goto done;
-    } else if (r != Z_OK && r != Z_BUF_ERROR) {
-      snprintf(err, AS_ERR_LEN, "%s: corrupt gzip data: %s", name,
-               r == Z_MEM_ERROR ? "out of host memory" : z.msg != NULL ? z.msg : "invalid data");
-      goto done;
-    }
-  }
-  *data = buf;
-  *len = n;
-  buf = NULL;
-  rc = 0;
-done:
-  free(buf);
-  inflateEnd(&z);
-  return rc;
-}
-
-/* Reads the whole file, decompressed when it starts with gzip's magic bytes, into a malloc'ed buffer. */
-static int read_all(const char *path, const char *name, char **data, size_t *len, char err[AS_ERR_LEN]) {
-  *data = NULL;
-  *len = 0;
-  int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(err, AS_ERR_LEN, "%s: cannot open: %s", name, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    snprintf(err, AS_ERR_LEN, "%s: is a directory, not a snapshot file", name);
-    close(fd);
-    return -1;
-  }
-  char *raw = NULL;
-  size_t raw_len = 0;
-  int rc = read_fd(fd, name, &raw, &raw_len, err);
-  close(fd);
-  if (rc != 0 || !gzip_magic((const unsigned char *)raw, raw_len)) {
-    *data = raw;
-    *len = raw_len;
-    return rc;
-  }
-  rc = gunzip(name, (const unsigned char *)raw, raw_len, data, len, err);
-  free(raw);
-  return rc;
-}
-
-int as_snapshot_load(const char *path, as_snapshot *out, char err[AS_ERR_LEN]) {
-  memset(out, 0, sizeof *out);
-  char *data = NULL;
-  size_t len = 0;
-  const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
-  if (read_all(path, name, &data, &len, err) != 0)
-    return -1;
-  int r = as_snapshot_parse(name, data, len, out, err);
-  free(data);
-  return r;
 }
 
 void as_snapshot_free(as_snapshot *s) {

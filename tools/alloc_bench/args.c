@@ -1,0 +1,376 @@
+/* alloc_bench: the command line: its help, its options and lists, into the run's settings (config.h),
+ * and the default traces. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ALLOC_BENCH_TRACE_DIR
+#define ALLOC_BENCH_TRACE_DIR ""
+#endif
+
+const char ab_source_traces[] = ALLOC_BENCH_TRACE_DIR;
+
+static const char help[] =
+    "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
+    "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--trace FILE]...\n"
+    "                   [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING] [--csv FILE] [--json FILE]\n"
+    "                   [--svg FILE] [-v]\n"
+    "       alloc_bench svg IN.csv OUT.svg\n"
+    "\n"
+    "Benchmarks device-memory allocators on the same pre-generated operation sequences, side by side.\n"
+    "Every (workload, allocator) row gets a fresh allocator, one untimed warm-up pass, then R timed\n"
+    "passes; device work is synchronized before a pass's clock (CLOCK_MONOTONIC) is read. Afterwards\n"
+    "everything is freed and cachalot's rows run cachalot_check() and verify that nothing is allocated.\n"
+    "\n"
+    "Workloads (--workload, comma-separated; default all):\n"
+    "  pair     alloc + free of one size, N times, for 256 B, 4 KiB, 512 KiB, 2 MiB and 32 MiB\n"
+    "           (rows pair-256B ... pair-32MiB); timed PER PAIR (ns/pair), not per call\n"
+    "  random   RMM-style: N steps, each allocates (73 %, while fewer than the cap are live) a\n"
+    "           log-uniform size, or frees a random live allocation; then frees the rest. Rows\n"
+    "           random-1MiB (256 B-1 MiB, at most 1000 live) and random-64MiB (256 B-64 MiB, at most\n"
+    "           500 live: ~2.7 GB live on average, 32 GiB at the very most); ns per alloc or free call\n"
+    "  mt       the random-1MiB sequence in 1, 2, 4, 8 ... threads (up to --threads; each its own\n"
+    "           seed, its own cap of 1000 live and --streams streams of its own); threads start\n"
+    "           together; ns/op = wall time from start to the last thread's end / all threads' ops\n"
+    "  replay   the alloc / free_requested entries of PyTorch memory snapshot traces (--trace FILE,\n"
+    "           repeatable; default the *.json.gz and *.json of --trace-dir); rows replay-NAME\n"
+    "  graph    a random-1MiB sequence of --graph-ops calls (at most 100 live) captured into a CUDA\n"
+    "           graph (cachalot: cachalot_graph on a pool shared by the row's captures;\n"
+    "           cudaMallocAsync: stream capture of cudaMallocFromPoolAsync / cudaFreeAsync), then\n"
+    "           launched --replays times; rows graph-capture (ns per captured call) and graph-replay\n"
+    "           (ns per launch); cudaMalloc cannot be captured (n/a)\n"
+    "\n"
+    "Allocators (--allocators, comma-separated; default all; those that cannot run here are skipped):\n"
+    "  cachalot         cachalot on the CUDA backend (default config)\n"
+    "  cudaMallocAsync  a cudaMemPoolCreate pool of its own, release threshold UINT64_MAX\n"
+    "  cudaMalloc       plain cudaMalloc / cudaFree\n"
+    "  cachalot-sim     cachalot on the simulated device (events complete at once; no GPU needed)\n"
+    "\n"
+    "Columns: median [min-max] over the timed passes; peak reserved and peak allocated bytes (cachalot:\n"
+    "memory_stats reserved_bytes / allocated_bytes peaks; cudaMallocAsync: the pool's ReservedMemHigh /\n"
+    "UsedMemHigh, the graph memory's in the graph rows; cudaMalloc: the requested bytes); peak requested\n"
+    "(the most bytes the sequence has live; mt: the sum of the threads' peaks); res/req, their ratio;\n"
+    "device allocs: cudaMalloc-like calls over the warm-up and the timed passes together (cachalot:\n"
+    "num_device_alloc; cudaMalloc: every allocation; cudaMallocAsync: unknown, '-').\n"
+    "\n"
+    "options:\n"
+    "  -w, --workload LIST     workloads (above), or all\n"
+    "  -a, --allocators LIST   allocators (above), or all\n"
+    "  -t, --threads N         the most threads of the mt workload (default 8)\n"
+    "  -s, --streams N         streams per thread in the mt workload (default 1)\n"
+    "  -r, --repeat R          timed passes per row (default 5)\n"
+    "  -n, --ops N             pairs per pass (pair), steps per pass (random) and per thread (mt)\n"
+    "                          (default 20000)\n"
+    "      --graph-ops N       allocator calls captured per graph (default 1000)\n"
+    "      --replays K         graph launches per timed pass (default 100)\n"
+    "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces)\n"
+    "      --trace-dir DIR     where the default traces are (default ../shared/traces, else the source\n"
+    "                          tree's sibling shared/traces)\n"
+    "      --seed S            the seed of the random sequences (default 1)\n"
+    "      --pin CPU           run on CPU number CPU, and mt's thread i on the i-th CPU after it that the\n"
+    "                          process may use: on a shared host, timings move far less between runs\n"
+    "      --conf STRING       CACHALOT_ALLOC_CONF for the cachalot rows (default: none, the defaults);\n"
+    "                          checked before anything runs\n"
+    "      --csv FILE          also write the results as CSV\n"
+    "      --json FILE         also write the results as JSON\n"
+    "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
+    "                          (a regular FILE is replaced atomically; a device or a FIFO is written\n"
+    "                          through, and a symbolic link stays a link)\n"
+    "  -v, --verbose           progress on standard error\n"
+    "  -h, --help              this text\n"
+    "`alloc_bench svg IN.csv OUT.svg` draws the chart of a CSV written by --csv: one group of bars per\n"
+    "row name, one bar per allocator, log scale, whiskers from min to max.\n"
+    "\n"
+    "Exit status: 0 done (skipped and n/a rows included), 1 a row failed or a check found a problem, or\n"
+    "a file could not be read or written, 2 usage error (an empty list, a bad --conf string too).\n";
+
+const char *const ab_workload_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph"};
+
+static const ab_allocator *const all_allocators[] = {&ab_cachalot, &ab_cuda_async, &ab_cuda_malloc, &ab_cachalot_sim};
+_Static_assert(sizeof all_allocators / sizeof all_allocators[0] == N_ALLOCATORS, "N_ALLOCATORS counts them");
+
+int ab_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("alloc_bench: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (alloc_bench --help for usage)\n", stderr);
+  va_end(ap);
+  return AB_EXIT_USAGE;
+}
+
+static bool parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+  if (text[0] < '0' || text[0] > '9')
+    return false;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < min || v > max)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Splits a comma-separated list; calls pick(name) for each; "all" alone picks everything. */
+static int parse_workloads(const char *list, config *c) {
+  memset(c->workload, 0, sizeof c->workload);
+  if (strcmp(list, "all") == 0) {
+    for (int i = 0; i < WL_COUNT; i++)
+      c->workload[i] = true;
+    return 0;
+  }
+  char *copy = strdup(list);
+  if (copy == NULL)
+    return ab_usage_error("out of host memory");
+  int rc = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+    int i = 0;
+    while (i < WL_COUNT && strcmp(tok, ab_workload_names[i]) != 0)
+      i++;
+    if (i == WL_COUNT)
+      rc = ab_usage_error("unknown workload '%s' (pair, random, mt, replay, graph or all)", tok);
+    else
+      c->workload[i] = true;
+  }
+  free(copy);
+  /* "" and ",," name nothing: running nothing and exiting 0 would pass for a benchmark that ran. */
+  bool any = false;
+  for (int i = 0; i < WL_COUNT; i++)
+    any |= c->workload[i];
+  if (rc == 0 && !any)
+    rc = ab_usage_error("--workload names no workload (pair, random, mt, replay, graph or all)");
+  return rc;
+}
+
+static int parse_allocators(const char *list, config *c) {
+  c->n_alloc = 0;
+  if (strcmp(list, "all") == 0) {
+    for (int i = 0; i < N_ALLOCATORS; i++)
+      c->alloc[c->n_alloc++] = all_allocators[i];
+    return 0;
+  }
+  char *copy = strdup(list);
+  if (copy == NULL)
+    return ab_usage_error("out of host memory");
+  int rc = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+    int i = 0;
+    while (i < N_ALLOCATORS && strcmp(tok, all_allocators[i]->name) != 0)
+      i++;
+    if (i == N_ALLOCATORS) {
+      rc = ab_usage_error("unknown allocator '%s' (cachalot, cudaMallocAsync, cudaMalloc, cachalot-sim or all)", tok);
+      break;
+    }
+    bool dup = false;
+    for (int k = 0; k < c->n_alloc; k++)
+      dup |= c->alloc[k] == all_allocators[i];
+    if (!dup)
+      c->alloc[c->n_alloc++] = all_allocators[i];
+  }
+  free(copy);
+  if (rc == 0 && c->n_alloc == 0)
+    rc = ab_usage_error("--allocators names no allocator");
+  return rc;
+}
+
+/* ---- traces ---- */
+
+static int add_trace(config *c, const char *path) {
+  char **t = realloc(c->traces, (c->n_traces + 1) * sizeof *t);
+  if (t == NULL)
+    return -1;
+  c->traces = t;
+  if ((t[c->n_traces] = strdup(path)) == NULL)
+    return -1;
+  c->n_traces++;
+  return 0;
+}
+
+/* The default traces: *.json.gz and *.json of --trace-dir, else of ../shared/traces (from the current
+ * directory, else from the source tree's sibling folder). */
+static void default_traces(config *c) {
+  const char *dirs[] = {c->trace_dir != NULL ? c->trace_dir : "../shared/traces",
+                        c->trace_dir != NULL ? "" : ab_source_traces};
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && c->n_traces == 0; d++) {
+    if (dirs[d][0] == '\0')
+      continue;
+    const char *pats[] = {"*.json.gz", "*.json"};
+    for (size_t p = 0; p < 2; p++) {
+      char pat[4096];
+      snprintf(pat, sizeof pat, "%s/%s", dirs[d], pats[p]);
+      glob_t g;
+      if (glob(pat, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++)
+          if (add_trace(c, g.gl_pathv[i]) != 0) {
+            fprintf(stderr, "alloc_bench: traces: out of host memory\n");
+            exit(AB_EXIT_FAILURE);
+          }
+      globfree(&g);
+    }
+  }
+}
+
+enum {
+  OPT_GRAPH_OPS = 256,
+  OPT_REPLAYS,
+  OPT_TRACE,
+  OPT_TRACE_DIR,
+  OPT_SEED,
+  OPT_CSV,
+  OPT_JSON,
+  OPT_SVG,
+  OPT_PIN,
+  OPT_CONF
+};
+
+/* The options apply_option leaves: files, flags and getopt's errors. */
+static int apply_other_option(config *c, int o, char **argv) {
+  int rc = 0;
+  switch (o) {
+  case OPT_CONF: {
+    char why[AB_ERR_LEN];
+    if (ab_cachalot_set_conf(optarg, why) != 0)
+      rc = ab_usage_error("--conf: %s", why);
+    break;
+  }
+  case OPT_CSV:
+    c->csv = optarg;
+    break;
+  case OPT_JSON:
+    c->json = optarg;
+    break;
+  case OPT_SVG:
+    c->svg = optarg;
+    break;
+  case 'v':
+    c->verbose = true;
+    break;
+  case ':':
+    rc = ab_usage_error("%s needs a value", argv[optind - 1]);
+    break;
+  default:
+    if (optopt != 0)
+      rc = ab_usage_error("unknown option '-%c'", optopt);
+    else
+      rc = ab_usage_error("unknown option '%s'", argv[optind - 1]);
+    break;
+  }
+  return rc != 0 ? rc : AB_GO_ON;
+}
+
+/* A count option's value, 1 to max: 0, or a usage error naming the option. */
+static int count_arg(const char *name, uint64_t max, uint64_t *v) {
+  if (parse_count(optarg, 1, max, v))
+    return 0;
+  return ab_usage_error("%s wants 1 to %" PRIu64 ", not '%s'", name, max, optarg);
+}
+
+/* One option o (getopt_long's return) with its optarg, into c: AB_GO_ON, or the exit status. */
+static int apply_option(config *c, int o, char **argv) {
+  uint64_t v = 0;
+  int rc = 0;
+  switch (o) {
+  case 'h':
+    fputs(help, stdout);
+    return fflush(stdout) == 0 && !ferror(stdout) ? AB_EXIT_OK : AB_EXIT_FAILURE;
+  case 'w':
+    rc = parse_workloads(optarg, c);
+    break;
+  case 'a':
+    rc = parse_allocators(optarg, c);
+    break;
+  case 't':
+    rc = count_arg("--threads", 256, &v);
+    c->threads = (int)v;
+    break;
+  case 's':
+    rc = count_arg("--streams", 64, &v);
+    c->streams = (int)v;
+    break;
+  case 'r':
+    rc = count_arg("--repeat", 1000, &v);
+    c->repeat = (int)v;
+    break;
+  case 'n':
+    rc = count_arg("--ops", 100000000, &v);
+    c->ops = (size_t)v;
+    break;
+  case OPT_GRAPH_OPS:
+    rc = count_arg("--graph-ops", 1000000, &v);
+    c->graph_ops = (size_t)v;
+    break;
+  case OPT_REPLAYS:
+    rc = count_arg("--replays", 1000000, &v);
+    c->replays = (int)v;
+    break;
+  case OPT_TRACE:
+    if (add_trace(c, optarg) != 0)
+      rc = ab_usage_error("out of host memory");
+    c->traces_given = true;
+    break;
+  case OPT_TRACE_DIR:
+    if (optarg[0] == '\0')
+      rc = ab_usage_error("--trace-dir wants a directory, not an empty string");
+    c->trace_dir = optarg;
+    break;
+  case OPT_SEED:
+    if (!parse_count(optarg, 0, UINT64_MAX, &v))
+      rc = ab_usage_error("--seed wants a non-negative integer, not '%s'", optarg);
+    c->seed = v;
+    break;
+  case OPT_PIN:
+    if (!parse_count(optarg, 0, CPU_SETSIZE - 1, &v))
+      rc = ab_usage_error("--pin wants a CPU number from 0 to %d, not '%s'", CPU_SETSIZE - 1, optarg);
+    c->pin = (int)v;
+    break;
+  default:
+    return apply_other_option(c, o, argv);
+  }
+  return rc != 0 ? rc : AB_GO_ON;
+}
+
+int ab_parse_args(int argc, char **argv, config *c) {
+  static const struct option longopts[] = {{"workload", required_argument, NULL, 'w'},
+                                           {"workloads", required_argument, NULL, 'w'},
+                                           {"allocators", required_argument, NULL, 'a'},
+                                           {"allocator", required_argument, NULL, 'a'},
+                                           {"threads", required_argument, NULL, 't'},
+                                           {"streams", required_argument, NULL, 's'},
+                                           {"repeat", required_argument, NULL, 'r'},
+                                           {"ops", required_argument, NULL, 'n'},
+                                           {"graph-ops", required_argument, NULL, OPT_GRAPH_OPS},
+                                           {"replays", required_argument, NULL, OPT_REPLAYS},
+                                           {"trace", required_argument, NULL, OPT_TRACE},
+                                           {"trace-dir", required_argument, NULL, OPT_TRACE_DIR},
+                                           {"seed", required_argument, NULL, OPT_SEED},
+                                           {"pin", required_argument, NULL, OPT_PIN},
+                                           {"conf", required_argument, NULL, OPT_CONF},
+                                           {"csv", required_argument, NULL, OPT_CSV},
+                                           {"json", required_argument, NULL, OPT_JSON},
+                                           {"svg", required_argument, NULL, OPT_SVG},
+                                           {"verbose", no_argument, NULL, 'v'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+  *c = (config){.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000, .seed = 1,
+                .pin = -1};
+  parse_workloads("all", c);
+  parse_allocators("all", c);
+  opterr = 0;
+  int rc = AB_GO_ON;
+  for (int o; rc == AB_GO_ON && (o = getopt_long(argc, argv, ":w:a:t:s:r:n:vh", longopts, NULL)) != -1;)
+    rc = apply_option(c, o, argv);
+  if (rc == AB_GO_ON && optind < argc)
+    rc = ab_usage_error("unexpected argument '%s'", argv[optind]);
+  if (rc == AB_GO_ON && !c->traces_given && c->workload[WL_REPLAY])
+    default_traces(c);
+  return rc;
+}
