@@ -1,4 +1,4 @@
-/* libFuzzer target: alloc_snapshot's reader (tools/alloc_snapshot/reader.c), which every subcommand
+/* libFuzzer target: the snapshot reader (tools/common/snapshot_reader.c), which every subcommand
  * runs on files it is given, and the summaries `show` computes from what it read. Any bytes must be
  * read or refused with a message, never crash; a snapshot that was read must hold together (blocks
  * inside the arrays it says, summaries computable). */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "alloc_snapshot/cli.h"
-#include "alloc_snapshot/reader.h"
+#include "common/snapshot_reader.h"
 #include "alloc_snapshot/summary.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
