@@ -3,7 +3,7 @@
 # earlier version, e.g. `git archive REV | tar -x -C build-oldsrc`, carried along) against this tree.
 # Each version is built the same way (release, CUDA backend); then the rows run alternately, old, new,
 # old, new, pinned to one CPU, so that drift of the host shows in both. Results (CSV, JSON, logs) go to
-# OUTDIR. Usage: tests/gpu/bench-old-new.sh OLD_SRC OUTDIR [alloc_bench options...]
+# OUTDIR. Usage: [ROUNDS=N] tests/gpu/bench-old-new.sh OLD_SRC OUTDIR [alloc_bench options...] (2 rounds default)
 set -u -o pipefail
 old_src=$(cd "$1" && pwd)
 out=$2
@@ -28,7 +28,7 @@ for t in "$root"/.device/traces/*.json.gz "$root"/traces/*.json.gz; do
   [ -f "$t" ] && traces+=(--trace "$t")
 done
 rc=0
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in old new; do
     echo "=== round $round: $v"
     "$root/build-bench-$v/tools/alloc_bench" -a cachalot,cachalot-sim "${traces[@]}" --pin 2 \
