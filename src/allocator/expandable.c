@@ -303,7 +303,7 @@ static int more_pages_first(const void *x, const void *y) {
  * and 1/64 more. Both conditions keep a workload that repeats from trading pages back and forth each
  * round: below its reserved peak nothing is unmapped, and once reserved is within 1/64 of what the
  * program needs there is nothing worth unmapping. (Where sizes vary too much for the bound to be met,
- * some trading remains: see the README.) */
+ * some trading remains: see docs/expandable-segments.md.) */
 static size_t compact_bound(const cachalot_device_stats *st, size_t size) {
   const cachalot_stat *req = &st->requested_bytes[CACHALOT_STAT_ALL];
   size_t peak = (size_t)req->current + size;

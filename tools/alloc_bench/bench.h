@@ -1,4 +1,4 @@
-/* alloc_bench: the benchmark harness (DESIGN.md "Tools"; README.md, "alloc_bench").
+/* alloc_bench: the benchmark harness (docs/benchmarks.md).
  *
  * Every workload is turned into one pre-generated sequence of operations (ab_seq) before anything is
  * timed, and every allocator runs exactly that sequence: the random numbers, the trace parsing and the

@@ -383,7 +383,7 @@ static void workload_pair(ab_results *res, const config *c) {
   }
 }
 
-/* The random workloads' caps (README.md, "alloc_bench"): 1000 live of 256 B-1 MiB (~126 KB each on average);
+/* The random workloads' caps (docs/benchmarks.md): 1000 live of 256 B-1 MiB (~126 KB each on average);
  * 500 live of 256 B-64 MiB (~5.4 MB each on average: ~2.7 GB live, 32 GiB if all were 64 MiB, which fits
  * an 80 GB GPU with every allocator's slack). */
 enum { CAP_1MIB = 1000, CAP_64MIB = 500, CAP_GRAPH = 100 };

@@ -1,6 +1,6 @@
 /* alloc_snapshot replay: runs the alloc / free_requested entries of a snapshot's trace through cachalot
  * and reports how much the allocator reserved at its peak against what the program had live at its
- * peak: the fragmentation figure of ../shared/traces/README.md (reserved peak / requested peak). */
+ * peak: the fragmentation figure of docs/benchmarks.md (reserved peak / requested peak). */
 #include <cachalot/cachalot.h>
 
 #include <getopt.h>

@@ -1,4 +1,4 @@
-/* A snapshot file as a checked model (SPEC.md §7, torch.cuda.memory._snapshot()), for alloc_snapshot
+/* A snapshot file as a checked model (the schema of torch.cuda.memory._snapshot()), for alloc_snapshot
  * and alloc_bench: snapshot_file.c reads the file, snapshot_json.c checks its JSON text, and
  * snapshot_reader.c checks the schema into the model below.
  *
