@@ -261,15 +261,15 @@ static void free_pool_blocks_locked(cl_device *d, const cl_pool *p) {
   }
 }
 
-/* recarve_locked expects each target to be one free block by now. */
-static cachalot_status check_targets_free(const cachalot_pool_state *state, cl_segment *const *targets) {
-  for (size_t i = 0; i < state->n_segments; i++) {
-    if (targets[i]->head->state != CL_FREE || targets[i]->head->next) {
-      /* a pending block whose wait failed (a device error) still holds part of the segment */
-      return cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_restore_pool: a pending block of segment 0x%llx could not be "
-                     "waited for", (unsigned long long)targets[i]->ptr);
-    }
-  }
+/* A pending block whose wait failed (a device error) still holds part of a target segment: the restore
+ * fails then, before anything of the pool has changed. (Once no target holds a pending block, freeing the
+ * pool's allocated blocks leaves each target one free block, which recarve_locked expects.) */
+static cachalot_status check_targets_settled(const cachalot_pool_state *state, cl_segment *const *targets) {
+  for (size_t i = 0; i < state->n_segments; i++)
+    for (const cl_block *b = targets[i]->head; b; b = b->next)
+      if (b->state == CL_PENDING)
+        return cl_fail(CACHALOT_ERROR_DEVICE, "cachalot_restore_pool: a pending block of segment 0x%llx could not be "
+                       "waited for", (unsigned long long)targets[i]->ptr);
   return CACHALOT_OK;
 }
 
@@ -317,9 +317,9 @@ cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool
     goto fail;
   if (pending)
     (void)cl_sync_all_events_locked(d);
-  free_pool_blocks_locked(d, p);
-  if ((rc = check_targets_free(state, targets)) != CACHALOT_OK)
+  if ((rc = check_targets_settled(state, targets)) != CACHALOT_OK)
     goto fail;
+  free_pool_blocks_locked(d, p);
   size_t n_out = 0;
   for (size_t i = 0; i < state->n_segments; i++)
     recarve_locked(d, targets[i], &state->segments[i], &spare, out, &n_out);
