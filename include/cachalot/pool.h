@@ -104,9 +104,9 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_checkpoint_pool(cachalo
 /* Frees every block now allocated in the pool, waits for pending ones, and re-carves each checkpointed
  * segment (which must still exist, unchanged in size and stream) into the checkpointed blocks. The blocks
  * allocated in the checkpoint are allocated again, and *ptrs (malloc'ed; free() it) lists their addresses
- * in checkpoint order. Segments of the pool not in the checkpoint are left free. On any failure nothing
- * of the pool has changed: INVALID_STATE when the checkpoint no longer fits (or blocks are pending during a
- * capture), DEVICE when a pending block in a checkpointed segment could not be waited for. */
+ * in checkpoint order. Segments of the pool not in the checkpoint are left free. On any failure every
+ * block the program holds stays allocated: INVALID_STATE when the checkpoint no longer fits (or blocks are
+ * pending during a capture), DEVICE when a pending block in a checkpointed segment could not be waited for. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_restore_pool(cachalot_allocator *a,
                                                                       const cachalot_pool_state *state,
                                                                       void ***ptrs, size_t *n_ptrs);
