@@ -5,7 +5,8 @@
  *   CACHALOT_SNAPSHOT_SOCKET=path   one background thread answers on a UNIX socket (mode 0600, peers of
  *                                   another user refused): "snapshot [N]" or "stats [N] [DEVICE]" gets the
  *                                   JSON of allocator N (default 0, the oldest live one), "list" the count
- * In every path "%p" becomes the process id. Nothing runs in a signal handler, and with none of the
+ * In every path "%p" becomes the process id, "%r" the rank (RANK, else LOCAL_RANK, else nothing) and "%h"
+ * the host name, so that the ranks of a distributed run on a shared file system write apart. Nothing runs in a signal handler, and with none of the
  * variables set no thread is started and no file is touched.
  *
  * Live allocators are kept in a registry guarded by `reg_lock`; a request is served with the lock held,
@@ -39,25 +40,55 @@ static int n_live;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static char oom_path[512], exit_path[512], socket_path[108];
 
-/* `in` with "%p" replaced by the pid. False, with out empty, if it does not fit (cap > 0). */
+/* The rank of a distributed run for "%r": RANK, else LOCAL_RANK, when it is a plain number (a value that
+ * could name another folder, "../x", is not used); else nothing. */
+static void rank_piece(char *piece, size_t cap) {
+  piece[0] = '\0';
+  const char *names[] = {"RANK", "LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    if (!v || !*v || strlen(v) >= cap || strspn(v, "0123456789") != strlen(v))
+      continue;
+    memcpy(piece, v, strlen(v) + 1);
+    return;
+  }
+}
+
+/* The host name for "%h", with any '/' made '_' so that it stays one path component. */
+static void host_piece(char *piece, size_t cap) {
+  if (gethostname(piece, cap) != 0)
+    piece[0] = '\0';
+  piece[cap - 1] = '\0';
+  for (char *c = piece; *c; c++)
+    if (*c == '/')
+      *c = '_';
+}
+
+/* `in` with "%p" replaced by the pid, "%r" by the rank, "%h" by the host name. False, with out empty, if
+ * it does not fit (cap > 0). */
 bool cl_export_expand_path(const char *in, char *out, size_t cap) {
   size_t o = 0;
   for (const char *p = in; *p; p++) {
-    char piece[24];
-    const char *add = piece;
+    char piece[256];
     if (p[0] == '%' && p[1] == 'p') {
       snprintf(piece, sizeof piece, "%ld", (long)getpid());
+      p++;
+    } else if (p[0] == '%' && p[1] == 'r') {
+      rank_piece(piece, 24);
+      p++;
+    } else if (p[0] == '%' && p[1] == 'h') {
+      host_piece(piece, sizeof piece);
       p++;
     } else {
       piece[0] = *p;
       piece[1] = '\0';
     }
-    size_t n = strlen(add);
+    size_t n = strlen(piece);
     if (o + n + 1 > cap) {
       out[0] = '\0'; /* not a truncated path that would then be written to */
       return false;
     }
-    memcpy(out + o, add, n);
+    memcpy(out + o, piece, n);
     o += n;
   }
   out[o] = '\0';

@@ -15,8 +15,9 @@ void cl_export_unregister(cachalot_allocator *a);
 /* Answers one request of the snapshot socket on a connected fd (what the socket thread does after the
  * credential check; the socket fuzzer calls it on a socketpair). */
 void cl_export_serve(int fd);
-/* An environment variable's path with "%p" replaced by the pid into out[cap]; false, with out empty, when
- * it does not fit. */
+/* An environment variable's path with "%p" replaced by the pid, "%r" by the rank (RANK, else LOCAL_RANK,
+ * when a plain number; else nothing) and "%h" by the host name, into out[cap]; false, with out empty, when
+ * it does not fit (or nothing is left). */
 bool cl_export_expand_path(const char *in, char *out, size_t cap);
 
 #endif

@@ -2,6 +2,8 @@
  * once per process, so each scenario runs in a child process of its own. */
 #include "helpers.h"
 
+#include "process/export.h"
+
 #include <cachalot/snapshot.h>
 
 #include <dirent.h>
@@ -336,9 +338,40 @@ static void test_no_thread_without_env(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* Snapshot paths: "%p" the pid, "%r" the rank (RANK, else LOCAL_RANK, only a plain number), "%h" the
+ * host name; a path that does not fit is refused whole. */
+static void test_path_expansion(void **state) {
+  (void)state;
+  char out[256], want[256], host[256] = "";
+  assert_int_equal(gethostname(host, sizeof host - 1), 0);
+  const long pid = (long)getpid();
+  setenv("RANK", "3", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  assert_true(cl_export_expand_path("/tmp/snap-%r-%p.json", out, sizeof out));
+  snprintf(want, sizeof want, "/tmp/snap-3-%ld.json", pid);
+  assert_string_equal(out, want);
+  setenv("RANK", "../x", 1); /* not a number: LOCAL_RANK's instead */
+  assert_true(cl_export_expand_path("r%r", out, sizeof out));
+  assert_string_equal(out, "r1");
+  unsetenv("RANK");
+  unsetenv("LOCAL_RANK");
+  assert_true(cl_export_expand_path("r%r.json", out, sizeof out));
+  assert_string_equal(out, "r.json");
+  assert_false(cl_export_expand_path("%r", out, sizeof out)); /* nothing left */
+  assert_string_equal(out, "");
+  assert_true(cl_export_expand_path("%h/%p", out, sizeof out));
+  snprintf(want, sizeof want, "%s/%ld", host, pid);
+  assert_string_equal(out, want);
+  assert_false(cl_export_expand_path("%h-%h-%h", out, strlen(host))); /* does not fit: nothing */
+  assert_string_equal(out, "");
+  assert_true(cl_export_expand_path("100%", out, sizeof out)); /* a lone % stays */
+  assert_string_equal(out, "100%");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_env_triggers),
+      cmocka_unit_test(test_path_expansion),
       cmocka_unit_test(test_no_thread_without_env),
       cmocka_unit_test(test_env_too_long),
       cmocka_unit_test(test_hostile_clients_and_paths),
