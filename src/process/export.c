@@ -5,9 +5,11 @@
  *   CACHALOT_SNAPSHOT_SOCKET=path   one background thread answers on a UNIX socket (mode 0600, peers of
  *                                   another user refused): "snapshot [N]" or "stats [N] [DEVICE]" gets the
  *                                   JSON of allocator N (default 0, the oldest live one), "list" the count
+ *   CACHALOT_RECORD_HISTORY=N[,stacks]  memory history of N entries per device from creation on (and C
+ *                                   call stacks), so that those snapshots have a trace
  * In every path "%p" becomes the process id, "%r" the rank (RANK, else LOCAL_RANK, else nothing) and "%h"
- * the host name, so that the ranks of a distributed run on a shared file system write apart. Nothing runs in a signal handler, and with none of the
- * variables set no thread is started and no file is touched.
+ * the host name, so that the ranks of a distributed run on a shared file system write apart. Nothing runs
+ * in a signal handler, and with none of the variables set no thread is started and no file is touched.
  *
  * Live allocators are kept in a registry guarded by `reg_lock`; a request is served with the lock held,
  * so cachalot_destroy (process.c: it leaves the registry first) never races with one.
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 enum { MAX_LIVE = 64, MAX_CLIENTS = 8, IO_TIMEOUT_MS = 2000, MAX_REQUEST = 128, MAX_DRAIN = 65536 };
+enum { HISTORY_ENV_MAX = 100000000 }; /* entries per device: ~5 GB of ring at most */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static cachalot_allocator *live[MAX_LIVE];
@@ -320,6 +323,27 @@ static void read_env(void) {
     atexit(at_exit);
   if (socket_path[0])
     start_socket(socket_path);
+}
+
+/* CACHALOT_RECORD_HISTORY=N, or N,stacks: history of N entries per device from creation on, with C call
+ * stacks for the second form, so that an unmodified program's snapshots have a trace. A value that is
+ * not one of those forms is ignored with a warning (creation does not fail for a debugging aid). */
+void cl_export_history_from_env(cachalot_allocator *a) {
+  const char *v = getenv("CACHALOT_RECORD_HISTORY");
+  if (!v || !*v)
+    return;
+  char *end = NULL;
+  errno = 0;
+  const unsigned long long n = strtoull(v, &end, 10);
+  const bool stacks = end && strcmp(end, ",stacks") == 0;
+  if (v[0] < '0' || v[0] > '9' || errno || n == 0 || n > HISTORY_ENV_MAX || (!stacks && *end)) {
+    cl_warn("CACHALOT_RECORD_HISTORY=%.64s is not N or N,stacks (N from 1 to %d entries): history stays off", v,
+            HISTORY_ENV_MAX);
+    return;
+  }
+  if (cachalot_record_history(a, true, (size_t)n) != CACHALOT_OK ||
+      (stacks && cachalot_record_history_stacks(a, true) != CACHALOT_OK))
+    cl_warn("CACHALOT_RECORD_HISTORY: %s", cachalot_last_error());
 }
 
 void cl_export_register(cachalot_allocator *a) {

@@ -10,6 +10,9 @@
 /* Reads the CACHALOT_SNAPSHOT_* variables (once per process) and, if any is set, adds `a` to the live
  * allocators they serve and sets its OOM hook. Called before `a` is handed out. */
 void cl_export_register(cachalot_allocator *a);
+/* CACHALOT_RECORD_HISTORY=N[,stacks]: turns history (and C stacks) on for `a`; a malformed value is
+ * ignored with a warning. Called before `a` is handed out. */
+void cl_export_history_from_env(cachalot_allocator *a);
 /* Takes `a` out of the live allocators; after it returns no request or exit snapshot reads `a`. */
 void cl_export_unregister(cachalot_allocator *a);
 /* Answers one request of the snapshot socket on a connected fd (what the socket thread does after the

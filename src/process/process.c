@@ -9,8 +9,10 @@
 
 cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
   cachalot_status rc = cl_allocator_create(b, conf, out);
-  if (rc == CACHALOT_OK)
+  if (rc == CACHALOT_OK) {
+    cl_export_history_from_env(*out);
     cl_export_register(*out);
+  }
   return rc;
 }
 

@@ -368,6 +368,47 @@ static void test_path_expansion(void **state) {
   assert_string_equal(out, "100%");
 }
 
+static char history_warning[512];
+static void keep_history_warning(const char *message, void *ctx) {
+  (void)ctx;
+  snprintf(history_warning, sizeof history_warning, "%s", message);
+}
+
+/* CACHALOT_RECORD_HISTORY=N[,stacks] turns history on at creation, for a program that never asks: a ring
+ * of N entries per device (here 4 of the 5 a malloc+free and a snapshot make), with C stacks in the second
+ * form; a malformed value leaves history off with a warning, and creation succeeds. */
+static void test_history_from_env(void **state) {
+  (void)state;
+  const char *values[] = {"4", "4,stacks", "12x", "0", "4,stack", "-4"};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+    const bool good = i < 2, stacks = i == 1;
+    setenv("CACHALOT_RECORD_HISTORY", values[i], 1);
+    history_warning[0] = '\0';
+    cachalot_set_warning_handler(keep_history_warning, NULL);
+    env e = ENV(1, 0, "");
+    cachalot_set_warning_handler(NULL, NULL);
+    unsetenv("CACHALOT_RECORD_HISTORY");
+    cachalot_stream s = STREAM(e.b, 0);
+    FREE(e.a, ALLOC(e.a, 0, 1000, s)); /* segment_alloc, alloc, free_requested, free_completed */
+    cachalot_snapshot_info *si = NULL;
+    OK(cachalot_snapshot_take(e.a, true, &si)); /* and a snapshot entry */
+    EQ(si->n_trace, good ? 4 : 0);
+    if (good)
+      EQ(si->trace[3].action, CACHALOT_TRACE_SNAPSHOT);
+    cachalot_snapshot_info_free(e.a, si);
+    char *json = NULL;
+    OK(cachalot_snapshot_json(e.a, &json));
+    assert_int_equal(strstr(json, "\"filename\"") != NULL, stacks);
+    free(json);
+    if (good)
+      assert_string_equal(history_warning, "");
+    else
+      CONTAINS(history_warning, "is not N or N,stacks");
+    CHECK(e.a);
+    env_free(&e);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_env_triggers),
@@ -375,6 +416,9 @@ int main(void) {
       cmocka_unit_test(test_no_thread_without_env),
       cmocka_unit_test(test_env_too_long),
       cmocka_unit_test(test_hostile_clients_and_paths),
+      /* last: it creates allocators in this process, which reads the CACHALOT_SNAPSHOT_* variables once
+       * for good (the tests above set them in forked children) */
+      cmocka_unit_test(test_history_from_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
