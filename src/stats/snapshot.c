@@ -151,7 +151,8 @@ static void write_trace_locked(cl_json *j, const cl_device *d) {
     cl_json_begin_object(j);
     cl_json_key(j, "action");
     cl_json_string(j, action_names[e->action]);
-    cl_json_key(j, "addr");
+    cl_json_key(j, e->action == CL_TRACE_OOM ? "device_free" : "addr"); /* PyTorch's keys: an oom entry's
+                                                                           * addr holds the device's free bytes */
     cl_json_uint(j, e->addr);
     cl_json_key(j, "size");
     cl_json_uint(j, e->size);

@@ -327,6 +327,14 @@ t plot_trace_only 0 plot trace_small.json -o trace.html
 page_ok plot_trace_only_page trace.html --no-map 'Device 0 has no segments in this snapshot' '<polyline'
 t plot_no_trace 0 plot no_trace.json -o none.html
 page_ok plot_no_trace_page none.html --empty 'nothing to draw'
+# An oom entry says the device's free bytes as "device_free" (PyTorch's key, and cachalot's now) or, in
+# cachalot's older files, as "addr": both are read.
+sed 's/"addr": 1073741824,/"device_free": 1073741824,/' cachalot_after.json >torch_oom.json
+for f in cachalot_after.json torch_oom.json; do
+  t "plot_oom_${f%.json}" 0 plot "$f" -o "oom_${f%.json}.html"
+  page_ok "plot_oom_${f%.json}_page" "oom_${f%.json}.html" \
+    'oom (entry 13): asked for 80.00 GiB (85899345920 B), device free 1.00 GiB (1073741824 B)'
+done
 t plot_replayed 0 plot out.json -o replayed.html
 page_ok plot_replayed_page replayed.html '<polyline'
 # Text from the input is escaped: a file name full of markup stays text.

@@ -91,6 +91,33 @@ static void test_ring_wraps_oldest_first(void **state) {
   env_free(&e);
 }
 
+/* An oom entry names the device's free bytes "device_free", as PyTorch's snapshots do (its viewer reads
+ * that key), and has no "addr". */
+static void test_oom_entry_keys(void **state) {
+  (void)state;
+  env e = ENV(1, 64 * MiB, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  OK(cachalot_record_history(e.a, true, 16));
+  void *p = ALLOC(e.a, 0, 20 * MiB, s); /* reserves 20 MiB: 44 MiB stay free on the device */
+  void *q = NULL;
+  STATUS(cachalot_malloc(e.a, 0, 100 * MiB, s, &q), CACHALOT_ERROR_OUT_OF_MEMORY);
+  cJSON *doc = snapshot(e.a);
+  cJSON *t = trace_of(doc, 0), *oom = NULL, *en = NULL;
+  cJSON_ArrayForEach(en, t) {
+    if (strcmp(str(en, "action"), "oom") == 0)
+      oom = en;
+  }
+  assert_non_null(oom);
+  assert_true(num(oom, "device_free") == (double)(44 * MiB));
+  assert_true(num(oom, "size") == (double)(100 * MiB));
+  assert_null(cJSON_GetObjectItemCaseSensitive(oom, "addr"));
+  assert_true(num(cJSON_GetArrayItem(t, 1), "addr") == (double)(uintptr_t)p); /* the alloc keeps addr */
+  cJSON_Delete(doc);
+  FREE(e.a, p);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 static bool only(cachalot_stream s, void *ctx) { return s == (cachalot_stream)ctx; }
 
 static void test_states_pools_settings(void **state) {
@@ -266,6 +293,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_history_off_by_default),
       cmocka_unit_test(test_ring_wraps_oldest_first),
+      cmocka_unit_test(test_oom_entry_keys),
       cmocka_unit_test(test_states_pools_settings),
       cmocka_unit_test(test_stats_equal_snapshot_random),
   };

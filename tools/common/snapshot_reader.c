@@ -362,7 +362,11 @@ static int parse_entry(ctx *c, const cJSON *je, as_trace_entry *e) {
   parse_action(action, &e->action);
   /* addr and size are what a replay needs: required for alloc and free entries, optional elsewhere. */
   bool needed = e->action == AS_ALLOC || e->action == AS_FREE_REQUESTED || e->action == AS_FREE_COMPLETED;
-  if (get_u64(c, je, "addr", needed, 0, &e->addr) || get_u64(c, je, "size", needed, 0, &e->size) ||
+  /* an oom entry's free bytes of the device: "device_free", PyTorch's key and cachalot's now; cachalot's
+   * files written before wrote "addr" */
+  const char *addr_key = e->action == AS_OOM && cJSON_GetObjectItemCaseSensitive(je, "device_free") ? "device_free"
+                                                                                                   : "addr";
+  if (get_u64(c, je, addr_key, needed, 0, &e->addr) || get_u64(c, je, "size", needed, 0, &e->size) ||
       get_u64(c, je, "stream", false, 0, &e->stream) || get_u64(c, je, "time_us", false, 0, &e->time_us))
     return -1;
   return 0;
