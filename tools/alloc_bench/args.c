@@ -118,12 +118,17 @@ static bool parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *
   return true;
 }
 
-/* Splits a comma-separated list; calls pick(name) for each; "all" alone picks everything. */
-static int parse_workloads(const char *list, config *c) {
-  memset(c->workload, 0, sizeof c->workload);
+/* Splits a comma-separated list of names out of names[0..n); calls pick(c, index) for each, in order
+ * ("all" alone picks every index). A name not in the table is a usage error: "unknown WHAT 'NAME'
+ * (CHOICES)"; a list
+ * that names nothing ("", ",,") is the usage error `none`: running nothing and exiting 0 would pass for a
+ * benchmark that ran. */
+static int parse_names(const char *list, const char *const *names, int n, const char *what, const char *choices,
+                       const char *none, void (*pick)(config *, int), config *c) {
+  int picked = 0;
   if (strcmp(list, "all") == 0) {
-    for (int i = 0; i < WL_COUNT; i++)
-      c->workload[i] = true;
+    for (int i = 0; i < n; i++)
+      pick(c, i);
     return 0;
   }
   char *copy = strdup(list);
@@ -133,53 +138,44 @@ static int parse_workloads(const char *list, config *c) {
   char *save = NULL;
   for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0; tok = strtok_r(NULL, ",", &save)) {
     int i = 0;
-    while (i < WL_COUNT && strcmp(tok, ab_workload_names[i]) != 0)
+    while (i < n && strcmp(tok, names[i]) != 0)
       i++;
-    if (i == WL_COUNT)
-      rc = ab_usage_error("unknown workload '%s' (pair, random, mt, replay, graph or all)", tok);
-    else
-      c->workload[i] = true;
+    if (i == n) {
+      rc = ab_usage_error("unknown %s '%s' (%s)", what, tok, choices);
+    } else {
+      pick(c, i);
+      picked++;
+    }
   }
   free(copy);
-  /* "" and ",," name nothing: running nothing and exiting 0 would pass for a benchmark that ran. */
-  bool any = false;
-  for (int i = 0; i < WL_COUNT; i++)
-    any |= c->workload[i];
-  if (rc == 0 && !any)
-    rc = ab_usage_error("--workload names no workload (pair, random, mt, replay, graph or all)");
+  if (rc == 0 && picked == 0)
+    rc = ab_usage_error("%s", none);
   return rc;
+}
+
+static void pick_workload(config *c, int i) { c->workload[i] = true; }
+
+static int parse_workloads(const char *list, config *c) {
+  memset(c->workload, 0, sizeof c->workload);
+  return parse_names(list, ab_workload_names, WL_COUNT, "workload", "pair, random, mt, replay, graph or all",
+                     "--workload names no workload (pair, random, mt, replay, graph or all)", pick_workload, c);
+}
+
+/* An allocator named twice runs once. */
+static void pick_allocator(config *c, int i) {
+  for (int k = 0; k < c->n_alloc; k++)
+    if (c->alloc[k] == all_allocators[i])
+      return;
+  c->alloc[c->n_alloc++] = all_allocators[i];
 }
 
 static int parse_allocators(const char *list, config *c) {
   c->n_alloc = 0;
-  if (strcmp(list, "all") == 0) {
-    for (int i = 0; i < N_ALLOCATORS; i++)
-      c->alloc[c->n_alloc++] = all_allocators[i];
-    return 0;
-  }
-  char *copy = strdup(list);
-  if (copy == NULL)
-    return ab_usage_error("out of host memory");
-  int rc = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, ",", &save); tok != NULL && rc == 0; tok = strtok_r(NULL, ",", &save)) {
-    int i = 0;
-    while (i < N_ALLOCATORS && strcmp(tok, all_allocators[i]->name) != 0)
-      i++;
-    if (i == N_ALLOCATORS) {
-      rc = ab_usage_error("unknown allocator '%s' (cachalot, cudaMallocAsync, cudaMalloc, cachalot-sim or all)", tok);
-      break;
-    }
-    bool dup = false;
-    for (int k = 0; k < c->n_alloc; k++)
-      dup |= c->alloc[k] == all_allocators[i];
-    if (!dup)
-      c->alloc[c->n_alloc++] = all_allocators[i];
-  }
-  free(copy);
-  if (rc == 0 && c->n_alloc == 0)
-    rc = ab_usage_error("--allocators names no allocator");
-  return rc;
+  const char *names[N_ALLOCATORS];
+  for (int i = 0; i < N_ALLOCATORS; i++)
+    names[i] = all_allocators[i]->name;
+  return parse_names(list, names, N_ALLOCATORS, "allocator", "cachalot, cudaMallocAsync, cudaMalloc, cachalot-sim or all",
+                     "--allocators names no allocator", pick_allocator, c);
 }
 
 /* ---- traces ---- */
