@@ -106,16 +106,15 @@ def objects_of(paths, sources):
             continue
         if kind == "U":
             result[cur][1].add(name)
-        elif kind in "TDBRVW" or kind in "tdbr":
+        elif kind in "TDBRVWtdbr":
             result[cur][0].add(name)
     return result
 
 
 def symbol_edges(root, build):
     sources = []
-    for top in ("src",):
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            sources += [os.path.relpath(os.path.join(dirpath, f), root) for f in files if f.endswith(".c")]
+    for dirpath, _, files in os.walk(os.path.join(root, "src")):
+        sources += [os.path.relpath(os.path.join(dirpath, f), root) for f in files if f.endswith(".c")]
     archive = os.path.join(build, "libcachalot.a")
     if not os.path.exists(archive):
         sys.exit(f"check-layers: {archive} not found (build the static library first)")
@@ -173,14 +172,13 @@ def main():
     args = [a for a in args if a != "--limits"]
     if len(args) not in (1, 2):
         sys.exit(__doc__)
-    sys.argv = [sys.argv[0]] + args
-    root = sys.argv[1]
+    root = args[0]
     bad = set()
     for src, dst in include_edges(root):
         if not allowed(src, dst):
             bad.add(f"{src} includes {dst}")
-    if len(sys.argv) == 3:
-        for src, dst, sym in symbol_edges(root, sys.argv[2]):
+    if len(args) == 2:
+        for src, dst, sym in symbol_edges(root, args[1]):
             if not allowed(src, dst):
                 bad.add(f"{src} uses {sym} of {dst}")
     for line in sorted(bad):

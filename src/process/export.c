@@ -50,9 +50,10 @@ static void rank_piece(char *piece, size_t cap) {
   const char *names[] = {"RANK", "LOCAL_RANK"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     const char *v = getenv(names[i]);
-    if (!v || !*v || strlen(v) >= cap || strspn(v, "0123456789") != strlen(v))
+    const size_t n = v ? strlen(v) : 0;
+    if (n == 0 || n >= cap || strspn(v, "0123456789") != n)
       continue;
-    memcpy(piece, v, strlen(v) + 1);
+    memcpy(piece, v, n + 1);
     return;
   }
 }
