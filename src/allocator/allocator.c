@@ -16,6 +16,15 @@ cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, con
   return CACHALOT_OK;
 }
 
+cachalot_status cl_enter_device(cachalot_allocator *a, int device, const char *fn, cl_device **d) {
+  cachalot_status rc = cl_check_device_arg(a, device, fn);
+  if (rc != CACHALOT_OK)
+    return rc;
+  *d = &a->devices[device];
+  cl_enter_exclusive(*d);
+  return CACHALOT_OK;
+}
+
 /* Moves `s` to `value`, counting the step as an increase or a decrease. */
 static void stat_set(cachalot_stat *s, int64_t value) {
   if (value > s->current)

@@ -86,6 +86,9 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
 /* --- allocator.c --- */
 /* INVALID_ARGUMENT naming `fn` unless a is an allocator and `device` one of its devices. */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
+/* The entry points' opening: cl_check_device_arg, then *d = that device in exclusive mode (the caller
+ * leaves it). */
+cachalot_status cl_enter_device(cachalot_allocator *a, int device, const char *fn, cl_device **d);
 
 /* --- metadata.c: free lists of block and pending-event records. NULL on host OOM. --- */
 cl_block *cl_block_new_locked(cl_device *d);

@@ -177,11 +177,10 @@ cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot
 }
 
 cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_end_allocate_to_pool");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_end_allocate_to_pool", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
       memmove(&d->routes[i], &d->routes[i + 1], (size_t)(d->n_routes - i - 1) * sizeof *d->routes);
@@ -197,11 +196,10 @@ cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
 }
 
 cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_release_pool");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_release_pool", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   cl_pool *p = cl_find_pool_locked(d, id);
   if (!p || p->use_count == 0) {
     cl_leave_exclusive(d);
@@ -218,11 +216,10 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: out is NULL");
   *out = 0;
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_pool_use_count");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_pool_use_count", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   cl_pool *p = cl_find_pool_locked(d, id);
   if (p)
     *out = p->use_count;
@@ -234,11 +231,10 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
 cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
   if (id_is_default(id))
     return cachalot_empty_cache(a);
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_empty_cache_pool");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_empty_cache_pool", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   cl_pool *p = cl_find_pool_locked(d, id);
   if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
     cl_leave_exclusive(d);

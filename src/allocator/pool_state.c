@@ -42,11 +42,10 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_checkpoint_pool: out is NULL");
   *out = NULL;
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_checkpoint_pool");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_checkpoint_pool", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   cl_pool *p = cl_find_pool_locked(d, id);
   cl_segment **segs = NULL;
   size_t n = 0;

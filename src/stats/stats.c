@@ -24,33 +24,30 @@ cachalot_status cachalot_memory_stats(cachalot_allocator *a, int device, cachalo
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_memory_stats: out is NULL");
   memset(out, 0, sizeof *out);
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_memory_stats");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_memory_stats", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   *out = d->stats;
   cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
 cachalot_status cachalot_reset_peak_stats(cachalot_allocator *a, int device) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_reset_peak_stats");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_reset_peak_stats", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   for_each_stat(&d->stats, stat_reset_peak);
   cl_leave_exclusive(d);
   return CACHALOT_OK;
 }
 
 cachalot_status cachalot_reset_accumulated_stats(cachalot_allocator *a, int device) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_reset_accumulated_stats");
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_reset_accumulated_stats", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
   cachalot_device_stats *st = &d->stats;
   for_each_stat(st, stat_reset_accumulated);
   st->num_alloc_retries = st->num_ooms = st->num_sync_all_streams = 0;
