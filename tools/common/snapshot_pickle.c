@@ -37,7 +37,7 @@ typedef struct {
   size_t memo_cap, memo_len;
   cJSON **orphans; /* values off the stack that the memo may still point into: freed at the end */
   size_t n_orphans, orphans_cap;
-  size_t nodes, copied_bytes;
+  size_t nodes, max_nodes, copied_bytes;
 } pk;
 
 static int fail(pk *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -52,16 +52,17 @@ static int fail(pk *p, const char *fmt, ...) {
   return -1;
 }
 
-static int count_node(pk *p, size_t at) {
-  if (++p->nodes > AS_PICKLE_MAX_NODES)
-    return fail(p, "the pickle expands to more than %zu values (at byte %zu; a memo bomb?): refused",
-                AS_PICKLE_MAX_NODES, at);
+static int count_nodes(pk *p, size_t n, size_t at) {
+  if (n > p->max_nodes - p->nodes)
+    return fail(p, "the pickle expands to more than %zu values (at byte %zu; a memo bomb?): refused", p->max_nodes,
+                at);
+  p->nodes += n;
   return 0;
 }
 
 /* A new value of a cJSON type (a string's text set by the caller). */
 static cJSON *new_node(pk *p, int type, size_t at) {
-  if (count_node(p, at) != 0)
+  if (count_nodes(p, 1, at) != 0)
     return NULL;
   cJSON *n = cJSON_CreateNull();
   if (n == NULL) {
@@ -123,7 +124,10 @@ static int pop_mark(pk *p, const char *op, size_t at, size_t *from) {
   return 0;
 }
 
-static int height(const cJSON *v) { return cJSON_IsArray(v) || cJSON_IsObject(v) ? v->valueint : 0; }
+static bool container(const cJSON *v) { return cJSON_IsArray(v) || cJSON_IsObject(v); }
+static int height(const cJSON *v) { return container(v) ? v->valueint : 0; }
+/* The values in v's tree: containers count theirs in valuedouble, which cJSON does not use for them. */
+static size_t tree_size(const cJSON *v) { return 1 + (container(v) ? (size_t)v->valuedouble : 0); }
 
 /* Appends child to parent (an array, or an object with `key`, which it then owns). */
 static int attach(pk *p, cJSON *parent, cJSON *child, char *key, size_t at) {
@@ -136,6 +140,7 @@ static int attach(pk *p, cJSON *parent, cJSON *child, char *key, size_t at) {
     }
     parent->valueint = h;
   }
+  parent->valuedouble += (double)tree_size(child);
   child->string = key;
   child->next = NULL;
   if (parent->child == NULL) {
@@ -334,8 +339,10 @@ static cJSON *copy(pk *p, const cJSON *src, size_t at) {
   cJSON *c = new_node(p, src->type & ~(F_MEMO | F_SHARED), at);
   if (c == NULL)
     return NULL;
-  c->valueint = src->valueint;
-  c->valuedouble = src->valuedouble;
+  if (!container(src)) { /* a container's height and size grow back as its children are attached */
+    c->valueint = src->valueint;
+    c->valuedouble = src->valuedouble;
+  }
   if (src->valuestring != NULL) {
     size_t n = strlen(src->valuestring);
     p->copied_bytes += n;
@@ -386,6 +393,11 @@ static int memo_get(pk *p, uint64_t key, size_t at) {
     return fail(p, "memo key %llu at byte %zu was never stored: a damaged pickle", (unsigned long long)key, at);
   cJSON *src = p->memo[key];
   src->type |= F_SHARED;
+  /* Counted whole before any of it is made, so that a memo bomb stops at its first copy too large. */
+  size_t n = tree_size(src);
+  if (count_nodes(p, n, at) != 0)
+    return -1;
+  p->nodes -= n;
   cJSON *c = copy(p, src, at);
   if (c != NULL)
     c->type |= F_SHARED;
@@ -530,8 +542,9 @@ static int step(pk *p, size_t at) {
  * CJSON_NESTING_LIMIT deep). */
 static void clear_marks(cJSON *v) {
   v->type &= ~F_MINE;
-  if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+  if (container(v)) {
     v->valueint = 0;
+    v->valuedouble = 0;
     for (cJSON *e = v->child; e != NULL; e = e->next)
       clear_marks(e);
   }
@@ -539,6 +552,12 @@ static void clear_marks(cJSON *v) {
 
 cJSON *as_pickle_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]) {
   pk p = {.name = name, .err = err, .d = (const unsigned char *)data, .len = len};
+  /* Expansion through the memo is bounded by the input's size (PyTorch's pickles expand a few values
+   * per byte, sharing frames) and by AS_PICKLE_MAX_NODES. */
+  p.max_nodes = len > AS_PICKLE_MAX_NODES / AS_PICKLE_NODES_PER_BYTE ? AS_PICKLE_MAX_NODES
+                                                                       : len * AS_PICKLE_NODES_PER_BYTE;
+  if (p.max_nodes < AS_PICKLE_MIN_NODES)
+    p.max_nodes = AS_PICKLE_MIN_NODES;
   err[0] = '\0';
   size_t memo_ops = 0, at = 0;
   int r = as_pickle_scan(name, p.d, len, &memo_ops, err);

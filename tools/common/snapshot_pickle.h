@@ -11,8 +11,8 @@
  * the pickle ends with STOP and nothing after it.
  *
  * The second pass makes the tree. A memo GET copies what the memo holds (a cJSON node has one parent),
- * so shared objects (PyTorch's frames) are expanded, within bounds: at most AS_PICKLE_MAX_NODES values
- * and AS_MAX_INPUT_BYTES of strings in all (a memo bomb ends there), nesting at most
+ * so shared objects (PyTorch's frames) are expanded, within bounds: at most AS_PICKLE_NODES_PER_BYTE values per byte of
+ * the pickle (AS_PICKLE_MIN_NODES to AS_PICKLE_MAX_NODES) and AS_MAX_INPUT_BYTES of strings in all (a memo bomb ends there), nesting at most
  * CJSON_NESTING_LIMIT deep as in JSON. Data a tree cannot hold is refused: a container changed after a
  * GET copied it (a cycle), a dict key that is not a string or an integer (integer keys become their
  * decimal text, as json.dumps writes them), an integer a double cannot hold exactly (the JSON path keeps
@@ -27,7 +27,10 @@
 
 #include "snapshot_reader.h"
 
-/* The most values a pickle may expand to through its memo (each one a cJSON node of 64 bytes). */
+/* The most values a pickle may expand to through its memo (each one a cJSON node of 64 bytes): 16 per
+ * byte of the pickle, at least 2^20 and at most 2^25. */
+#define AS_PICKLE_NODES_PER_BYTE ((size_t)16)
+#define AS_PICKLE_MIN_NODES ((size_t)1 << 20)
 #define AS_PICKLE_MAX_NODES ((size_t)1 << 25)
 
 /* True when data looks like a pickle (protocol 2 or later starts with the PROTO opcode, 0x80). */
