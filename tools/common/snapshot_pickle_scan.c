@@ -99,8 +99,10 @@ static void global_names(const pk *p, size_t at, char out[96]) {
 int as_pickle_scan(const char *name, const unsigned char *data, size_t len, size_t *memo_ops, char err[AS_ERR_LEN]) {
   pk pkv = {.name = name, .err = err, .d = data, .len = len}, *p = &pkv;
   const unsigned char *d = p->d;
-  if (p->len < 2 || d[0] != OP_PROTO)
+  if (p->len < 1 || d[0] != OP_PROTO)
     return fail(p, "not a pickle of protocol 2 or later (it does not start with PROTO)");
+  if (p->len < 2)
+    return fail(p, "not a whole pickle: it ends inside PROTO at byte 0 (truncated file?)");
   if (d[1] < 2 || d[1] > 5)
     return fail(p, "pickle protocol %u is not read (protocols 2 to 5 are)", d[1]);
   *memo_ops = 0;
