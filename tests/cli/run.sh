@@ -427,54 +427,79 @@ else
   echo "skip dump_reply_*: no python3"
 fi
 
-# --- tools/snapshot_pickle_to_json.py: PyTorch's .pickle snapshots to JSON, data only ---
-conv="$dir/../../tools/snapshot_pickle_to_json.py"
+# --- pickles (issue 19): PyTorch's .pickle snapshots read by every subcommand, convert, hostile pickles ---
+# The fixtures pk_*.pickle* come from tests/cli/make_pickle_fixtures.py (Python's pickle module).
+for f in pk_p2.pickle pk_p2.pickle.gz pk_p4.pickle pk_p4.pickle.gz pk_p5.pickle; do
+  t "pickle_show_${f//./_}" 0 show "$f"
+done
+t pickle_show_torch 0 show pk_torch.pickle
+t pickle_show_shared 0 show pk_shared.pickle
+
+check pickle_show_stdin 0 pk_p4.pickle.gz show -
+t pickle_segments_shared 0 segments pk_shared.pickle --device 0
+t pickle_diff 0 diff cachalot_small.json pk_p4.pickle
+t pickle_replay 0 replay pk_torch.pickle
+t pickle_plot 0 plot pk_p5.pickle -o pk.html
+page_ok pickle_plot_page pk.html 'Memory snapshot: <span class="mono">pk_p5.pickle</span>'
+# convert: JSON to a pickle and back; the pickle is what Python's pickle.load takes for json.load's value
+t pickle_convert_to 0 convert cachalot_small.json cs.pickle
+t pickle_convert_back 0 convert cs.pickle cs.json
+t pickle_convert_gz 0 convert cs.pickle cs2.pickle.gz
+t pickle_convert_stdout 0 convert --to json cs2.pickle.gz -
+t pickle_convert_torch 0 convert pk_torch.pickle torch_pk.json
+t pickle_convert_shared 0 convert pk_shared.pickle -  --to json
+cmp -s cs.json <("$tool" convert cachalot_small.json --to json -) &&
+  passed=$((passed + 1)) || fail pickle_convert_back "cs.json is not what convert writes of cachalot_small.json"
 if command -v python3 >/dev/null; then
-  # The fixtures, made here: cachalot_small.json as PyTorch pickles it (pool ids as tuples, int keys,
-  # a float, frames as dicts), plain and gzip'ed, with two protocols; and pickles that must be refused.
-  python3 - <<'PY'
-import gzip, json, pickle
-d = json.load(open("cachalot_small.json"))
-for s in d["segments"]:
-    s["segment_pool_id"] = tuple(s["segment_pool_id"])
-    s["frames"] = [{"name": "forward", "filename": "model.py", "line": 12}]
-rp2 = d["allocator_settings"]["roundup_power2_divisions"]
-d["allocator_settings"]["roundup_power2_divisions"] = {int(k): v for k, v in rp2.items()}
-with open("torch.pickle", "wb") as f:
-    pickle.dump(d, f, protocol=4)
-with gzip.open("torch_p2.pickle.gz", "wb") as f:
-    pickle.dump(d, f, protocol=2)
-# os.system('touch pwned'), as a hostile pickle would carry it
-open("evil.pickle", "wb").write(b"cos\nsystem\n(S'touch pwned'\ntR.")
-loop = []
-loop.append(loop)
-pickle.dump({"segments": loop}, open("cycle.pickle", "wb"))
-pickle.dump([1, 2, 3], open("list.pickle", "wb"))
-open("truncated.pickle", "wb").write(open("torch.pickle", "rb").read()[:300])
-PY
-  # pk NAME WANT_STATUS ARGS...: a case of the converter, checked as `t` checks alloc_snapshot.
-  pk() {
-    local name=$1 want=$2
-    shift 2
-    tool=$(command -v python3) check "$name" "$want" /dev/null "$conv" "$@"
-  }
-  pk pickle_convert 0 torch.pickle torch_pickle.json
-  t pickle_show 0 show torch_pickle.json
-  t pickle_diff 0 diff cachalot_small.json torch_pickle.json
-  pk pickle_convert_gz 0 torch_p2.pickle.gz torch_pickle.json.gz
-  t pickle_gz_diff 0 diff cachalot_small.json torch_pickle.json.gz
-  t pickle_plot 0 plot torch_pickle.json -o pickle.html
-  page_ok pickle_plot_page pickle.html
-  pk pickle_evil 1 evil.pickle evil.json
-  if [ -e pwned ] || [ -e evil.json ]; then fail pickle_evil "the hostile pickle ran or left output"; else passed=$((passed + 1)); fi
-  pk pickle_cycle 1 cycle.pickle cycle.json
-  pk pickle_not_snapshot 1 list.pickle list.json
-  pk pickle_truncated 1 truncated.pickle truncated_pickle.json
-  pk pickle_not_pickle 1 not_json.txt x.json
-  pk pickle_missing 1 no_such.pickle x.json
-  pk pickle_usage 2
+  python3 -c '
+import gzip, json, pickle, sys
+want = json.load(open("cachalot_small.json"))
+for f in ("cs.pickle", "cs2.pickle.gz"):
+    got = pickle.load((gzip.open if f.endswith(".gz") else open)(f, "rb"))
+    if got != want:
+        sys.exit(f + ": pickle.load differs from json.load of cachalot_small.json")
+if json.load(open("torch_pk.json")) != json.load(gzip.open("torch_small.json.gz")):
+    sys.exit("torch_pk.json differs from torch_small.json.gz")
+' && passed=$((passed + 1)) || fail pickle_python_load "Python reads another value"
 else
-  echo "skip pickle_*: no python3"
+  echo "skip pickle_python_load: no python3"
+fi
+t pickle_convert_usage_args 2 convert cs.pickle
+t pickle_convert_usage_stdout 2 convert cs.pickle -
+t pickle_convert_usage_name 2 convert cs.pickle cs.txt
+t pickle_convert_usage_to 2 convert cs.pickle x.json --to yaml
+t pickle_convert_bad_in 1 convert bad_state.json bad.pickle
+no_file pickle_convert_bad_in bad.pickle
+t pickle_convert_missing 1 convert no_such.pickle x.json
+t pickle_not_either 1 convert not_json.txt x.pickle
+# hostile and damaged pickles: each a message and exit 1, nothing run, nothing written
+for f in evil_global stack_global build persid bytes memo_bomb deep lying proto6 bad_utf8 huge_long inexact nan \
+  list cycle trailing truncated; do
+  t "pickle_$f" 1 convert "pk_$f.pickle" "out_$f.json"
+  no_file "pickle_$f" "out_$f.json"
+done
+[ -e pwned ] && fail pickle_evil_global "the hostile pickle ran" || passed=$((passed + 1))
+t pickle_plot_evil 1 plot pk_evil_global.pickle -o evil.html
+# the pickle cut right after each kind of opcode it holds: a message saying it ends early, exit 1
+if command -v python3 >/dev/null; then
+  python3 -c '
+import pickletools
+data = open("pk_shared.pickle", "rb").read()
+seen = set()
+for op, arg, pos in pickletools.genops(data):
+    if op.name not in seen and op.name != "STOP":
+        seen.add(op.name)
+        open("cut_%s.pickle" % op.name, "wb").write(data[:pos + 1])
+'
+  for f in cut_*.pickle; do
+    "$tool" show "$f" >/dev/null 2>"$work/.err"
+    rc=$?
+    if [ $rc = 1 ] && grep -Eq "^alloc_snapshot show: $f: (not a whole pickle: it ends inside [A-Z_0-9]+ at byte [0-9]+ \(truncated file\?\)|not a whole pickle: it ends without STOP \(truncated file\?\)|FRAME at byte 2 says [0-9]+ bytes follow, but [0-9]+ do \(truncated or damaged file\?\))$" "$work/.err"; then
+      passed=$((passed + 1))
+    else
+      fail "pickle_$f" "exit $rc: $(head -c 300 "$work/.err")"
+    fi
+  done
 fi
 
 echo "cli: $passed passed, $failed failed"

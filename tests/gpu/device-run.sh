@@ -49,7 +49,7 @@ if [[ $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_a
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so.0 "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
     tee "$out/torch-compare.log" || rc=1
   # PyTorch's own viewer must render cachalot's snapshots.
-  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so.0 "$out/viz" 2>&1 |
+  PYTHONUNBUFFERED=1 python3 tests/gpu/torch_viz_check.py build-gpu/libcachalot.so.0 "$out/viz" build-gpu/tools/alloc_snapshot 2>&1 |
     tee "$out/torch-viz.log" || rc=1
   # The pluggable route: a model trains bit-identically to the native allocator; torch.cuda.graph works.
   (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/torch_plugin_test.py" "$root/build-gpu" "${TORCH_PLUGIN_STEPS:-50}") 2>&1 |

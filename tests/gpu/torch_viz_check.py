@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch's memory viewer must accept cachalot's snapshots: make one (CUDA backend when a GPU answers,
 else the simulated device) with memory history, a pending free and a private pool, load the JSON, pickle
-it, and render it with `python3 -m torch.cuda._memory_viz trace_plot` and `segment_plot`.
+it, and render it with `python3 -m torch.cuda._memory_viz trace_plot` and `segment_plot`. Then the
+same with the pickle that `alloc_snapshot convert snapshot.json` writes (no Python pickling), and a
+pickle that torch itself wrote (`torch.cuda.memory._dump_snapshot`) converted back to JSON by
+`alloc_snapshot convert` and read by `alloc_snapshot show`.
 
-usage: torch_viz_check.py LIBCACHALOT.so OUTDIR
+usage: torch_viz_check.py LIBCACHALOT.so OUTDIR ALLOC_SNAPSHOT
 """
 import ctypes as C
 import json
@@ -20,7 +23,7 @@ class MempoolId(C.Structure):
 
 
 def main():
-    lib_path, out = os.path.abspath(sys.argv[1]), sys.argv[2]
+    lib_path, out, tool = os.path.abspath(sys.argv[1]), sys.argv[2], os.path.abspath(sys.argv[3])
     os.makedirs(out, exist_ok=True)
     lib = C.CDLL(lib_path)
     lib.cachalot_last_error.restype = C.c_char_p
@@ -73,16 +76,58 @@ def main():
         json.dump(snap, f)
     with open(os.path.join(out, "snapshot.pickle"), "wb") as f:
         pickle.dump(snap, f)
-    failed = 0
-    for plot in ("trace_plot", "segment_plot"):
-        html = os.path.join(out, f"{plot}.html")
-        r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", plot,
-                            os.path.join(out, "snapshot.pickle"), "-o", html], capture_output=True, text=True)
-        ok = r.returncode == 0 and os.path.exists(html) and os.path.getsize(html) > 1000
-        print(f"  _memory_viz {plot}: {'ok' if ok else 'FAILED'} (exit {r.returncode}, "
-              f"{os.path.getsize(html) if os.path.exists(html) else 0} bytes) {r.stderr.strip()[-300:]}")
-        failed += not ok
-    print(f"{2 - failed} passed, {failed} failed")
+    checks = []
+
+    def check(what, ok, detail=""):
+        checks.append(ok)
+        print(f"  {what}: {'ok' if ok else 'FAILED'} {detail}".rstrip())
+
+    def run(args):
+        return subprocess.run(args, capture_output=True, text=True)
+
+    # Python's pickle of the JSON, then alloc_snapshot's own pickle of the same file.
+    converted = os.path.join(out, "converted.pickle")
+    r = run([tool, "convert", os.path.join(out, "snapshot.json"), converted])
+    check("alloc_snapshot convert snapshot.json converted.pickle", r.returncode == 0 and os.path.exists(converted),
+          f"(exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    if os.path.exists(converted):
+        with open(converted, "rb") as f:
+            check("pickle.load(converted.pickle) == the snapshot", pickle.load(f) == snap)
+    for source in ("snapshot.pickle", "converted.pickle"):
+        for plot in ("trace_plot", "segment_plot"):
+            html = os.path.join(out, f"{source.split('.')[0]}_{plot}.html")
+            r = run([sys.executable, "-m", "torch.cuda._memory_viz", plot, os.path.join(out, source), "-o", html])
+            ok = r.returncode == 0 and os.path.exists(html) and os.path.getsize(html) > 1000
+            check(f"_memory_viz {plot} {source}", ok, f"(exit {r.returncode}, "
+                  f"{os.path.getsize(html) if os.path.exists(html) else 0} bytes) {r.stderr.strip()[-300:]}")
+    # A pickle torch wrote itself, from its own allocator (needs a GPU), back to JSON for alloc_snapshot.
+    try:
+        import torch
+        have_gpu = torch.cuda.is_available()
+    except ImportError:
+        have_gpu = False
+    if have_gpu:
+        torch.cuda.memory._record_memory_history(max_entries=10000, stacks="python")
+        xs = [torch.empty(n, device="cuda") for n in (1, 1000, 1 << 20, 3 << 20)]
+        del xs[1]
+        torch_pickle = os.path.join(out, "torch_dump.pickle")
+        torch.cuda.memory._dump_snapshot(torch_pickle)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        torch_json = os.path.join(out, "torch_dump.json")
+        r = run([tool, "convert", torch_pickle, torch_json])
+        check("alloc_snapshot convert torch_dump.pickle torch_dump.json", r.returncode == 0,
+              f"(exit {r.returncode}) {r.stderr.strip()[-300:]}")
+        r = run([tool, "show", torch_json])
+        check("alloc_snapshot show torch_dump.json", r.returncode == 0 and "device" in r.stdout,
+              f"(exit {r.returncode}) {(r.stdout + r.stderr).strip()[-300:]}")
+        r = run([tool, "show", torch_pickle])
+        check("alloc_snapshot show torch_dump.pickle", r.returncode == 0 and "device" in r.stdout,
+              f"(exit {r.returncode}) {(r.stdout + r.stderr).strip()[-300:]}")
+        del xs
+    else:
+        check("torch with a GPU, for a pickle torch writes itself", False, "(torch or its GPU is missing)")
+    failed = checks.count(False)
+    print(f"{len(checks) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
 

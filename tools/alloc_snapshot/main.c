@@ -18,10 +18,11 @@ static const char usage[] =
     "  replay TRACE    replays a trace's allocations through cachalot; reports the peaks\n"
     "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
     "  plot FILE       one self-contained HTML page: the segment map and memory over time\n"
+    "  convert IN OUT  a snapshot from JSON to a PyTorch pickle or back (gzip'ed or not)\n"
     "\n"
-    "FILE is snapshot JSON, gzip'ed or not ('-' reads standard input). An output (-o) that is a regular\n"
-    "file is replaced atomically; anything else (a device, a FIFO) is written through, and a symbolic\n"
-    "link stays a link.\n"
+    "FILE is snapshot JSON or a PyTorch pickle, gzip'ed or not ('-' reads standard input). An output\n"
+    "(-o) that is a regular file is replaced atomically; anything else (a device, a FIFO) is written\n"
+    "through, and a symbolic link stays a link.\n"
     "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
     "'alloc_snapshot COMMAND --help' describes a command.\n";
 
@@ -37,6 +38,7 @@ static const command commands[] = {
     {"replay", as_cmd_replay},
     {"dump", as_cmd_dump},
     {"plot", as_cmd_plot},
+    {"convert", as_cmd_convert},
 };
 
 int main(int argc, char **argv) {

@@ -1,5 +1,6 @@
 /* The strict JSON text a snapshot must be (RFC 8259, nothing after the value): cJSON parses it, and a
  * pass over the text refuses what cJSON alone lets through. Its messages name the line and column. */
+#include "snapshot_pickle.h"
 #include "snapshot_reader.h"
 
 #include <stdarg.h>
@@ -132,6 +133,10 @@ static size_t not_strict_json(const char *data, size_t len, const char **why) {
 
 cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]) {
   err[0] = '\0';
+  /* A pickle is read here, so that every reader of snapshots (as_snapshot_parse and what calls it)
+   * takes PyTorch's .pickle files too and checks them with the same schema. */
+  if (as_is_pickle(data, len))
+    return as_pickle_parse(name, data, len, err);
   size_t first = 0;
   while (first < len && (data[first] == ' ' || data[first] == '\t' || data[first] == '\n' || data[first] == '\r'))
     first++;
@@ -144,6 +149,9 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
    * limit (CJSON_NESTING_LIMIT, 1000) bounds its recursion. */
   cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, false);
   size_t line, col;
+  /* Wrong from its first byte: perhaps not meant as JSON at all. */
+  static const char neither[] = ": neither snapshot JSON nor a pickle (snapshots are read as JSON or as "
+                                "PyTorch's pickles of protocol 2 to 5, either gzip'ed or not)";
   if (root == NULL) {
     size_t off = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : 0;
     line_col(data, off, &line, &col);
@@ -155,9 +163,11 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
       fail(name, err, "not valid JSON: nested deeper than %d levels at line %zu, column %zu", CJSON_NESTING_LIMIT, line,
            col);
     else if (ch >= 0x20 && ch < 0x7f)
-      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c')", line, col, off, ch);
+      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c')%s", line, col, off, ch,
+           off == first ? neither : "");
     else
-      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)", line, col, off, ch);
+      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)%s", line, col, off, ch,
+           off == first ? neither : "");
     return NULL;
   }
   /* Anything after the value other than white space means this is not one JSON document. */

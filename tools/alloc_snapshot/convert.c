@@ -1,0 +1,236 @@
+/* alloc_snapshot convert: a snapshot from JSON to a pickle (what PyTorch's viewer,
+ * torch.cuda._memory_viz, reads) or back, either gzip'ed or not. The input is read and checked as
+ * every subcommand reads it (JSON or pickle, found from its first byte), so only a snapshot is written. */
+#include <getopt.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cli.h"
+#include "../common/outfile.h"
+#include "../common/snapshot_pickle.h"
+#include "../common/snapshot_reader.h"
+#include "c_locale.h"
+#include "json_writer.h"
+
+static const char help[] =
+    "usage: alloc_snapshot convert IN OUT [--to json|pickle]\n"
+    "\n"
+    "Writes the snapshot IN (JSON or a PyTorch pickle, gzip'ed or not; '-' is stdin) to OUT as JSON or\n"
+    "as a pickle (protocol 4, as torch.cuda.memory._dump_snapshot writes them, for\n"
+    "'python3 -m torch.cuda._memory_viz'). IN is checked as a snapshot first: a malformed one is an\n"
+    "error and OUT is left as it was. OUT's format comes from its name: .pickle or .pkl is a pickle,\n"
+    ".json is JSON, and a further .gz gzips it; '-' is standard output and needs --to.\n"
+    "JSON is written as cachalot writes snapshots (compact, a newline at the end), so cachalot's own\n"
+    "files come back byte for byte from a round trip through a pickle.\n"
+    "\n"
+    "  --to FORMAT   json or pickle, whatever OUT is named\n"
+    "  -h, --help    this text\n"
+    "\n"
+    "Exit status: 0 success, 1 unreadable or malformed IN or unwritable OUT, 2 usage error.\n";
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  bool oom;
+} text;
+
+static void put(text *t, const char *s, size_t n) {
+  if (t->oom)
+    return;
+  if (n > t->cap - t->len) {
+    size_t cap = t->cap ? t->cap : 1 << 16;
+    while (n > cap - t->len)
+      cap *= 2;
+    char *b = realloc(t->buf, cap);
+    if (b == NULL) {
+      t->oom = true;
+      return;
+    }
+    t->buf = b;
+    t->cap = cap;
+  }
+  memcpy(t->buf + t->len, s, n);
+  t->len += n;
+}
+
+static void put_sink(void *t, const char *s, size_t n) { put(t, s, n); }
+
+static void put_quoted(text *t, const char *s) {
+  put(t, "\"", 1);
+  cl_json_escape(s, put_sink, t);
+  put(t, "\"", 1);
+}
+
+/* Numbers as cachalot's writer prints them: whole ones in full (its integer fields), others with
+ * "%.17g" (its doubles), which gives the same double back. */
+static void put_number(text *t, double d) {
+  char b[40];
+  if (d >= 0 && d < 18446744073709551616.0 && (double)(uint64_t)d == d)
+    snprintf(b, sizeof b, "%llu", (unsigned long long)d);
+  else if (d < 0 && d >= -9223372036854775808.0 && (double)(int64_t)d == d)
+    snprintf(b, sizeof b, "%lld", (long long)d);
+  else
+    cl_snprintf_c(b, sizeof b, "%.17g", d);
+  put(t, b, strlen(b));
+}
+
+/* The tree as compact JSON (readers bound its depth to CJSON_NESTING_LIMIT). */
+static void put_json(text *t, const cJSON *v) {
+  if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+    bool obj = cJSON_IsObject(v);
+    put(t, obj ? "{" : "[", 1);
+    for (const cJSON *e = v->child; e != NULL; e = e->next) {
+      if (e != v->child)
+        put(t, ",", 1);
+      if (obj) {
+        put_quoted(t, e->string);
+        put(t, ":", 1);
+      }
+      put_json(t, e);
+    }
+    put(t, obj ? "}" : "]", 1);
+  } else if (cJSON_IsString(v)) {
+    put_quoted(t, v->valuestring);
+  } else if (cJSON_IsNumber(v)) {
+    put_number(t, v->valuedouble);
+  } else if (cJSON_IsBool(v)) {
+    put(t, cJSON_IsTrue(v) ? "true" : "false", cJSON_IsTrue(v) ? 4 : 5);
+  } else {
+    put(t, "null", 4);
+  }
+}
+
+static bool ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), m = strlen(tail);
+  return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+/* gzwrite takes an unsigned count: the bytes go in pieces of at most 1 GiB. */
+static bool write_gz(FILE *f, const unsigned char *bytes, size_t len, int *err) {
+  int fd = dup(fileno(f)); /* zlib writes the descriptor; tool_out_close still renames the file */
+  gzFile gz = fd >= 0 ? gzdopen(fd, "wb") : NULL;
+  if (gz == NULL) {
+    *err = errno;
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  bool ok = true;
+  for (size_t off = 0; ok && off < len;) {
+    unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
+    ok = gzwrite(gz, bytes + off, n) == (int)n;
+    off += n;
+  }
+  *err = errno;
+  if (gzclose(gz) != Z_OK && ok) {
+    ok = false;
+    *err = errno;
+  }
+  return ok;
+}
+
+/* The pickle's bytes to `path` as as_write_output writes text, without its newline: standard output
+ * for "-", gzip'ed for ".gz", a regular file replaced atomically. */
+static int write_bytes(const char *path, const unsigned char *bytes, size_t len) {
+  if (strcmp(path, "-") == 0) {
+    if (fwrite(bytes, 1, len, stdout) != len)
+      return as_failure("convert", "cannot write to standard output: %s", strerror(errno));
+    return AS_EXIT_OK;
+  }
+  tool_out o;
+  char why[256];
+  if (tool_out_open(&o, path, why, sizeof why) != 0)
+    return as_failure("convert", "%s: cannot create the output: %s", path, why);
+  int err = 0;
+  bool ok;
+  if (ends_with(path, ".gz")) {
+    ok = write_gz(o.f, bytes, len, &err);
+  } else {
+    ok = fwrite(bytes, 1, len, o.f) == len;
+    err = errno;
+  }
+  if (!ok) {
+    tool_out_close(&o, false, why, sizeof why);
+    return as_failure("convert", "%s: cannot write the output: %s", path, strerror(err ? err : EIO));
+  }
+  if (tool_out_close(&o, true, why, sizeof why) != 0)
+    return as_failure("convert", "%s: cannot write the output: %s", path, why);
+  return AS_EXIT_OK;
+}
+
+/* OUT's format from its name (a trailing .gz aside): 1 pickle, 0 JSON, -1 unknown. */
+static int format_of(const char *path) {
+  size_t n = strlen(path);
+  if (ends_with(path, ".gz"))
+    n -= 3;
+  static const struct {
+    const char *ext;
+    int pickle;
+  } exts[] = {{".pickle", 1}, {".pkl", 1}, {".json", 0}};
+  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+    size_t m = strlen(exts[i].ext);
+    if (n > m && strncmp(path + n - m, exts[i].ext, m) == 0)
+      return exts[i].pickle;
+  }
+  return -1;
+}
+
+int as_cmd_convert(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"to", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'}, {0}};
+  int to = -1;
+  for (int c; (c = as_getopt("convert", argc, argv, ":h", longopts)) != -1;) {
+    switch (c) {
+    case 'h':
+      fputs(help, stdout);
+      return as_finish_stdout("convert", AS_EXIT_OK);
+    case 't':
+      if (strcmp(optarg, "json") != 0 && strcmp(optarg, "pickle") != 0)
+        return as_usage_error("convert", "--to wants json or pickle, not '%s'", optarg);
+      to = strcmp(optarg, "pickle") == 0;
+      break;
+    default:
+      return AS_EXIT_USAGE;
+    }
+  }
+  if (argc - optind != 2)
+    return as_usage_error("convert", "IN and OUT expected, got %d argument%s", argc - optind,
+                          argc - optind == 1 ? "" : "s");
+  const char *in = argv[optind], *out = argv[optind + 1];
+  if (to < 0 && strcmp(out, "-") == 0)
+    return as_usage_error("convert", "OUT '-' (standard output) needs --to json or --to pickle");
+  if (to < 0 && (to = format_of(out)) < 0)
+    return as_usage_error("convert",
+                          "cannot tell the format of '%s' from its name (.json, .pickle or .pkl, with .gz or "
+                          "not): give --to json or --to pickle",
+                          out);
+  as_snapshot s;
+  char err[AS_ERR_LEN];
+  if (as_snapshot_load(in, &s, err) != 0)
+    return as_failure("convert", "%s", err);
+  int status;
+  if (to == 1) {
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    if (as_pickle_write(s.root, &bytes, &len) != 0)
+      status = as_failure("convert", "out of host memory for the pickle");
+    else
+      status = write_bytes(out, bytes, len);
+    free(bytes);
+  } else {
+    text t = {0};
+    put_json(&t, s.root);
+    if (t.oom)
+      status = as_failure("convert", "out of host memory for the JSON");
+    else
+      status = as_write_output("convert", out, t.buf, t.len);
+    free(t.buf);
+  }
+  as_snapshot_free(&s);
+  return status;
+}
