@@ -13,6 +13,7 @@ enum { AS_EXIT_OK = 0, AS_EXIT_FAILURE = 1, AS_EXIT_USAGE = 2 };
 /* Entry points of the subcommands: argv[0] is the subcommand's name. */
 int as_cmd_show(int argc, char **argv);
 int as_cmd_segments(int argc, char **argv);
+int as_cmd_summary(int argc, char **argv);
 int as_cmd_diff(int argc, char **argv);
 int as_cmd_replay(int argc, char **argv);
 int as_cmd_dump(int argc, char **argv);

@@ -1,6 +1,6 @@
 /* alloc_snapshot diff: what changed between two snapshots: totals per (device, pool, type, stream)
- * before and after, then the segments added, removed and changed (segments are matched by device and
- * address, blocks within a segment by address). */
+ * before and after, then the segments added, removed and changed (segments are paired by address or
+ * by history, match.h; blocks within a pair by their offset in the segment). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,21 +9,31 @@
 
 #include "cli.h"
 #include "../common/snapshot_reader.h"
+#include "match.h"
 #include "summary.h"
 
 static const char help[] =
-    "usage: alloc_snapshot diff A B [--bytes]\n"
+    "usage: alloc_snapshot diff A B [--match address|history|auto] [--bytes]\n"
     "\n"
     "Compares two memory snapshots (cachalot's or PyTorch's JSON, gzip'ed or not) and prints:\n"
     "  - per device, pool id, segment type and stream: segments, reserved, allocated, active and free\n"
     "    bytes in A -> in B (with the change), and the totals;\n"
-    "  - the segments only in B (added) and only in A (removed), matched by device and address;\n"
-    "  - for each segment in both that differs: its size, pool, stream or type if they changed, and its\n"
+    "  - how the segments were paired (see --match), then the segments only in B (added) and only in A\n"
+    "    (removed);\n"
+    "  - for each pair that differs: its size, pool, stream or type if they changed, and its\n"
     "    blocks (by offset in the segment) that changed state, size or requested size, appeared (a\n"
     "    split) or disappeared (a merge).\n"
     "Prints 'no differences' when the segments are the same. The traces are not compared.\n"
     "\n"
     "options:\n"
+    "  --match M   how a segment of A is paired with one of B:\n"
+    "                address: the same device and address (two snapshots of one process);\n"
+    "                history: the same device and size, in order of creation: the segment_alloc entries\n"
+    "                of the trace order them (the last one at a segment's address), and segments\n"
+    "                whose creation is not in the trace follow in address order (a recording and a\n"
+    "                replay of one trace, whose addresses differ);\n"
+    "                auto (default): address when more than half of the smaller snapshot's segments\n"
+    "                have a partner at the same address, else history\n"
     "  --bytes     exact byte counts instead of KiB/MiB/GiB with two decimals\n"
     "  -h, --help  this text\n"
     "\n"
@@ -130,8 +140,10 @@ static int cmp_block_address(const void *pa, const void *pb) {
   return a->address < b->address ? -1 : a->address > b->address ? 1 : 0;
 }
 
+/* An inactive block's requested_size is not compared: PyTorch leaves its last allocation's there. */
 static bool same_block(const as_block *a, const as_block *b) {
-  return a->size == b->size && a->state == b->state && a->requested_size == b->requested_size;
+  return a->size == b->size && a->state == b->state &&
+         (a->state == AS_INACTIVE || a->requested_size == b->requested_size);
 }
 
 static bool same_segment_head(const as_segment *a, const as_segment *b) {
@@ -150,7 +162,7 @@ static as_block *sorted_blocks(const as_segment *s) {
   return v;
 }
 
-/* Whether the two segments (same device and address) differ; prints how when `print`. -1 on OOM. */
+/* Whether the two paired segments differ; prints how when `print`. -1 on OOM. */
 static int segment_changes(const as_segment *sa, const as_segment *sb, bool exact, bool print) {
   as_block *a = sorted_blocks(sa), *b = sorted_blocks(sb);
   int changed = 0;
@@ -160,7 +172,10 @@ static int segment_changes(const as_segment *sa, const as_segment *sb, bool exac
   }
   changed = !same_segment_head(sa, sb);
   for (size_t i = 0, j = 0; i < sa->n_blocks || j < sb->n_blocks;) {
-    int c = i >= sa->n_blocks ? 1 : j >= sb->n_blocks ? -1 : cmp_block_address(&a[i], &b[j]);
+    /* By offset in the segment: segments paired by history lie at different addresses. */
+    uint64_t oa = i < sa->n_blocks ? a[i].address - sa->address : 0;
+    uint64_t ob = j < sb->n_blocks ? b[j].address - sb->address : 0;
+    int c = i >= sa->n_blocks ? 1 : j >= sb->n_blocks ? -1 : oa < ob ? -1 : oa > ob ? 1 : 0;
     if (c == 0 && same_block(&a[i], &b[j])) {
       i++, j++;
       continue;
@@ -207,82 +222,77 @@ static void print_head_changes(const as_segment *a, const as_segment *b, bool ex
     printf("      is_expandable: %s -> %s\n", a->is_expandable ? "true" : "false", b->is_expandable ? "true" : "false");
 }
 
-static int cmp_seg(const as_segment *a, const as_segment *b) {
-  if (a->device != b->device)
-    return a->device < b->device ? -1 : 1;
-  return a->address < b->address ? -1 : a->address > b->address ? 1 : 0;
-}
-
 /* Lists segments only in A, only in B, and changed. -1 on host OOM, else whether anything differs. */
-static int print_segments(const as_snapshot *sa, const as_snapshot *sb, bool exact) {
-  const as_segment **a = as_sorted_segments(sa), **b = as_sorted_segments(sb);
-  int result = -1;
-  if (a == NULL || b == NULL)
-    goto done;
+static int print_segments(const as_matching *m, bool exact) {
   size_t added = 0, removed = 0, changed = 0;
   /* First pass counts, so each list can be headed with its length. */
-  for (size_t i = 0, j = 0; i < sa->n_segments || j < sb->n_segments;) {
-    int c = i >= sa->n_segments ? 1 : j >= sb->n_segments ? -1 : cmp_seg(a[i], b[j]);
-    if (c < 0) {
-      removed++, i++;
-    } else if (c > 0) {
-      added++, j++;
+  for (size_t i = 0; i < m->n; i++) {
+    const as_seg_pair *p = &m->pairs[i];
+    if (p->a == NULL) {
+      added++;
+    } else if (p->b == NULL) {
+      removed++;
     } else {
-      int r = segment_changes(a[i], b[j], exact, false);
+      int r = segment_changes(p->a, p->b, exact, false);
       if (r < 0)
-        goto done;
+        return -1;
       changed += (size_t)r;
-      i++, j++;
     }
   }
-  printf("\nsegments added: %zu\n", added);
-  for (size_t i = 0, j = 0; i < sa->n_segments || j < sb->n_segments;) {
-    int c = i >= sa->n_segments ? 1 : j >= sb->n_segments ? -1 : cmp_seg(a[i], b[j]);
-    if (c > 0) {
-      print_segment_head("+ ", b[j], exact);
+  printf("segments added: %zu\n", added);
+  for (size_t i = 0; i < m->n; i++)
+    if (m->pairs[i].a == NULL) {
+      print_segment_head("+ ", m->pairs[i].b, exact);
       putchar('\n');
     }
-    i += c <= 0;
-    j += c >= 0;
-  }
   printf("segments removed: %zu\n", removed);
-  for (size_t i = 0, j = 0; i < sa->n_segments || j < sb->n_segments;) {
-    int c = i >= sa->n_segments ? 1 : j >= sb->n_segments ? -1 : cmp_seg(a[i], b[j]);
-    if (c < 0) {
-      print_segment_head("- ", a[i], exact);
+  for (size_t i = 0; i < m->n; i++)
+    if (m->pairs[i].b == NULL) {
+      print_segment_head("- ", m->pairs[i].a, exact);
       putchar('\n');
     }
-    i += c <= 0;
-    j += c >= 0;
-  }
   printf("segments changed: %zu\n", changed);
-  for (size_t i = 0, j = 0; i < sa->n_segments || j < sb->n_segments;) {
-    int c = i >= sa->n_segments ? 1 : j >= sb->n_segments ? -1 : cmp_seg(a[i], b[j]);
-    if (c == 0) {
-      int r = segment_changes(a[i], b[j], exact, false);
-      if (r < 0)
-        goto done;
-      if (r) {
-        print_segment_head("~ ", a[i], exact);
-        printf(":\n");
-        print_head_changes(a[i], b[j], exact);
-        if (segment_changes(a[i], b[j], exact, true) < 0)
-          goto done;
-      }
+  for (size_t i = 0; i < m->n; i++) {
+    const as_seg_pair *p = &m->pairs[i];
+    if (p->a == NULL || p->b == NULL)
+      continue;
+    int r = segment_changes(p->a, p->b, exact, false);
+    if (r < 0)
+      return -1;
+    if (r) {
+      print_segment_head("~ ", p->a, exact);
+      if (p->a->address != p->b->address)
+        printf(" -> 0x%" PRIx64 " in B", p->b->address);
+      printf(":\n");
+      print_head_changes(p->a, p->b, exact);
+      if (segment_changes(p->a, p->b, exact, true) < 0)
+        return -1;
     }
-    i += c <= 0;
-    j += c >= 0;
   }
-  result = added + removed + changed > 0;
-done:
-  free(a);
-  free(b);
-  return result;
+  return added + removed + changed > 0;
+}
+
+static void print_matching(const as_matching *m, as_match_mode asked, size_t na, size_t nb) {
+  if (m->used == AS_MATCH_ADDRESS)
+    printf("\nsegments matched by address: %zu", m->matched);
+  else
+    printf("\nsegments matched by history (size, order of creation): %zu", m->matched);
+  if (na == nb)
+    printf(" of %zu", na);
+  else
+    printf(" (A has %zu, B has %zu)", na, nb);
+  if (asked == AS_MATCH_AUTO && m->used == AS_MATCH_HISTORY)
+    printf("; auto: only %zu matched by address", m->by_address);
+  putchar('\n');
 }
 
 int as_cmd_diff(int argc, char **argv) {
-  static const struct option longopts[] = {{"bytes", no_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'}, {0}};
+  static const struct option longopts[] = {{"bytes", no_argument, NULL, 'b'},
+                                           {"match", required_argument, NULL, 'm'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
   bool exact = false;
+  as_match_mode mode = AS_MATCH_AUTO;
   for (int c; (c = as_getopt("diff", argc, argv, ":h", longopts)) != -1;) {
     switch (c) {
     case 'h':
@@ -290,6 +300,16 @@ int as_cmd_diff(int argc, char **argv) {
       return as_finish_stdout("diff", AS_EXIT_OK);
     case 'b':
       exact = true;
+      break;
+    case 'm':
+      if (strcmp(optarg, "address") == 0)
+        mode = AS_MATCH_ADDRESS;
+      else if (strcmp(optarg, "history") == 0)
+        mode = AS_MATCH_HISTORY;
+      else if (strcmp(optarg, "auto") == 0)
+        mode = AS_MATCH_AUTO;
+      else
+        return as_usage_error("diff", "--match wants address, history or auto, not '%s'", optarg);
       break;
     default:
       return AS_EXIT_USAGE;
@@ -311,7 +331,9 @@ int as_cmd_diff(int argc, char **argv) {
   int status = AS_EXIT_OK;
   as_group *ga = NULL, *gb = NULL;
   size_t na = 0, nb = 0;
-  if (as_group_segments(&a, &ga, &na) != 0 || as_group_segments(&b, &gb, &nb) != 0) {
+  as_matching m = {0};
+  if (as_group_segments(&a, &ga, &na) != 0 || as_group_segments(&b, &gb, &nb) != 0 ||
+      as_match_segments(&a, &b, mode, &m) != 0) {
     status = as_failure("diff", "out of host memory");
     goto done;
   }
@@ -324,12 +346,14 @@ int as_cmd_diff(int argc, char **argv) {
       goto done;
     }
   }
-  int r = print_segments(&a, &b, exact);
+  print_matching(&m, mode, a.n_segments, b.n_segments);
+  int r = print_segments(&m, exact);
   if (r < 0)
     status = as_failure("diff", "out of host memory");
   else if (r == 0)
     printf("no differences\n");
 done:
+  as_matching_free(&m);
   free(ga);
   free(gb);
   as_snapshot_free(&a);

@@ -14,6 +14,7 @@ static const char usage[] =
     "commands:\n"
     "  show FILE       summary per device, pool and stream; the largest segments\n"
     "  segments FILE   the segments, filtered by device, pool or stream, as a JSON array\n"
+    "  summary FILE... one row per file (rank) of a job: peaks, skew between ranks, the worst rank\n"
     "  diff A B        what changed between two snapshots, per pool and segment\n"
     "  replay TRACE    replays a trace's allocations through cachalot; reports the peaks\n"
     "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
@@ -34,6 +35,7 @@ typedef struct {
 static const command commands[] = {
     {"show", as_cmd_show},
     {"segments", as_cmd_segments},
+    {"summary", as_cmd_summary},
     {"diff", as_cmd_diff},
     {"replay", as_cmd_replay},
     {"dump", as_cmd_dump},
