@@ -29,6 +29,14 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot
  * Off by default. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled);
 
+/* Marks a moment of the program on `device`'s timeline: while history is on, records a "user_defined" trace
+ * entry (addr, size and stream 0) whose "name" in the snapshot is `text`, with C frames while stacks are
+ * on. Text longer than 1023 bytes is cut to at most 1023, before a UTF-8 character that would cross the
+ * bound; cachalot keeps its own copy until the entry leaves the ring buffer. While history is off nothing
+ * is recorded and CACHALOT_OK is returned. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_annotate(cachalot_allocator *a, int device,
+                                                                  const char *text);
+
 /* --- contexts: what the caller knows about an allocation (e.g. the stack of the program that made it) ---
  *
  * A context is an opaque pointer of the caller's with a reference count that the caller's ops keep.
