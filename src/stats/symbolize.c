@@ -96,10 +96,16 @@ void cl_symbolizer_free(cl_symbolizer *s) {
   free(s);
 }
 
-/* name demangled when it is a C++ name, copied otherwise. */
+/* name without its symbol version ("__libc_start_main@@GLIBC_2.34"), demangled when it is a C++ name. */
 static char *name_copy(const char *name) {
-  char *d = cl_demangle(name);
-  return d ? d : strdup(name);
+  char *plain = strndup(name, strcspn(name, "@"));
+  if (!plain)
+    return NULL;
+  char *d = cl_demangle(plain);
+  if (!d)
+    return plain;
+  free(plain);
+  return d;
 }
 
 /* dladdr: exported symbols and the object file. */
