@@ -140,6 +140,21 @@ static Dwfl *process_dwfl(cl_symbolizer *s) {
   return dwfl;
 }
 
+/* The source file and line of pc from the compile unit whose ranges cover it. dwfl_module_getsrc finds
+ * units through .debug_aranges, which clang does not emit. */
+static const char *cu_line(Dwfl_Module *m, uintptr_t pc, int *line) {
+  Dwarf_Addr bias = 0;
+  for (Dwarf_Die *cu = dwfl_module_nextcu(m, NULL, &bias); cu; cu = dwfl_module_nextcu(m, cu, &bias)) {
+    if (dwarf_haspc(cu, (Dwarf_Addr)pc - bias) != 1)
+      continue;
+    Dwarf_Line *l = dwarf_getsrc_die(cu, (Dwarf_Addr)pc - bias);
+    if (!l || dwarf_lineno(l, line) != 0)
+      return NULL;
+    return dwarf_linesrc(l, NULL, NULL);
+  }
+  return NULL;
+}
+
 /* dwfl: the full symbol table and DWARF lines. pc is inside the call instruction. */
 static void lookup_dwfl(cl_symbolizer *s, uintptr_t pc, cached_frame *f) {
   Dwfl *dwfl = process_dwfl(s);
@@ -153,7 +168,7 @@ static void lookup_dwfl(cl_symbolizer *s, uintptr_t pc, cached_frame *f) {
     f->name = name_copy(name);
   Dwfl_Line *l = dwfl_module_getsrc(m, (Dwarf_Addr)pc);
   int line = 0;
-  const char *file = l ? dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL) : NULL;
+  const char *file = l ? dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL) : cu_line(m, pc, &line);
   if (file && file[0]) {
     f->filename = strdup(file);
     f->line = line;
