@@ -2,7 +2,7 @@
 # Installs what building and testing cachalot needs on Debian 12 (as root, or through sudo).
 # The CUDA toolkit is optional: with /usr/local/cuda present the CUDA backend and the gpu suite are built.
 set -eu
-pkgs="meson ninja-build pkg-config gcc clang libclang-rt-14-dev uthash-dev libcmocka-dev libcjson-dev zlib1g-dev
+pkgs="meson ninja-build pkg-config gcc clang libclang-rt-14-dev uthash-dev libcmocka-dev libcjson-dev libdw-dev zlib1g-dev
   python3 python3-venv python3-mesonpy locales"
 missing=""
 for p in $pkgs; do

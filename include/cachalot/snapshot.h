@@ -25,9 +25,19 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_memory_stats_json(cacha
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled,
                                                                         size_t max_entries);
 
-/* Records C call stacks ("frames": name, filename, line) with alloc and free entries while history is on.
- * Off by default. */
+/* Records C call stacks ("frames": name, filename, line) with alloc, free_requested and user_defined entries
+ * while history is on, and keeps its alloc's stack with each block handed out meanwhile (the snapshot's
+ * blocks' "frames") until the block is freed or history is turned off. Names, files and lines are looked
+ * up when a snapshot is written. Off by default. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled);
+
+/* Marks a moment of the program on `device`'s timeline: while history is on, records a "user_defined" trace
+ * entry (addr, size and stream 0) whose "name" in the snapshot is `text`, with C frames while stacks are
+ * on. Text longer than 1023 bytes is cut to at most 1023, before a UTF-8 character that would cross the
+ * bound; cachalot keeps its own copy until the entry leaves the ring buffer. While history is off nothing
+ * is recorded and CACHALOT_OK is returned. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_annotate(cachalot_allocator *a, int device,
+                                                                  const char *text);
 
 /* --- contexts: what the caller knows about an allocation (e.g. the stack of the program that made it) ---
  *
@@ -115,7 +125,8 @@ typedef struct {
   cachalot_trace_entry *trace;         /* by device, oldest first within a device */
 } cachalot_snapshot_info;
 
-/* Takes the snapshot of every device. With include_trace: its trace entries too, after recording a
+/* Takes the snapshot of every device. With include_trace: its trace entries too (user_defined ones left
+ * out: the actions above have none), after recording a
  * "snapshot" trace entry on each device as the JSON snapshot does; without: segments and blocks only, and
  * the history is left as it is. Every context in it holds a reference until cachalot_snapshot_info_free. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace,

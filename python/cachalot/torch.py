@@ -26,7 +26,7 @@ import torch as _torch
 
 from . import _build, _library, library_path
 
-__all__ = ["install", "route", "memory_stats", "snapshot", "empty_cache", "reset_peak_stats",
+__all__ = ["install", "route", "memory_stats", "snapshot", "annotate", "empty_cache", "reset_peak_stats",
            "release_capture_pools", "backend_unavailable"]
 
 _route = None
@@ -131,6 +131,17 @@ def snapshot():
     """cachalot's snapshot (segments, traces, settings) in torch.cuda.memory._snapshot()'s schema, with C
     frames where stacks are recorded."""
     return _json("cachalot_snapshot_json", ctypes.c_void_p(_allocator()))
+
+
+def annotate(text, device=None):
+    """Marks a moment of the program on `device`'s memory timeline: a "user_defined" trace entry whose
+    "name" is `text` (cachalot_annotate; cut to 1023 bytes of UTF-8). Nothing is recorded while memory
+    history is off."""
+    a = _allocator()
+    lib = _library()
+    lib.cachalot_annotate.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
+    _check(lib.cachalot_annotate(ctypes.c_void_p(a), ctypes.c_int(_device(device)),
+                                 str(text).encode("utf-8")), "cachalot_annotate")
 
 
 def empty_cache():

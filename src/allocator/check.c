@@ -441,7 +441,7 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu",
                    d->index, d->n_segments, c.n_segments);
   if ((rc = check_lanes_locked(d)) != CACHALOT_OK || (rc = check_pools_locked(d, &c)) != CACHALOT_OK ||
-      (rc = check_events_locked(d, &c)) != CACHALOT_OK)
+      (rc = check_events_locked(d, &c)) != CACHALOT_OK || (rc = cl_ctx_check_locked(d)) != CACHALOT_OK)
     return rc;
   return check_stats_locked(d, &c);
 }

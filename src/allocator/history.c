@@ -16,11 +16,14 @@ static int64_t now_us(void) {
 
 _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
 
-/* A context kept with a handed-out block, by the block's address. */
+/* What is kept with a handed-out block, by the block's address: the caller's context and the C stack of
+ * its alloc entry (either may be missing, not both). */
 typedef struct cl_block_ctx {
   uintptr_t ptr;
   void *ctx;
   UT_hash_handle hh;
+  uint8_t n_frames;
+  void *frames[]; /* n_frames return addresses, innermost first */
 } cl_block_ctx;
 
 void cl_ctx_retain(cachalot_allocator *a, void *ctx) {
@@ -35,34 +38,59 @@ void cl_ctx_release(cachalot_allocator *a, void *ctx) {
   atomic_fetch_sub_explicit(&a->n_ctx, 1, memory_order_release);
 }
 
+/* The stack of the alloc entry just recorded for ptr (hand_out records it right before attaching), so
+ * the block shares that walk instead of taking a second one. */
+static int last_alloc_frames(const cl_trace *t, uintptr_t ptr, void *const **frames) {
+  if (!t->frames || !t->count)
+    return 0;
+  const size_t slot = (t->head + t->count - 1) % t->cap;
+  const cl_trace_entry *e = &t->entries[slot];
+  if (e->action != CL_TRACE_ALLOC || e->addr != ptr)
+    return 0;
+  *frames = &t->frames[slot * CL_TRACE_MAX_FRAMES];
+  return e->n_frames;
+}
+
 void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr) {
   CL_ASSERT_EXCLUSIVE(d);
-  void *ctx = cl_tls_alloc_ctx;
-  if (!ctx || d->trace.cap == 0 || !d->owner->ctx_ops.retain)
+  if (d->trace.cap == 0)
     return;
-  cl_block_ctx *e = malloc(sizeof *e);
-  if (!e) /* the block goes without its context: history loses a detail, nothing else */
+  void *ctx = d->owner->ctx_ops.retain ? cl_tls_alloc_ctx : NULL;
+  void *const *frames = NULL;
+  const int n = last_alloc_frames(&d->trace, ptr, &frames);
+  if (!ctx && n == 0)
+    return;
+  cl_block_ctx *e = malloc(sizeof *e + (size_t)n * sizeof(void *));
+  if (!e) /* the block goes without: history loses a detail, nothing else */
     return;
   e->ptr = ptr;
   e->ctx = ctx;
+  e->n_frames = (uint8_t)n;
+  if (n)
+    memcpy(e->frames, frames, (size_t)n * sizeof(void *));
   bool hash_oom = false;
   HASH_ADD(hh, d->block_ctx, ptr, sizeof e->ptr, e);
   if (hash_oom) {
     free(e);
     return;
   }
-  cl_ctx_retain(d->owner, ctx);
+  if (ctx)
+    cl_ctx_retain(d->owner, ctx);
+}
+
+static void drop_entry(cl_device *d, cl_block_ctx *e) {
+  HASH_DEL(d->block_ctx, e);
+  if (e->ctx)
+    cl_ctx_release(d->owner, e->ctx);
+  free(e);
 }
 
 void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e;
   HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
-  if (!e)
-    return;
-  HASH_DEL(d->block_ctx, e);
-  cl_ctx_release(d->owner, e->ctx);
-  free(e);
+  if (e)
+    drop_entry(d, e);
 }
 
 void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr) {
@@ -72,19 +100,46 @@ void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr) {
   return e ? e->ctx : NULL;
 }
 
+int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **frames) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_block_ctx *e;
+  HASH_FIND(hh, d->block_ctx, &ptr, sizeof ptr, e);
+  if (!e)
+    return 0;
+  *frames = e->frames;
+  return e->n_frames;
+}
+
 /* Lets go of every block's context (destroy). */
 void cl_ctx_detach_all_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e, *tmp;
-  HASH_ITER(hh, d->block_ctx, e, tmp) {
-    HASH_DEL(d->block_ctx, e);
-    cl_ctx_release(d->owner, e->ctx);
-    free(e);
-  }
+  HASH_ITER(hh, d->block_ctx, e, tmp)
+    drop_entry(d, e);
 }
 
-void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
-                                 cachalot_stream stream) {
+cachalot_status cl_ctx_check_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_block_ctx *e, *tmp;
+  HASH_ITER(hh, d->block_ctx, e, tmp) {
+    const cl_segment *s = cl_page_get(&d->owner->pages, e->ptr);
+    if (!s || s == CL_PAGE_SHARED || e->ptr - s->ptr >= s->size) /* off the page map: the list */
+      for (s = d->segments; s && e->ptr - s->ptr >= s->size; s = s->next)
+        ;
+    const cl_block *b = s ? *cl_seg_slot(s, e->ptr) : NULL;
+    if (!b || b->ptr != e->ptr || b->state == CL_FREE)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: a context or stack is kept for 0x%llx, which is no handed-out block",
+                     d->index, (unsigned long long)e->ptr);
+    if (!e->ctx && !e->n_frames)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: an empty block record at 0x%llx",
+                     d->index, (unsigned long long)e->ptr);
+  }
+  return CACHALOT_OK;
+}
+
+cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                            cachalot_stream stream) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
   size_t slot;
@@ -99,6 +154,8 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
   if (e->ctx) /* a reused slot */
     cl_ctx_release(d->owner, e->ctx);
   e->ctx = NULL;
+  free(e->text);
+  e->text = NULL;
   void *ctx = action == CL_TRACE_ALLOC ? cl_tls_alloc_ctx : action == CL_TRACE_FREE_REQUESTED ? cl_tls_free_ctx : NULL;
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);
@@ -110,7 +167,7 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
   e->stream = (uintptr_t)stream;
   e->time_us = now_us();
   e->n_frames = 0;
-  if (t->frames && (action == CL_TRACE_ALLOC || action == CL_TRACE_FREE_REQUESTED)) {
+  if (t->frames && (action == CL_TRACE_ALLOC || action == CL_TRACE_FREE_REQUESTED || action == CL_TRACE_USER_DEFINED)) {
     /* Inlining makes the number of cachalot's own frames vary; snapshot.c drops them when writing. */
     void *buf[CL_TRACE_MAX_FRAMES + 8];
     int n = backtrace(buf, CL_TRACE_MAX_FRAMES + 8);
@@ -119,6 +176,7 @@ void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t 
     memcpy(&t->frames[slot * CL_TRACE_MAX_FRAMES], buf + skip, (size_t)keep * sizeof(void *));
     e->n_frames = (uint8_t)keep;
   }
+  return e;
 }
 
 void cl_trace_free_locked(cl_device *d) {
@@ -128,6 +186,7 @@ void cl_trace_free_locked(cl_device *d) {
     cl_trace_entry *e = &t->entries[(t->head + i) % t->cap];
     if (e->ctx)
       cl_ctx_release(d->owner, e->ctx);
+    free(e->text);
   }
   free(d->trace.entries);
   free(d->trace.frames);
@@ -251,4 +310,44 @@ cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, voi
   cachalot_status rc = cachalot_free(a, ptr);
   cl_tls_free_ctx = saved;
   return rc;
+}
+
+/* The annotation's copy: at most CL_ANNOTATION_MAX bytes of text, cut before the character that would
+ * cross the bound (a UTF-8 sequence is never split; text that is not UTF-8 is cut at the bound). */
+static char *annotation_copy(const char *text) {
+  size_t n = strnlen(text, CL_ANNOTATION_MAX + 1);
+  if (n > CL_ANNOTATION_MAX) {
+    n = CL_ANNOTATION_MAX;
+    /* text[n] is the first byte left out: while it continues a sequence, that sequence goes too */
+    for (size_t back = 0; back < 3 && n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80; back++)
+      n--;
+  }
+  char *copy = malloc(n + 1);
+  if (copy) {
+    memcpy(copy, text, n);
+    copy[n] = '\0';
+  }
+  return copy;
+}
+
+cachalot_status cachalot_annotate(cachalot_allocator *a, int device, const char *text) {
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_annotate");
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (!text)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_annotate: text is NULL");
+  /* copied before the lock is taken, and dropped if history turns out to be off */
+  char *copy = annotation_copy(text);
+  if (!copy)
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_annotate: host out of memory");
+  cl_device *d = &a->devices[device];
+  cl_enter_exclusive(d);
+  if (d->trace.cap != 0) {
+    cl_trace_entry *e = cl_trace_record_slow_locked(d, CL_TRACE_USER_DEFINED, 0, 0, NULL);
+    e->text = copy;
+    copy = NULL;
+  }
+  cl_leave_exclusive(d);
+  free(copy);
+  return CACHALOT_OK;
 }

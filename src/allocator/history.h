@@ -6,19 +6,21 @@
 
 #include "types.h"
 
-void cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
-                                 cachalot_stream stream);
+/* The entry recorded (the caller may add to it: cachalot_annotate's text). */
+cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                            cachalot_stream stream);
 /* Records an entry when history is on; otherwise costs one branch. */
 static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                    cachalot_stream stream) {
   if (CL_UNLIKELY(d->trace.cap != 0))
-    cl_trace_record_slow_locked(d, action, addr, size, stream);
+    (void)cl_trace_record_slow_locked(d, action, addr, size, stream);
 }
 void cl_trace_free_locked(cl_device *d);
 /* The contexts of the call in progress on this thread (cachalot_malloc_with_context,
  * cachalot_free_with_context): NULL outside such a call. */
 extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
-/* Keeps this thread's alloc context with the block at ptr (history on; hand_out's slow path). */
+/* Keeps this thread's alloc context, and the C stack of the alloc entry just recorded (stacks on), with
+ * the block at ptr (history on; hand_out's exclusive path). */
 void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr);
 /* Lets go of the context kept with the block at ptr, if any (every free of a handed-out block). */
 void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr);
@@ -30,6 +32,10 @@ static inline void cl_ctx_drop_locked(cl_device *d, uintptr_t ptr) {
 void cl_ctx_detach_all_locked(cl_device *d);
 /* The context kept with the block at ptr, or NULL. */
 void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr);
+/* The C stack kept with the block at ptr: its frame count (0: none), *frames pointed at them. */
+int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **frames);
+/* cachalot_check's part: every record names a handed-out block of d and holds something. */
+cachalot_status cl_ctx_check_locked(cl_device *d);
 /* One more reference to ctx (not NULL), and one fewer. */
 void cl_ctx_retain(cachalot_allocator *a, void *ctx);
 void cl_ctx_release(cachalot_allocator *a, void *ctx);

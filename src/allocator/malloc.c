@@ -263,7 +263,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
     cl_stats_hand_out_locked(d, small, a->size, requested);
     /* history only here: the warm paths run only while history is off (cl_leave_exclusive) */
     cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
-    if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL))
+    if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL || d->trace.frames != NULL))
       cl_ctx_attach_locked(d, a->ptr);
   }
   return a;

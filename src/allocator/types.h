@@ -268,6 +268,7 @@ typedef enum {
   CL_TRACE_USER_DEFINED,
 } cl_trace_action;
 enum { CL_TRACE_MAX_FRAMES = 16 };
+enum { CL_ANNOTATION_MAX = 1023 }; /* bytes of a cachalot_annotate text kept (the rest is cut) */
 
 typedef struct {
   uint8_t action;   /* cl_trace_action */
@@ -277,6 +278,7 @@ typedef struct {
   uintptr_t stream;
   int64_t time_us;  /* since the epoch */
   void *ctx;        /* the caller's context (cachalot_malloc_with_context), one reference held; or NULL */
+  char *text;       /* user_defined (cachalot_annotate): the text, owned by the entry; else NULL */
 } cl_trace_entry;
 
 /* The ring buffer: trace_cap entries, the oldest at trace_head, trace_count of them valid. A cap of 0
@@ -407,8 +409,9 @@ struct cl_device {
   bool total_known;
   cachalot_device_stats stats; /* exact in exclusive mode (the lanes' shares are folded in) */
   cl_trace trace;
-  struct cl_block_ctx *block_ctx; /* contexts of handed-out blocks, by address (history.c); while any is
-                                     held the warm paths stay off, so every free passes history.c */
+  struct cl_block_ctx *block_ctx; /* contexts and alloc call stacks of handed-out blocks, by address
+                                     (history.c); while any is held the warm paths stay off, so every
+                                     free passes history.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and

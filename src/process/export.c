@@ -20,10 +20,12 @@
  * replaced through a temporary file and a rename; anything else there (a symlink, a FIFO, a device) is
  * written through, never replaced; a socket path holding anything but a socket is left alone. */
 #include "../allocator/internal.h"
+#include "../common/json_writer.h"
 #include "export.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +160,67 @@ static void at_exit(void) {
     unlink(socket_path);
 }
 
+/* "record N [stacks] [ALLOCATOR]" or "record off [ALLOCATOR]" (args: what follows "record"): memory
+ * history of N entries per device, cleared, with C stacks or without, or history and stacks off, on every
+ * device of allocator ALLOCATOR (default 0), through the public calls a program would make. The reply
+ * into *out: {"record":N,"stacks":BOOL} or {"error":"..."}. Called with reg_lock held. */
+static void serve_record(char *args, char **out) {
+  char *save = NULL, *tok[4] = {NULL};
+  int n = 0;
+  for (char *t = strtok_r(args, " \t\r\n", &save); t && n < 4; t = strtok_r(NULL, " \t\r\n", &save))
+    tok[n++] = t; /* a fourth word is one too many: n = 4 fails the count below */
+  const bool off = n >= 1 && !strcmp(tok[0], "off");
+  const bool stacks = !off && n >= 2 && !strcmp(tok[1], "stacks");
+  const int idx_at = 1 + stacks;
+  char *end = NULL;
+  unsigned long long entries = 0, idx = 0;
+  bool ok = n >= 1 && n <= idx_at + 1;
+  if (ok && !off) {
+    errno = 0;
+    entries = tok[0][0] >= '0' && tok[0][0] <= '9' ? strtoull(tok[0], &end, 10) : 0;
+    ok = !errno && end && !*end && entries >= 1 && entries <= HISTORY_ENV_MAX;
+  }
+  if (ok && n == idx_at + 1) {
+    errno = 0;
+    idx = tok[idx_at][0] >= '0' && tok[idx_at][0] <= '9' ? strtoull(tok[idx_at], &end, 10) : ULLONG_MAX;
+    ok = !errno && end && !*end;
+  }
+  cl_json j;
+  cl_json_init(&j);
+  cl_json_begin_object(&j);
+  cachalot_status rc = CACHALOT_OK;
+  if (!ok) {
+    cl_json_key(&j, "error");
+    cl_json_string(&j, "record expects 'record N [stacks] [ALLOCATOR]' (N from 1 to 100000000) or 'record off "
+                       "[ALLOCATOR]'");
+  } else if (idx >= (unsigned long long)n_live) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "record: no allocator %llu (%d live)", idx, n_live);
+    cl_json_key(&j, "error");
+    cl_json_string(&j, msg);
+  } else {
+    cachalot_allocator *a = live[idx];
+    /* stacks first: turning history on sizes the stack rows by the stacks setting */
+    if (off)
+      rc = cachalot_record_history(a, false, 0);
+    if (rc == CACHALOT_OK)
+      rc = cachalot_record_history_stacks(a, stacks);
+    if (rc == CACHALOT_OK && !off)
+      rc = cachalot_record_history(a, true, (size_t)entries);
+    if (rc != CACHALOT_OK) {
+      cl_json_key(&j, "error");
+      cl_json_string(&j, cachalot_last_error());
+    } else {
+      cl_json_key(&j, "record");
+      cl_json_uint(&j, entries);
+      cl_json_key(&j, "stacks");
+      cl_json_bool(&j, stacks);
+    }
+  }
+  cl_json_end_object(&j);
+  *out = cl_json_finish(&j);
+}
+
 /* One request: a line of text in, JSON (or an error object) out. A line longer than MAX_REQUEST - 1 bytes
  * is read to its end (up to MAX_DRAIN, within the time limit) and answered with an error: closing with
  * unread input would reset the connection before the client reads the answer. */
@@ -189,6 +252,10 @@ static void serve(int fd) {
   pthread_mutex_lock(&reg_lock);
   if (extra) {
     snprintf(small, sizeof small, "{\"error\":\"request longer than %d bytes\"}", MAX_REQUEST - 1);
+  } else if (got >= 1 && !strcmp(cmd, "record")) {
+    serve_record(strstr(req, "record") + strlen("record"), &out);
+    if (!out)
+      snprintf(small, sizeof small, "{\"error\":\"host out of memory\"}");
   } else if (got >= 1 && !strcmp(cmd, "list")) {
     snprintf(small, sizeof small, "{\"allocators\":%d,\"pid\":%ld}", n_live, (long)getpid());
   } else if (got >= 1 && (!strcmp(cmd, "snapshot") || !strcmp(cmd, "stats")) && idx >= 0 && idx < n_live) {
@@ -198,7 +265,8 @@ static void serve(int fd) {
       snprintf(small, sizeof small, "{\"error\":\"%s\"}", cachalot_status_name(rc));
   } else {
     snprintf(small, sizeof small,
-             "{\"error\":\"unknown request; expected 'snapshot [N]', 'stats [N] [DEVICE]' or 'list' (%d allocators)\"}",
+             "{\"error\":\"unknown request; expected 'snapshot [N]', 'stats [N] [DEVICE]', 'record N [stacks] [N]', "
+             "'record off [N]' or 'list' (%d allocators)\"}",
              n_live);
   }
   pthread_mutex_unlock(&reg_lock);

@@ -3,6 +3,7 @@
  * is written under its lock, so a device's segments and trace are one consistent moment. */
 #include "../allocator/internal.h"
 #include "../common/json_writer.h"
+#include "symbolize.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -36,11 +37,9 @@ static void write_empty_frames(cl_json *j) {
   cl_json_end_array(j);
 }
 
-/* Symbol names come from the dynamic symbol table (dladdr): exported functions have names, static ones
- * show as their object file; line numbers would need debug info, so line is 0. */
-static void write_frames(cl_json *j, void *const *frames, int n) {
-  /* The program's frames start where cachalot's end. When cachalot is a shared object its frames are the
-   * leading ones inside it; linked statically they cannot be told apart by object and stay. */
+/* Where the program's frames start: when cachalot is a shared object its own frames are the leading ones
+ * inside it and are left out; linked statically they cannot be told apart by object and stay. */
+static int first_program_frame(void *const *frames, int n) {
   Dl_info self;
   int first = 0;
   if (dladdr((void *)(uintptr_t)cachalot_snapshot_json, &self) && self.dli_fname && strstr(self.dli_fname, ".so")) {
@@ -48,28 +47,40 @@ static void write_frames(cl_json *j, void *const *frames, int n) {
     while (first < n && dladdr(frames[first], &f) && f.dli_fbase == self.dli_fbase)
       first++;
   }
+  return first;
+}
+
+/* "frames": each return address as {"name", "filename", "line"} (symbolize.c), innermost first. */
+static void write_frames(cl_json *j, cl_symbolizer *sym, void *const *frames, int n) {
   cl_json_key(j, "frames");
   cl_json_begin_array(j);
-  for (int i = first; i < n; i++) {
-    Dl_info info;
-    memset(&info, 0, sizeof info);
-    bool ok = dladdr(frames[i], &info) != 0;
-    char name[64];
-    if (!ok || !info.dli_sname)
-      snprintf(name, sizeof name, "0x%llx", (unsigned long long)(uintptr_t)frames[i]);
+  for (int i = first_program_frame(frames, n); i < n; i++) {
+    const cl_frame_info f = cl_symbolize(sym, frames[i]);
     cl_json_begin_object(j);
     cl_json_key(j, "name");
-    cl_json_string(j, ok && info.dli_sname ? info.dli_sname : name);
+    cl_json_string(j, f.name);
     cl_json_key(j, "filename");
-    cl_json_string(j, ok && info.dli_fname ? info.dli_fname : "??");
+    cl_json_string(j, f.filename);
     cl_json_key(j, "line");
-    cl_json_int(j, 0);
+    cl_json_int(j, f.line);
     cl_json_end_object(j);
   }
   cl_json_end_array(j);
 }
 
-static void write_segment(cl_json *j, int device, const cl_segment *s) {
+/* A block's frames: the stack of its alloc, kept while it is handed out with stacks on. */
+static void write_block_frames_locked(cl_json *j, cl_symbolizer *sym, const cl_device *d, const cl_block *b) {
+  CL_ASSERT_EXCLUSIVE(d);
+  void *const *frames = NULL;
+  const int n = b->state != CL_FREE && d->block_ctx ? cl_block_frames_locked(d, b->ptr, &frames) : 0;
+  if (n)
+    write_frames(j, sym, frames, n);
+  else
+    write_empty_frames(j);
+}
+
+static void write_segment_locked(cl_json *j, cl_symbolizer *sym, const cl_device *d, const cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
   uint64_t allocated = 0, active = 0, requested = 0;
   for (const cl_block *b = s->head; b; b = b->next) {
     if (b->state == CL_ALLOCATED)
@@ -81,7 +92,7 @@ static void write_segment(cl_json *j, int device, const cl_segment *s) {
   }
   cl_json_begin_object(j);
   cl_json_key(j, "device");
-  cl_json_int(j, device);
+  cl_json_int(j, d->index);
   cl_json_key(j, "address");
   cl_json_uint(j, s->ptr);
   cl_json_key(j, "total_size");
@@ -116,7 +127,7 @@ static void write_segment(cl_json *j, int device, const cl_segment *s) {
     cl_json_uint(j, b->state == CL_FREE ? 0 : b->requested);
     cl_json_key(j, "state");
     cl_json_string(j, block_state_name(b));
-    write_empty_frames(j);
+    write_block_frames_locked(j, sym, d, b);
     cl_json_end_object(j);
   }
   cl_json_end_array(j);
@@ -124,7 +135,7 @@ static void write_segment(cl_json *j, int device, const cl_segment *s) {
 }
 
 /* The device's segments, in address order, into `j`. */
-static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
+static cachalot_status write_segments_locked(cl_json *j, cl_symbolizer *sym, cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   if (!d->n_segments)
     return CACHALOT_OK;
@@ -136,12 +147,12 @@ static cachalot_status write_segments_locked(cl_json *j, cl_device *d) {
     v[n++] = s;
   qsort(v, n, sizeof *v, cl_segment_cmp_addr);
   for (size_t i = 0; i < n; i++)
-    write_segment(j, d->index, v[i]);
+    write_segment_locked(j, sym, d, v[i]);
   free(v);
   return CACHALOT_OK;
 }
 
-static void write_trace_locked(cl_json *j, const cl_device *d) {
+static void write_trace_locked(cl_json *j, cl_symbolizer *sym, const cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   const cl_trace *t = &d->trace;
   cl_json_begin_array(j);
@@ -160,8 +171,12 @@ static void write_trace_locked(cl_json *j, const cl_device *d) {
     cl_json_uint(j, e->stream);
     cl_json_key(j, "time_us");
     cl_json_int(j, e->time_us);
+    if (e->text) { /* cachalot_annotate's: the key PyTorch's user_defined entries carry */
+      cl_json_key(j, "name");
+      cl_json_string(j, e->text);
+    }
     if (t->frames && e->n_frames)
-      write_frames(j, &t->frames[slot * CL_TRACE_MAX_FRAMES], e->n_frames);
+      write_frames(j, sym, &t->frames[slot * CL_TRACE_MAX_FRAMES], e->n_frames);
     else
       write_empty_frames(j);
     cl_json_end_object(j);
@@ -203,6 +218,7 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
    * device's trace taken in the same locked section as a "snapshot" entry marking the moment. */
   cl_json j;
   cl_json_init(&j);
+  cl_symbolizer *sym = cl_symbolizer_new(); /* NULL on host OOM: frames are then written as "??" */
   cachalot_status rc = CACHALOT_OK;
   cl_json_begin_object(&j);
   cl_json_key(&j, "segments");
@@ -212,7 +228,7 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
     cl_enter_exclusive(d);
     uint64_t active = (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current;
     cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, active, NULL);
-    rc = write_segments_locked(&j, d);
+    rc = write_segments_locked(&j, sym, d);
     cl_leave_exclusive(d);
   }
   cl_json_end_array(&j);
@@ -221,7 +237,7 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     cl_enter_exclusive(d);
-    write_trace_locked(&j, d);
+    write_trace_locked(&j, sym, d);
     cl_leave_exclusive(d);
   }
   cl_json_end_array(&j);
@@ -234,6 +250,7 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   write_settings(&j, &cfg, a->conf_raw);
   pthread_mutex_unlock(&a->meta_lock);
   cl_json_end_object(&j);
+  cl_symbolizer_free(sym);
   if (rc != CACHALOT_OK) {
     cl_json_discard(&j);
     return rc;

@@ -42,6 +42,45 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && as_nobody "$tool" --he
 else
   echo "SKIP other-user checks: they need root, setpriv and a tool that user nobody can run"
 fi
+# --- memory history turned on and off from outside (the socket's "record" request) ---
+made=0
+alloc() { # one more allocation in the live process, waited for
+  made=$((made + 1))
+  echo "alloc $1" >&3
+  for _ in $(seq 100); do grep -q "^allocated $made\$" "$dir/out" && return; sleep 0.05; done
+  fail "the live process did not allocate $1 bytes"
+}
+count() { grep -o -- "$1" "$2" | wc -l; }
+"$tool" dump --socket "$dir/sock" --record 50 >"$dir/rec" || fail "--record 50 exited $?"
+[ "$(cat "$dir/rec")" = '{"record":50,"stacks":false}' ] || fail "--record 50 replied $(cat "$dir/rec")"
+alloc 4096
+alloc 8192
+"$tool" dump --socket "$dir/sock" -o "$dir/h1.json" || fail "dump after --record exited $?"
+# the ring was cleared: two allocs and the dump's own snapshot entry, no frames without stacks
+[ "$(count '"action":' "$dir/h1.json")" = 3 ] && [ "$(count '"action":"alloc"' "$dir/h1.json")" = 2 ] &&
+  [ "$(count '"size":8192,"stream"' "$dir/h1.json")" = 1 ] && [ "$(count '"frames":\[{' "$dir/h1.json")" = 0 ] ||
+  fail "history after --record 50: $(grep -o '"device_traces".*' "$dir/h1.json" | head -c 600)"
+"$tool" dump --socket "$dir/sock" --record 20,stacks >"$dir/rec" || fail "--record 20,stacks exited $?"
+[ "$(cat "$dir/rec")" = '{"record":20,"stacks":true}' ] || fail "--record 20,stacks replied $(cat "$dir/rec")"
+alloc 4096
+"$tool" dump --socket "$dir/sock" -o "$dir/h2.json" || fail "dump with stacks exited $?"
+# one alloc entry with frames, and the block it handed out with the same frames: two frame lists in all
+[ "$(count '"action":' "$dir/h2.json")" = 2 ] && [ "$(count '"frames":\[{"name"' "$dir/h2.json")" = 2 ] ||
+  fail "history with stacks: $(grep -o '"device_traces".*' "$dir/h2.json" | head -c 600)"
+"$tool" dump --socket "$dir/sock" --record off >"$dir/rec" || fail "--record off exited $?"
+[ "$(cat "$dir/rec")" = '{"record":0,"stacks":false}' ] || fail "--record off replied $(cat "$dir/rec")"
+alloc 4096
+"$tool" dump --socket "$dir/sock" -o "$dir/h3.json" || fail "dump after --record off exited $?"
+grep -q '"device_traces":\[\[\]\]' "$dir/h3.json" && [ "$(count '"frames":\[{' "$dir/h3.json")" = 0 ] ||
+  fail "history after --record off: $(grep -o '"device_traces".*' "$dir/h3.json" | head -c 300)"
+for bad in 0 100000001 5,stack x off,stacks; do
+  "$tool" dump --socket "$dir/sock" --record "$bad" >/dev/null 2>"$dir/err"
+  [ $? -eq 2 ] && grep -q -- "--record expects" "$dir/err" || fail "--record $bad: $(cat "$dir/err")"
+done
+"$tool" dump --socket "$dir/sock" --record 5 --stats 0 >/dev/null 2>"$dir/err"
+[ $? -eq 2 ] && grep -q "give one" "$dir/err" || fail "--record with --stats: $(cat "$dir/err")"
+"$tool" dump --socket "$dir/sock" --allocator 3 --record 5 >/dev/null 2>"$dir/err"
+[ $? -eq 1 ] && grep -q "answered: record: no allocator 3 (1 live)" "$dir/err" || fail "record, no allocator: $(cat "$dir/err")"
 exec 3>&-
 wait
 echo "dump: 1 passed, 0 failed"

@@ -1,5 +1,7 @@
 /* A process to dump from: it makes an allocator on the simulated device (CACHALOT_SNAPSHOT_SOCKET comes
- * from the environment), allocates a little, prints "ready" and waits until its standard input closes. */
+ * from the environment), allocates a little, prints "ready" and then serves its standard input until it
+ * closes: each line "alloc SIZE" allocates SIZE bytes more and prints "allocated K" (K allocations made on
+ * request so far), so that a test can act between dumps. */
 #include <cachalot/cachalot.h>
 
 #include <stdio.h>
@@ -15,8 +17,20 @@ int main(void) {
   }
   puts("ready");
   fflush(stdout);
-  while (getchar() != EOF)
-    ;
+  char line[64];
+  int made = 0;
+  while (fgets(line, sizeof line, stdin)) {
+    unsigned long size = 0;
+    void *r; /* kept until the end: the allocator's destroy gives everything back */
+    if (sscanf(line, "alloc %lu", &size) == 1) {
+      if (cachalot_malloc(a, 0, size, NULL, &r)) {
+        fprintf(stderr, "live_process: %s\n", cachalot_last_error());
+        return 1;
+      }
+      printf("allocated %d\n", ++made);
+      fflush(stdout);
+    }
+  }
   cachalot_destroy(a);
   cachalot_backend_destroy(b);
   return 0;

@@ -94,6 +94,8 @@ class Routes(unittest.TestCase):
     def test_calls_before_install_say_so(self):
         with self.assertRaisesRegex(RuntimeError, re.escape("cachalot.torch.install() first")):
             self.ct.empty_cache()
+        with self.assertRaisesRegex(RuntimeError, re.escape("cachalot.torch.install() first")):
+            self.ct.annotate("phase 1")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@
 #include <cachalot/pool.h>
 #include <cachalot/snapshot.h>
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
+
+#include "stats/symbolize.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +292,249 @@ static void test_stats_equal_snapshot_random(void **state) {
   }
 }
 
+/* ---- frames: C stacks of live blocks and entries, symbolized when the snapshot is written ------------ */
+
+#if defined(__clang__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE __attribute__((noinline, noclone)) /* no "alloc_here.constprop.0" */
+#endif
+
+static int alloc_line, annotate_line;
+
+/* The call sites the frames must name. Each call is on the line recorded beside it, and its result is
+ * used after it, so that it is no tail call (whose frame would be gone). */
+static NOINLINE void *alloc_here(cachalot_allocator *a, size_t size) {
+  void *p = NULL;
+  alloc_line = __LINE__; cachalot_status rc = cachalot_malloc(a, 0, size, NULL, &p);
+  return rc == CACHALOT_OK ? p : NULL;
+}
+
+static NOINLINE cachalot_status annotate_here(cachalot_allocator *a, const char *text) {
+  annotate_line = __LINE__; cachalot_status rc = cachalot_annotate(a, 0, text);
+  return rc == CACHALOT_OK ? rc : CACHALOT_ERROR_INVALID_STATE;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), k = strlen(tail);
+  return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* The frame of `fn` among `frames`, which the rule of this build says how to write:
+ *   libdw:  {"name": "alloc_here", "filename": ".../tests/unit/test_snapshot.c", "line": the call's line};
+ *   dladdr: the executable exports no symbol, so {"name": "0x<return address>", "filename": the executable
+ *           as dladdr names it, "line": 0}, the return address inside fn (within its first 512 bytes). */
+static void expect_frame(cJSON *frames, void *fn, const char *fn_name, int line) {
+  assert_true(cJSON_IsArray(frames));
+  int found = 0;
+  cJSON *f;
+  Dl_info self;
+  assert_true(dladdr(fn, &self) != 0);
+  cJSON_ArrayForEach(f, frames) {
+    const char *name = str(f, "name"), *file = str(f, "filename");
+    if (cl_symbolize_has_libdw()) {
+      if (strcmp(name, fn_name) != 0)
+        continue;
+      if (!ends_with(file, "tests/unit/test_snapshot.c"))
+        fail_msg("%s's frame names the file %s", fn_name, file);
+      assert_int_equal((int)num(f, "line"), line);
+      found++;
+    } else {
+      assert_true(num(f, "line") == 0);
+      if (strncmp(name, "0x", 2) != 0)
+        continue;
+      uintptr_t at = (uintptr_t)strtoull(name + 2, NULL, 16);
+      char hex[32];
+      snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)at);
+      assert_string_equal(name, hex);
+      Dl_info info;
+      if (at - (uintptr_t)fn < 512 && dladdr((void *)(at - 1), &info) && info.dli_fbase == self.dli_fbase) {
+        assert_null(info.dli_sname);
+        assert_string_equal(file, info.dli_fname);
+        found++;
+      }
+    }
+  }
+  assert_int_equal(found, 1);
+}
+
+static cJSON *entry_of(cJSON *trace, const char *action, int nth) {
+  cJSON *en;
+  cJSON_ArrayForEach(en, trace) {
+    if (strcmp(str(en, "action"), action) == 0 && nth-- == 0)
+      return en;
+  }
+  fail_msg("no %s entry", action);
+  return NULL;
+}
+
+static cJSON *block_at(cJSON *doc, void *p) {
+  cJSON *seg, *b;
+  cJSON_ArrayForEach(seg, cJSON_GetObjectItemCaseSensitive(doc, "segments")) {
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(seg, "blocks")) {
+      if (num(b, "address") == (double)(uintptr_t)p)
+        return b;
+    }
+  }
+  fail_msg("no block at %p", p);
+  return NULL;
+}
+
+static void test_frames_name_the_call(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  OK(cachalot_record_history(e.a, true, 100));
+  OK(cachalot_record_history_stacks(e.a, true));
+  void *p = alloc_here(e.a, 1000), *q = alloc_here(e.a, 3 * MiB);
+  assert_non_null(p);
+  assert_non_null(q);
+  OK(annotate_here(e.a, "phase"));
+  CHECK(e.a);
+  cJSON *doc = snapshot(e.a);
+  cJSON *t = trace_of(doc, 0);
+  expect_frame(cJSON_GetObjectItemCaseSensitive(entry_of(t, "alloc", 0), "frames"), (void *)alloc_here,
+               "alloc_here", alloc_line);
+  expect_frame(cJSON_GetObjectItemCaseSensitive(entry_of(t, "user_defined", 0), "frames"), (void *)annotate_here,
+               "annotate_here", annotate_line);
+  /* the live blocks carry their alloc's stack: the same frames as their alloc entries */
+  char *blk = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames"));
+  char *ent = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(entry_of(t, "alloc", 0), "frames"));
+  assert_string_equal(blk, ent);
+  free(blk);
+  free(ent);
+  expect_frame(cJSON_GetObjectItemCaseSensitive(block_at(doc, q), "frames"), (void *)alloc_here, "alloc_here",
+               alloc_line);
+  cJSON_Delete(doc);
+  /* a freed block lets go of its stack: its rest is inactive with no frames */
+  FREE(e.a, q);
+  doc = snapshot(e.a);
+  assert_string_equal(str(block_at(doc, q), "state"), "inactive");
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, q), "frames")), 0);
+  assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames")) > 0);
+  cJSON_Delete(doc);
+  /* without stacks, blocks handed out later keep none; history off lets go of every block's */
+  OK(cachalot_record_history_stacks(e.a, false));
+  void *r = alloc_here(e.a, 2000);
+  doc = snapshot(e.a);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, r), "frames")), 0);
+  assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames")) > 0);
+  cJSON_Delete(doc);
+  OK(cachalot_record_history(e.a, false, 0));
+  doc = snapshot(e.a);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames")), 0);
+  cJSON_Delete(doc);
+  CHECK(e.a);
+  FREE(e.a, r);
+  /* a block freed while still holding its stack, then the allocator destroyed with one held (ASan: no leak) */
+  OK(cachalot_record_history(e.a, true, 4));
+  OK(cachalot_record_history_stacks(e.a, true));
+  void *s = alloc_here(e.a, 4000);
+  FREE(e.a, p);
+  (void)s;
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* C++ names are written demangled (the test program is C: the demangler comes from the process or the
+ * system's libstdc++). */
+static void test_demangle(void **state) {
+  (void)state;
+  char *d = cl_demangle("_ZN2ns3fooEiPKc");
+  assert_non_null(d);
+  assert_string_equal(d, "ns::foo(int, char const*)");
+  free(d);
+  assert_null(cl_demangle("plain_c_name"));
+  assert_null(cl_demangle("_Znot a name"));
+}
+
+/* ---- annotations: user_defined entries with a "name" ------------------------------------------------- */
+
+static const char *name_of(cJSON *en) { return str(en, "name"); }
+
+static void test_annotate(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  /* history off: nothing recorded, not an error */
+  OK(cachalot_annotate(e.a, 0, "ignored"));
+  STATUS(cachalot_annotate(NULL, 0, "x"), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_string_equal(cachalot_last_error(), "cachalot_annotate: allocator is NULL");
+  STATUS(cachalot_annotate(e.a, 0, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_string_equal(cachalot_last_error(), "cachalot_annotate: text is NULL");
+  STATUS(cachalot_annotate(e.a, 1, "x"), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_string_equal(cachalot_last_error(), "cachalot_annotate: device 1 is out of range (the backend has 1 device)");
+  STATUS(cachalot_annotate(e.a, -1, "x"), CACHALOT_ERROR_INVALID_ARGUMENT);
+  cJSON *doc = snapshot(e.a);
+  assert_int_equal(cJSON_GetArraySize(trace_of(doc, 0)), 0);
+  cJSON_Delete(doc);
+
+  OK(cachalot_record_history(e.a, true, 8));
+  OK(cachalot_annotate(e.a, 0, "phase \"one\"\n\t\x01"));
+  char *text = NULL;
+  OK(cachalot_snapshot_json(e.a, &text));
+  /* the exact entry, escaped; its time is the only value not known beforehand */
+  const char *at = strstr(text, "{\"action\":\"user_defined\",\"addr\":0,\"size\":0,\"stream\":0,\"time_us\":");
+  assert_non_null(at);
+  at = strchr(at + 60, ',');
+  assert_non_null(at);
+  const char *want = ",\"name\":\"phase \\\"one\\\"\\n\\t\\u0001\",\"frames\":[]},{\"action\":\"snapshot\"";
+  assert_memory_equal(at, want, strlen(want));
+  free(text);
+
+  /* the bound: 1023 bytes, cut before a UTF-8 character that would cross it */
+  char big[1100];
+  memset(big, 'a', sizeof big);
+  big[1099] = '\0';
+  char want_text[1024];
+  memset(want_text, 'a', 1023);
+  want_text[1023] = '\0';
+  OK(cachalot_record_history(e.a, true, 8)); /* cleared: the texts recorded so far go */
+  OK(cachalot_annotate(e.a, 0, big));        /* 1099 ASCII bytes: the first 1023 */
+  memcpy(big + 1022, "\xc3\xa9", 2);         /* é at 1022-1023 would cross: cut before it */
+  OK(cachalot_annotate(e.a, 0, big));
+  memcpy(big + 1020, "\xf0\x9f\x90\xb3", 4); /* a 4-byte character at 1020-1023: cut before it */
+  OK(cachalot_annotate(e.a, 0, big));
+  memset(big, 'b', 1023);
+  big[1023] = '\0';                         /* exactly 1023: kept whole */
+  OK(cachalot_annotate(e.a, 0, big));
+  doc = snapshot(e.a);
+  cJSON *t = trace_of(doc, 0);
+  assert_int_equal(cJSON_GetArraySize(t), 5);
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 0)), want_text);
+  want_text[1022] = '\0';
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 1)), want_text);
+  want_text[1020] = '\0';
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 2)), want_text);
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 3)), big);
+  assert_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(t, 4), "name")); /* the snapshot entry */
+  cJSON_Delete(doc);
+
+  /* the ring drops the oldest texts (ASan: each freed once); the C structures leave annotations out */
+  OK(cachalot_record_history(e.a, true, 3));
+  for (int i = 0; i < 10; i++) {
+    char s[16];
+    snprintf(s, sizeof s, "t%d", i);
+    OK(cachalot_annotate(e.a, 0, s));
+  }
+  void *p = ALLOC(e.a, 0, 1000, NULL);
+  cachalot_snapshot_info *info = NULL;
+  OK(cachalot_snapshot_take(e.a, true, &info));
+  assert_int_equal(info->n_trace, 3); /* t9, alloc, snapshot: t9 left out; segment_alloc, alloc, snapshot */
+  assert_int_equal(info->trace[1].action, CACHALOT_TRACE_ALLOC);
+  cachalot_snapshot_info_free(e.a, info);
+  OK(cachalot_annotate(e.a, 0, "t10"));
+  OK(cachalot_annotate(e.a, 0, "t11"));
+  doc = snapshot(e.a);
+  t = trace_of(doc, 0);
+  assert_int_equal(cJSON_GetArraySize(t), 3);
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 0)), "t10");
+  assert_string_equal(name_of(cJSON_GetArrayItem(t, 1)), "t11");
+  assert_string_equal(str(cJSON_GetArrayItem(t, 2), "action"), "snapshot");
+  cJSON_Delete(doc);
+  FREE(e.a, p);
+  OK(cachalot_annotate(e.a, 0, "kept until destroy"));
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_history_off_by_default),
@@ -296,6 +542,9 @@ int main(void) {
       cmocka_unit_test(test_oom_entry_keys),
       cmocka_unit_test(test_states_pools_settings),
       cmocka_unit_test(test_stats_equal_snapshot_random),
+      cmocka_unit_test(test_frames_name_the_call),
+      cmocka_unit_test(test_demangle),
+      cmocka_unit_test(test_annotate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

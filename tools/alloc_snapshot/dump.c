@@ -17,7 +17,8 @@
 #include "../common/snapshot_reader.h"
 
 static const char help[] =
-    "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE] [--timeout S]\n"
+    "usage: alloc_snapshot dump --socket PATH [-o FILE] [--allocator N] [--stats DEVICE | --record N[,stacks]\n"
+    "                           | --record off] [--timeout S]\n"
     "\n"
     "Asks a live process for its snapshot JSON, over the UNIX socket it serves when started with\n"
     "CACHALOT_SNAPSHOT_SOCKET=PATH (only the same user may connect).\n"
@@ -26,6 +27,10 @@ static const char help[] =
     "  -o FILE          write there ('-' or none: standard output; FILE.gz is gzip'ed)\n"
     "  --allocator N    which of the process's allocators (0: the oldest live one; default 0)\n"
     "  --stats DEVICE   the memory_stats JSON of DEVICE instead of the snapshot\n"
+    "  --record N[,stacks]  turn the allocator's memory history on, N entries per device (1 to 100000000),\n"
+    "                   cleared, with C call stacks in the second form; prints the reply, e.g.\n"
+    "                   {\"record\":N,\"stacks\":true}\n"
+    "  --record off     turn its memory history (and stacks) off\n"
     "  --timeout S      give up when the process sends nothing for S seconds (default 30)\n"
     "\n"
     "Exit status: 0 success, 1 no answer (no such socket, refused, not JSON, an error reply), 2 usage error.\n";
@@ -117,11 +122,13 @@ int as_cmd_dump(int argc, char **argv) {
                                             {"allocator", required_argument, NULL, 'a'},
                                             {"stats", required_argument, NULL, 'S'},
                                             {"timeout", required_argument, NULL, 't'},
+                                            {"record", required_argument, NULL, 'r'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
   const char *sock = NULL, *out = "-";
   uint64_t allocator = 0, device = 0;
   bool stats = false;
+  const char *record = NULL;
   int c;
   while ((c = as_getopt("dump", argc, argv, ":o:h", longopts)) != -1) {
     switch (c) {
@@ -136,6 +143,7 @@ int as_cmd_dump(int argc, char **argv) {
       if (!as_parse_u64(optarg, 1000, &device))
         return as_usage_error("dump", "--stats expects a device number, got '%s'", optarg);
       break;
+    case 'r': record = optarg; break;
     case 't': {
       uint64_t t = 0;
       if (!as_parse_u64(optarg, 86400, &t) || t == 0)
@@ -153,8 +161,25 @@ int as_cmd_dump(int argc, char **argv) {
     return as_usage_error("dump", "unexpected argument '%s'", argv[optind]);
   if (!sock)
     return as_usage_error("dump", "--socket PATH is required");
-  char req[64];
-  if (stats)
+  if (stats && record)
+    return as_usage_error("dump", "--stats and --record ask for different things: give one");
+  char req[96];
+  if (record && strcmp(record, "off") == 0) {
+    snprintf(req, sizeof req, "record off %llu\n", (unsigned long long)allocator);
+  } else if (record) {
+    const char *comma = strchr(record, ',');
+    char num[24];
+    uint64_t entries = 0;
+    const size_t len = comma ? (size_t)(comma - record) : strlen(record);
+    if (len >= sizeof num || (comma && strcmp(comma, ",stacks") != 0))
+      return as_usage_error("dump", "--record expects N, N,stacks or off, got '%s'", record);
+    memcpy(num, record, len);
+    num[len] = '\0';
+    if (!as_parse_u64(num, 100000000, &entries) || entries == 0)
+      return as_usage_error("dump", "--record expects N from 1 to 100000000 entries, got '%s'", record);
+    snprintf(req, sizeof req, "record %llu%s %llu\n", (unsigned long long)entries, comma ? " stacks" : "",
+             (unsigned long long)allocator);
+  } else if (stats)
     snprintf(req, sizeof req, "stats %llu %llu\n", (unsigned long long)allocator, (unsigned long long)device);
   else
     snprintf(req, sizeof req, "snapshot %llu\n", (unsigned long long)allocator);
