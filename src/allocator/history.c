@@ -110,6 +110,31 @@ int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **fram
   return e->n_frames;
 }
 
+void **cl_history_frames_locked(const cl_device *d, size_t *n) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const cl_trace *t = &d->trace;
+  size_t total = 0;
+  for (size_t k = 0; t->frames && k < t->count; k++)
+    total += t->entries[(t->head + k) % t->cap].n_frames;
+  const cl_block_ctx *e, *tmp;
+  HASH_ITER(hh, d->block_ctx, e, tmp)
+    total += e->n_frames;
+  *n = 0;
+  void **out = total ? malloc(total * sizeof *out) : NULL;
+  if (!out)
+    return NULL;
+  for (size_t k = 0; t->frames && k < t->count; k++) {
+    const size_t slot = (t->head + k) % t->cap;
+    memcpy(out + *n, &t->frames[slot * CL_TRACE_MAX_FRAMES], t->entries[slot].n_frames * sizeof *out);
+    *n += t->entries[slot].n_frames;
+  }
+  HASH_ITER(hh, d->block_ctx, e, tmp) {
+    memcpy(out + *n, e->frames, e->n_frames * sizeof *out);
+    *n += e->n_frames;
+  }
+  return out;
+}
+
 /* Lets go of every block's context (destroy). */
 void cl_ctx_detach_all_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);

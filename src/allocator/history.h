@@ -34,6 +34,10 @@ void cl_ctx_detach_all_locked(cl_device *d);
 void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr);
 /* The C stack kept with the block at ptr: its frame count (0: none), *frames pointed at them. */
 int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **frames);
+/* Every return address the device keeps (trace entries' and blocks' stacks, repeats included), copied
+ * into a malloc'ed array of *n; NULL when there are none or on host OOM. The snapshot writer names them
+ * with the lock released, so that symbolizing never stalls the allocator. */
+void **cl_history_frames_locked(const cl_device *d, size_t *n);
 /* cachalot_check's part: every record names a handed-out block of d and holds something. */
 cachalot_status cl_ctx_check_locked(cl_device *d);
 /* One more reference to ctx (not NULL), and one fewer. */

@@ -208,6 +208,22 @@ static void write_settings(cl_json *j, const cl_config *c, const char *raw) {
   cl_json_end_object(j);
 }
 
+/* Names every address the devices keep before the writing passes, with no lock held: the first lookups
+ * read debug info (milliseconds to seconds in a large process), and the allocator must not wait on them.
+ * What is recorded between this and the writing passes is named there, from modules already read. */
+static void symbolize_unlocked(cachalot_allocator *a, cl_symbolizer *sym) {
+  for (int i = 0; sym && i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    size_t n = 0;
+    cl_enter_exclusive(d);
+    void **frames = d->trace.frames || d->block_ctx ? cl_history_frames_locked(d, &n) : NULL;
+    cl_leave_exclusive(d);
+    for (size_t k = 0; k < n; k++)
+      (void)cl_symbolize(sym, frames[k]);
+    free(frames);
+  }
+}
+
 cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   if (!json)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: json is NULL");
@@ -219,6 +235,7 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   cl_json j;
   cl_json_init(&j);
   cl_symbolizer *sym = cl_symbolizer_new(); /* NULL on host OOM: frames are then written as "??" */
+  symbolize_unlocked(a, sym);
   cachalot_status rc = CACHALOT_OK;
   cl_json_begin_object(&j);
   cl_json_key(&j, "segments");
