@@ -106,6 +106,13 @@ window.addEventListener('load', function () {
       colour.dispatchEvent(new Event('change'));
       check('colour by annotation', [...document.querySelectorAll('.legend li')].map((li) => li.textContent).sort(),
         ['before the trace (2)', 'fwd (2)', 'no annotation (1)', 'phase two (1)']);
+      const legendBy = (c) => {
+        colour.value = c;
+        colour.dispatchEvent(new Event('change'));
+        return [...document.querySelectorAll('.legend li')].map((li) => li.textContent).sort();
+      };
+      check('colour by stream', legendBy('stream'), ['stream 0 (5)', 'stream 140000000000000 (1)']);
+      check('colour by pool', legendBy('pool'), ['pool (0, 0) large (4)', 'pool (1, 2) small (1)', 'pool unknown (1)']);
       const axis = document.querySelector('select[aria-label="x axis"]');
       axis.value = 'time';
       axis.dispatchEvent(new Event('change'));

@@ -128,7 +128,7 @@ function render() {
 function writeHash() {
   const h = 't=' + (st.k >= st.D.n ? 'end' : st.k) + (st.sel >= 0 && st.D.A.start[st.sel] >= 0 ? '&sel=' + st.D.A.start[st.sel] : '') +
     '&x0=' + +st.x0.toFixed(3) + '&x1=' + +st.x1.toFixed(3) + (st.axis === 'time' ? '&axis=time' : '') +
-    (st.color !== 'stream' ? '&color=' + st.color : '') + (st.dev ? '&dev=' + st.dev : '');
+    (st.color !== 'allocation' ? '&color=' + st.color : '') + (st.dev ? '&dev=' + st.dev : '');
   if (location.hash.slice(1) !== h) history.replaceState(null, '', '#' + h);
 }
 
@@ -181,7 +181,7 @@ function build() {
   const btn = (text, f) => { const b = el('button', {type: 'button', text}); b.onclick = f; return b; };
   ui.dev = el('select', {'aria-label': 'device'}, ...S.devices.map((D, i) => el('option', {value: i, text: 'device ' + D.d})));
   ui.axis = el('select', {'aria-label': 'x axis'}, el('option', {value: 'event', text: 'x: entry order'}), el('option', {value: 'time', text: 'x: wall time'}));
-  ui.colour = el('select', {'aria-label': 'colour'}, ...['stream', 'pool', 'annotation'].map((c) => el('option', {value: c, text: 'colour by ' + c})));
+  ui.colour = el('select', {'aria-label': 'colour'}, ...['allocation', 'stream', 'pool', 'annotation'].map((c) => el('option', {value: c, text: 'colour by ' + c})));
   ui.slider = el('input', {type: 'range', min: 0, max: D0.n, value: D0.n, 'aria-label': 'entry'});
   ui.sliderText = el('span', {class: 'mono'});
   ui.range = el('span', {class: 'range mono'});

@@ -30,7 +30,7 @@ function el(tag, attrs, ...kids) {
 
 const S = decodeSnapshot(JSON.parse(document.getElementById('snapshot-data').textContent));
 const T1 = performance.now();
-const st = {dev: 0, D: null, axis: 'event', x0: 0, x1: 1, color: 'stream', k: 0, sel: -1, hover: -1, lay: null,
+const st = {dev: 0, D: null, axis: 'event', x0: 0, x1: 1, color: 'allocation', k: 0, sel: -1, hover: -1, lay: null,
   cols: null, drag: null};
 const ui = {};
 
@@ -218,7 +218,8 @@ function drawActive(cols) {
   }
   for (const [id, r] of runs) {
     const size = D.A.size[id];
-    g.fillStyle = id === st.sel ? '#111' : id === st.hover ? '#333' : colourOf(colourKey(id));
+    g.fillStyle = id === st.sel ? '#111' : id === st.hover ? '#333' :
+      st.color === 'allocation' ? PALETTE[(id * 7) % PALETTE.length] : colourOf(colourKey(id));
     g.beginPath();
     for (let j = 0; j < r.length; j += 3) {
       g.lineTo(MARGIN_L + r[j], y(r[j + 2] + size)); g.lineTo(MARGIN_L + r[j + 1] + 1, y(r[j + 2] + size));
@@ -235,10 +236,11 @@ function drawActive(cols) {
   markers(g, top, bottom, false);
   ui.acNote.textContent = lay.nBig + ' allocation' + (lay.nBig === 1 ? '' : 's') + ' drawn as bands' +
     (lay.nSmall ? '; ' + lay.nSmall + ' smaller than ' + fmtSize(lay.thr) + ' summed in the grey band' : '') +
-    '; colour by ' + st.color + '.';
+    '; colour by ' + st.color + '; hover or click a band for its details.';
   legend(runs);
 }
 function legend(runs) {
+  if (st.color === 'allocation') { ui.legend.replaceChildren(); return; }
   const keys = new Map();
   for (const [id] of runs) { const k = colourKey(id); keys.set(k, (keys.get(k) || 0) + 1); }
   ui.legend.replaceChildren(...[...keys].slice(0, 16).map(([k, n]) =>
