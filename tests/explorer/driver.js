@@ -1,7 +1,7 @@
 /* The explorer's test driver (tests/explorer/run.py appends it to pages of alloc_snapshot plot): it
  * drives the page with real DOM events (wheel, drag, keys, clicks, hover) and checks exact state against
  * tests/explorer/explorer.json, then writes PASS / FAIL lines between BEGIN and END into the DOM for
- * run.py to read. The mode is run.py's: window.__mode ('full', 'hash' or 'smoke'). */
+ * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'smoke' or 'empty'). */
 window.addEventListener('load', function () {
   const out = [];
   const check = (name, got, want) => {
@@ -30,7 +30,10 @@ window.addEventListener('load', function () {
   try {
     check('the page drew', !!ex, true);
     const mode = window.__mode;
-    if (mode === 'smoke') {
+    if (mode === 'empty') {
+      check('nothing to draw, said', text(document.querySelector('#app .empty')),
+        'The snapshot holds no segments and no trace entries: nothing to draw.');
+    } else if (mode === 'smoke') {
       check('devices in the selector', document.querySelectorAll('select[aria-label=device] option').length, window.__devices);
     } else if (mode === 'hash') {
       check('hash: entry', ex.st.k, 3);

@@ -68,6 +68,7 @@ def main():
     results += run_page(browser, tool, os.path.join(fixtures, "cachalot_small.json"), work, "two_devices", "smoke", 2)
     results += run_page(browser, tool, os.path.join(fixtures, "trace_small.json"), work, "trace_only", "smoke")
     results += run_page(browser, tool, os.path.join(fixtures, "segments_empty_trace.json"), work, "no_trace", "smoke", 2)
+    results += run_page(browser, tool, os.path.join(fixtures, "no_trace.json"), work, "nothing", "empty", 0)
     for line in results:
         print(line)
     passed = sum(line.startswith("PASS ") for line in results)

@@ -182,7 +182,7 @@ function build() {
   ui.dev = el('select', {'aria-label': 'device'}, ...S.devices.map((D, i) => el('option', {value: i, text: 'device ' + D.d})));
   ui.axis = el('select', {'aria-label': 'x axis'}, el('option', {value: 'event', text: 'x: entry order'}), el('option', {value: 'time', text: 'x: wall time'}));
   ui.colour = el('select', {'aria-label': 'colour'}, ...['allocation', 'stream', 'pool', 'annotation'].map((c) => el('option', {value: c, text: 'colour by ' + c})));
-  ui.slider = el('input', {type: 'range', min: 0, max: D0.n, value: D0.n, 'aria-label': 'entry'});
+  ui.slider = el('input', {type: 'range', min: 0, max: D0 ? D0.n : 0, value: D0 ? D0.n : 0, 'aria-label': 'entry'});
   ui.sliderText = el('span', {class: 'mono'});
   ui.range = el('span', {class: 'range mono'});
   ui.tl = el('canvas', {id: 'timeline'}); ui.ac = el('canvas', {id: 'active'});
