@@ -51,14 +51,13 @@ function decodeDevice(S, rd) {
  * when end <= i < done. start -1: allocated before the trace began (the ring dropped it, or recording
  * began later); end n: still live at the snapshot. */
 function walk(D) {
-  const n = D.n, A = {start: [], end: [], done: [], addr: [], size: [], stream: [], stk: [], req: [], bstk: [],
-    pre: []};
+  const n = D.n, A = {start: [], end: [], done: [], addr: [], size: [], stream: [], stk: [], req: [], bstk: []};
   const live = new Map(), pending = new Map();
   let unknownFrees = 0, hasDone = false;
-  const add = (start, addr, size, stream, stk, pre) => {
+  const add = (start, addr, size, stream, stk) => {
     const id = A.start.length;
     A.start.push(start); A.end.push(n); A.done.push(n); A.addr.push(addr); A.size.push(size);
-    A.stream.push(stream); A.stk.push(stk); A.req.push(-1); A.bstk.push(0); A.pre.push(pre);
+    A.stream.push(stream); A.stk.push(stk); A.req.push(-1); A.bstk.push(0);
     return id;
   };
   for (let i = 0; i < n; i++) {
@@ -66,12 +65,12 @@ function walk(D) {
     if (a === ACT.ALLOC) {
       const old = live.get(ad);
       if (old !== undefined) A.end[old] = A.done[old] = i; /* its free was lost: free right before */
-      live.set(ad, add(i, ad, D.size[i], D.stream[i], D.stk[i], false));
+      live.set(ad, add(i, ad, D.size[i], D.stream[i], D.stk[i]));
     } else if (a === ACT.FREE_REQ) {
       let id = live.get(ad);
       if (id === undefined) { /* allocated before the trace began */
         unknownFrees++;
-        id = add(-1, ad, D.size[i], D.stream[i], 0, true);
+        id = add(-1, ad, D.size[i], D.stream[i], 0);
       }
       live.delete(ad);
       A.end[id] = i;
@@ -103,7 +102,7 @@ function matchFinal(S, D) {
     if (id === undefined) { /* live since before the trace began */
       id = A.start.length;
       A.start.push(-1); A.end.push(b.state === 0 ? n : -1); A.done.push(n); A.addr.push(-1); A.size.push(b.size);
-      A.stream.push(seg.stream); A.stk.push(0); A.req.push(b.req); A.bstk.push(b.stk); A.pre.push(true);
+      A.stream.push(seg.stream); A.stk.push(0); A.req.push(b.req); A.bstk.push(b.stk);
       A.hex = A.hex || new Map();
       A.hex.set(id, b.hex);
       D.preLive++;
@@ -214,7 +213,7 @@ function segmentsAt(D, k) {
 
 /* Figures of a segment map: per state its block count and bytes, and the reserved bytes. */
 function mapFigures(map) {
-  const f = {segments: map.segs.length, reserved: 0, count: [0, 0, 0], bytes: [0, 0, 0], pre: 0};
+  const f = {segments: map.segs.length, reserved: 0, count: [0, 0, 0], bytes: [0, 0, 0]};
   for (const s of map.segs) {
     f.reserved += s.size;
     for (const b of s.blocks) {
