@@ -4,6 +4,8 @@
 set -eu
 pkgs="meson ninja-build pkg-config gcc clang libclang-rt-14-dev uthash-dev libcmocka-dev libcjson-dev libdw-dev zlib1g-dev
   python3 python3-venv python3-mesonpy locales"
+# headless Chromium for the explorer suite (tests/explorer: alloc_snapshot plot's page, driven in a browser)
+pkgs="$pkgs chromium"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -179,12 +179,51 @@ static size_t array_len(const cJSON *a) {
   return n;
 }
 
+/* A "frames" array (of a block or a trace entry): objects with a string "name" and "filename" and, when
+ * present, a non-negative integer "line". *out is NULL when absent. */
+static int get_frames(ctx *c, const cJSON *obj, const cJSON **out) {
+  if (get_array(c, obj, "frames", false, out))
+    return -1;
+  if (*out == NULL)
+    return 0;
+  size_t old = path_push(c, "frames", 0), i = 0;
+  int r = 0;
+  for (const cJSON *f = (*out)->child; f != NULL && r == 0; f = f->next, i++) {
+    size_t old_i = path_push(c, NULL, i);
+    const char *s;
+    uint64_t line;
+    if (!cJSON_IsObject(f))
+      r = fail(c, "expected a frame object, got %s", type_name(f));
+    else if (get_string(c, f, "name", true, &s) || get_string(c, f, "filename", true, &s) ||
+             get_u64(c, f, "line", false, 0, &line))
+      r = -1;
+    path_pop(c, old_i);
+  }
+  path_pop(c, old);
+  return r;
+}
+
+as_frame as_frame_get(const cJSON *frame) {
+  as_frame f = {"", "", 0};
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(frame, "name");
+  if (cJSON_IsString(v))
+    f.name = v->valuestring;
+  v = cJSON_GetObjectItemCaseSensitive(frame, "filename");
+  if (cJSON_IsString(v))
+    f.filename = v->valuestring;
+  v = cJSON_GetObjectItemCaseSensitive(frame, "line");
+  if (cJSON_IsNumber(v))
+    f.line = (uint64_t)v->valuedouble; /* checked to be a non-negative integer below 2^64 */
+  return f;
+}
+
 static int parse_block(ctx *c, const cJSON *jb, uint64_t next_address, as_block *b) {
   if (!cJSON_IsObject(jb))
     return fail(c, "expected a block object, got %s", type_name(jb));
   const char *state = NULL;
   if (get_u64(c, jb, "size", true, 0, &b->size) || get_u64(c, jb, "address", false, next_address, &b->address) ||
-      get_u64(c, jb, "requested_size", false, 0, &b->requested_size) || get_string(c, jb, "state", true, &state))
+      get_u64(c, jb, "requested_size", false, 0, &b->requested_size) || get_string(c, jb, "state", true, &state) ||
+      get_frames(c, jb, &b->frames))
     return -1;
   if (strcmp(state, "active_allocated") == 0)
     b->state = AS_ACTIVE_ALLOCATED;
@@ -367,8 +406,15 @@ static int parse_entry(ctx *c, const cJSON *je, as_trace_entry *e) {
   const char *addr_key = e->action == AS_OOM && cJSON_GetObjectItemCaseSensitive(je, "device_free") ? "device_free"
                                                                                                    : "addr";
   if (get_u64(c, je, addr_key, needed, 0, &e->addr) || get_u64(c, je, "size", needed, 0, &e->size) ||
-      get_u64(c, je, "stream", false, 0, &e->stream) || get_u64(c, je, "time_us", false, 0, &e->time_us))
+      get_u64(c, je, "stream", false, 0, &e->stream) || get_u64(c, je, "time_us", false, 0, &e->time_us) ||
+      get_frames(c, je, &e->frames) || get_string(c, je, "name", false, &e->name))
     return -1;
+  e->json = je;
+  /* A user_defined entry's text: its "name" (cachalot_annotate), else the first frame's name. */
+  if (e->action != AS_USER_DEFINED)
+    e->name = NULL;
+  else if (e->name == NULL && e->frames != NULL && e->frames->child != NULL)
+    e->name = as_frame_get(e->frames->child).name;
   return 0;
 }
 
@@ -409,6 +455,45 @@ static int parse_traces(ctx *c, const cJSON *traces, as_snapshot *s) {
     path_pop(c, old);
   }
   return 0;
+}
+
+/* "external_annotations": [{"device", "time_us", "stage": "START" | "END", "name"}], all required. */
+static int parse_annotations(ctx *c, const cJSON *root, as_snapshot *s) {
+  const cJSON *list = NULL;
+  if (get_array(c, root, "external_annotations", false, &list))
+    return -1;
+  if (list == NULL)
+    return 0;
+  size_t n = array_len(list);
+  s->annotations = calloc(n ? n : 1, sizeof *s->annotations);
+  if (s->annotations == NULL)
+    return fail(c, "out of host memory for %zu annotations", n);
+  size_t old = path_push(c, "external_annotations", 0);
+  int r = 0;
+  for (const cJSON *ja = list->child; ja != NULL && r == 0; ja = ja->next) {
+    size_t old_i = path_push(c, NULL, s->n_annotations);
+    as_annotation *a = &s->annotations[s->n_annotations];
+    uint64_t device = 0;
+    const char *stage = NULL;
+    if (!cJSON_IsObject(ja))
+      r = fail(c, "expected an annotation object, got %s", type_name(ja));
+    else if (get_u64(c, ja, "device", true, 0, &device) || get_u64(c, ja, "time_us", true, 0, &a->time_us) ||
+             get_string(c, ja, "stage", true, &stage) || get_string(c, ja, "name", true, &a->name))
+      r = -1;
+    else if (device > AS_MAX_DEVICE)
+      r = fail(c, "device %llu is out of range (at most %d)", (unsigned long long)device, AS_MAX_DEVICE);
+    else if (strcmp(stage, "START") != 0 && strcmp(stage, "END") != 0) {
+      char q[48];
+      r = fail(c, "unknown stage '%s' (expected START or END)", quote(q, stage));
+    } else {
+      a->device = (int)device;
+      a->start = stage[0] == 'S';
+      s->n_annotations++;
+    }
+    path_pop(c, old_i);
+  }
+  path_pop(c, old);
+  return r;
 }
 
 static int parse_settings(ctx *c, const cJSON *root, as_snapshot *s) {
@@ -467,6 +552,8 @@ int as_snapshot_parse(const char *name, const char *data, size_t len, as_snapsho
   }
   if (r == 0)
     r = parse_settings(&c, root, out);
+  if (r == 0)
+    r = parse_annotations(&c, root, out);
   if (r != 0) {
     as_snapshot_free(out);
     return -1;
@@ -483,6 +570,7 @@ void as_snapshot_free(as_snapshot *s) {
   for (size_t d = 0; d < s->n_devices; d++)
     free(s->traces[d].entries);
   free(s->traces);
+  free(s->annotations);
   cJSON_Delete(s->root);
   memset(s, 0, sizeof *s);
 }

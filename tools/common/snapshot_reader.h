@@ -9,8 +9,11 @@
  * number must be a finite integer in range, every size sum saturates. A segment must fit the address
  * space, its blocks lie inside it in address order without overlapping, and its allocated and active
  * sizes be at most its total size.
- * Keys the model does not use are ignored (frames, compile_context, external_annotations, ...), so newer
- * PyTorch versions still load; a key it uses with the wrong type is an error naming the key's path.
+ * Keys the model does not use are ignored (compile_context, user_metadata, ...), so newer PyTorch
+ * versions still load; a key it uses with the wrong type is an error naming the key's path. Frames
+ * ("frames" of blocks and trace entries: [{"name", "filename", "line"}]), a user_defined entry's "name"
+ * and the top-level "external_annotations" ([{"device", "time_us", "stage", "name"}]) are checked too,
+ * for the plot; a frame's "line" may be absent (0).
  *
  * What may be absent (older PyTorch snapshots lack them) and what it defaults to: block "address" (the
  * previous block's end), "requested_size" (0), segment "allocated_size"/"active_size"/"requested_size"
@@ -37,6 +40,7 @@ typedef enum { AS_ACTIVE_ALLOCATED, AS_ACTIVE_PENDING_FREE, AS_INACTIVE } as_blo
 typedef struct {
   uint64_t address, size, requested_size;
   as_block_state state;
+  const cJSON *frames; /* checked: an array of frame objects (as_frame_get); NULL when absent */
 } as_block;
 
 typedef struct {
@@ -69,7 +73,26 @@ typedef struct {
   as_action action;
   uint64_t addr, size, stream;
   uint64_t time_us;
+  const cJSON *frames; /* checked as a block's; NULL when absent */
+  /* user_defined entries: their "name", else their first frame's name (NULL: neither); other entries
+   * NULL */
+  const char *name;
+  const cJSON *json; /* the entry's object in the file */
 } as_trace_entry;
+
+/* One frame of a checked "frames" array. */
+typedef struct {
+  const char *name, *filename;
+  uint64_t line;
+} as_frame;
+
+/* An element of the top-level "external_annotations": a START or END of a named range on a device. */
+typedef struct {
+  int device;
+  uint64_t time_us;
+  bool start; /* stage "START"; else "END" */
+  const char *name;
+} as_annotation;
 
 typedef struct {
   size_t n;
@@ -82,6 +105,8 @@ typedef struct {
   as_segment *segments;
   size_t n_devices; /* device_traces' length: entry d is device d */
   as_device_trace *traces;
+  size_t n_annotations; /* external_annotations, in file order */
+  as_annotation *annotations;
   const cJSON *allocator_settings; /* NULL when absent */
   const char *conf;                /* the raw config string of allocator_settings, NULL when absent */
 } as_snapshot;
@@ -100,6 +125,9 @@ void as_snapshot_free(as_snapshot *s);
  * through (control bytes between tokens, raw ones in strings, "01", "\u0000") is refused too. The tree,
  * or NULL with a message that starts with `name` in err. */
 cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]);
+
+/* The frame an element of a checked "frames" array holds (the reader checked its fields). */
+as_frame as_frame_get(const cJSON *frame);
 
 const char *as_block_state_name(as_block_state s);
 const char *as_action_name(as_action a);

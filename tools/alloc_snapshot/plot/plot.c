@@ -1,6 +1,6 @@
-/* alloc_snapshot plot: the command, and the page it writes: one self-contained HTML page of a
+/* alloc_snapshot plot: the command, and its static page (--static): one self-contained HTML page of a
  * snapshot, per device a summary, the memory over time from the device trace (chart.c) and the segment
- * map (segmap.c).
+ * map (segmap.c). The default page, the explorer, is explorer.c's.
  *
  * The page needs nothing else: inline CSS, inline SVG, no script, no font or image files, no link to
  * anything; tooltips are SVG <title> elements. Every text that comes from the input (the file name, the
@@ -19,28 +19,30 @@
 #include "plot.h"
 
 static const char help[] =
-    "usage: alloc_snapshot plot FILE -o OUT.html [--device N]\n"
+    "usage: alloc_snapshot plot FILE -o OUT.html [--device N] [--static]\n"
     "\n"
     "Draws a memory snapshot (cachalot's or PyTorch's JSON, gzip'ed or not; '-' is stdin) as one\n"
-    "self-contained HTML page (inline SVG and CSS; no script, no network), one section per device:\n"
-    "  - a summary: segments, blocks, reserved, allocated, pending free and inactive bytes;\n"
-    "  - memory over time from the device trace: allocated (the live sizes of alloc entries, until\n"
-    "    their free_requested) and reserved (segment_alloc - segment_free, segment_map - segment_unmap),\n"
-    "    over time_us (or over the entry index where time_us is absent or out of order), with the peaks\n"
-    "    marked; long traces are downsampled keeping every pixel column's lowest and highest value;\n"
-    "  - the segment map: a bar per segment, grouped by pool id, segment type and stream, its blocks\n"
-    "    coloured by state (active_allocated, active_pending_free, inactive); a bar's length is\n"
-    "    proportional to its size, and a segment longer than one row wraps onto the next rows (the\n"
-    "    row's length, chosen per device so that small and large segments both show, is on the page);\n"
-    "    at most the 2000 largest segments of a device are drawn, and blocks too narrow to see are\n"
-    "    drawn merged (their tooltip counts them).\n"
-    "Hovering a block shows its address, size and requested size.\n"
+    "self-contained HTML page (inline script and CSS, no library, nothing fetched; works from file://):\n"
+    "  - allocated and reserved bytes over the trace, by entry order or (a toggle) wall time, with\n"
+    "    user_defined annotations, external_annotations ranges and OOMs marked;\n"
+    "  - the active memory: every allocation a band from its alloc to its free, stacked, coloured by\n"
+    "    stream, pool or annotation; the 1500 largest in view are bands, the rest one summed band;\n"
+    "  - zoom (wheel, buttons, +/-) and pan (drag, arrow keys) over both;\n"
+    "  - hover or click an allocation: its size, requested size, address, stream, pool, alloc and\n"
+    "    free entries and its frames (the alloc entry's, and the block's in the snapshot);\n"
+    "  - the segment map after any entry (click the timeline or move the slider): segments and their\n"
+    "    blocks as they were then, reconstructed from the snapshot and the trace, in a scrolling panel.\n"
+    "The view is in the URL hash (#t=ENTRY|end&sel=ENTRY&x0=X&x1=X&axis=time&color=pool&dev=N).\n"
+    "With --static, the page of earlier versions: no script; per device a summary, the memory over\n"
+    "time as SVG (peaks marked, downsampled keeping every pixel column's extremes) and the segment map\n"
+    "(at most the 2000 largest segments; hovering a block shows its address, size and requested size).\n"
     "\n"
     "options:\n"
     "  -o OUT.html   where to write the page (required; '-' is standard output); a regular file\n"
     "                is replaced atomically (written beside it, then renamed), anything else (a\n"
     "                device, a FIFO) is written through; a symbolic link stays a link\n"
     "  --device N    only device N (default: every device with segments or trace entries)\n"
+    "  --static      the static page (inline SVG, no script) instead of the explorer\n"
     "  -h, --help    this text\n"
     "\n"
     "Exit status: 0 success, 1 unreadable or malformed file, nothing on the device, or OUT cannot be\n"
@@ -211,7 +213,7 @@ enum { GO_ON = -1 }; /* what parse_args returns when the command goes on */
 
 typedef struct {
   const char *input, *input_name, *out;
-  bool to_stdout, by_device;
+  bool to_stdout, by_device, static_page;
   uint64_t device;
 } plot_args;
 
@@ -220,6 +222,7 @@ static int parse_args(int argc, char **argv, plot_args *a) {
   static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                            {"device", required_argument, NULL, 'd'},
                                            {"help", no_argument, NULL, 'h'},
+                                           {"static", no_argument, NULL, 's'},
                                            {0}};
   for (int c; (c = as_getopt("plot", argc, argv, ":ho:", longopts)) != -1;) {
     switch (c) {
@@ -230,6 +233,9 @@ static int parse_args(int argc, char **argv, plot_args *a) {
       if (optarg[0] == '\0')
         return as_usage_error("plot", "-o wants a file name, not an empty string");
       a->out = optarg;
+      break;
+    case 's':
+      a->static_page = true;
       break;
     case 'd':
       if (!as_parse_u64(optarg, AS_MAX_DEVICE, &a->device))
@@ -296,7 +302,8 @@ static int write_output(const plot_args *a, const as_snapshot *snap, const int *
     return as_failure("plot", "%s: cannot create the output: %s", a->out, why);
   page p = {a->to_stdout ? stdout : o.f};
   int status = AS_EXIT_OK;
-  if (write_page(&p, a->input_name, snap, devices, n_devices) != 0)
+  if ((a->static_page ? write_page(&p, a->input_name, snap, devices, n_devices)
+                      : as_write_explorer(&p, a->input_name, snap, devices, n_devices)) != 0)
     status = as_failure("plot", "out of host memory");
   if (a->to_stdout)
     return as_finish_stdout("plot", status);
@@ -312,7 +319,7 @@ static int write_output(const plot_args *a, const as_snapshot *snap, const int *
 }
 
 int as_cmd_plot(int argc, char **argv) {
-  plot_args a = {NULL, NULL, NULL, false, false, 0};
+  plot_args a = {NULL, NULL, NULL, false, false, false, 0};
   int rc = parse_args(argc, argv, &a);
   if (rc == GO_ON)
     rc = check_output(&a);

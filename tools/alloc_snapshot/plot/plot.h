@@ -101,4 +101,11 @@ void as_trace_notes(page *p, const as_device_trace *t, const series *s, const as
 void as_segment_map(page *p, const as_segment *const *segs, size_t n, size_t n_all, uint64_t omitted_bytes,
                     int device);
 
+/* --- the explorer page (explorer.c, explorer_data.c) --- */
+
+/* The whole explorer page of devices[0 .. n_devices). 0, or -1 on host OOM. */
+int as_write_explorer(page *p, const char *input, const as_snapshot *snap, const int *devices, size_t n_devices);
+/* The snapshot's data as the page's JSON document (explorer_data.c describes it). 0, or -1 on host OOM. */
+int as_explorer_data(page *p, const char *input, const as_snapshot *snap, const int *devices, size_t n_devices);
+
 #endif

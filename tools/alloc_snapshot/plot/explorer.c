@@ -1,0 +1,34 @@
+/* alloc_snapshot plot: the explorer page (plot.h), one self-contained HTML file: the style and the
+ * scripts (explorer.css, explorer_model.js, explorer_view.js, explorer_ui.js, embedded into the binary
+ * at build time by embed.py) and the snapshot's data (explorer_data.c) as a JSON document in a
+ * <script type="application/json"> element. No library, nothing fetched: it works from file://. */
+#include "plot.h"
+
+/* embed.py's output (explorer_assets.c) */
+extern const char as_explorer_css[], as_explorer_model_js[], as_explorer_view_js[], as_explorer_ui_js[];
+
+int as_write_explorer(page *p, const char *input, const as_snapshot *snap, const int *devices, size_t n_devices) {
+  as_out(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>memory snapshot: ");
+  as_esc(p, input);
+  as_out(p, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>Memory snapshot: <span class=\"mono\">", as_explorer_css);
+  as_esc(p, input);
+  as_out(p, "</span></h1>\n<p class=\"meta\">allocator settings: ");
+  if (snap->conf != NULL) {
+    as_out(p, "<code>\"");
+    as_esc(p, snap->conf);
+    as_out(p, "\"</code>");
+  } else {
+    as_out(p, "none in the file");
+  }
+  as_out(p, "</p>\n<div id=\"app\"><p class=\"empty\">This page draws with JavaScript: enable it to explore the "
+            "snapshot.</p></div>\n");
+  as_out(p, "<footer>Made by <code>alloc_snapshot plot</code>: one self-contained page, nothing fetched. "
+            "<span id=\"timing\"></span></footer>\n<script type=\"application/json\" id=\"snapshot-data\">");
+  if (as_explorer_data(p, input, snap, devices, n_devices) != 0)
+    return -1;
+  as_out(p, "</script>\n<script>\n(function () {\n%s\n%s\n%s\n})();\n</script>\n", as_explorer_model_js,
+         as_explorer_view_js, as_explorer_ui_js);
+  as_out(p, "</body>\n</html>\n");
+  return 0;
+}
