@@ -40,8 +40,8 @@ t_gcc() { build build-test -Dtests=enabled && suite build-test; }
 t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit --suite cli; }
 t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled &&
   suite build-tsan --suite stress && suite build-tsan lanes; }
-t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu; }
-t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled -Dlibdw=disabled && suite build-nocuda &&
+t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu --no-suite explorer; }
+t_nocuda() { build build-nocuda -Dtests=enabled -Dcuda=disabled -Dlibdw=disabled && suite build-nocuda --no-suite explorer &&
   build-nocuda/tools/cachalot_demo >/dev/null; }
 # The Python package as a user installs it (pip, meson-python, no network) into a fresh virtual environment,
 # then its tests that need no torch and no GPU (import, version, the route install() takes).
