@@ -41,7 +41,11 @@ def main():
         kind = "sim"
         assert lib.cachalot_backend_sim(None, C.byref(backend)) == 0
     assert lib.cachalot_create(backend, b"", C.byref(alloc)) == 0, lib.cachalot_last_error()
+    lib.cachalot_record_history_stacks.argtypes = [C.c_void_p, C.c_bool]
+    lib.cachalot_annotate.argtypes = [C.c_void_p, C.c_int, C.c_char_p]
+    assert lib.cachalot_record_history_stacks(alloc, True) == 0
     assert lib.cachalot_record_history(alloc, True, 10000) == 0
+    assert lib.cachalot_annotate(alloc, 0, b"phase: warm-up") == 0, lib.cachalot_last_error()
     side = C.c_void_p()
     if kind == "cuda":
         cudart = C.CDLL("libcudart.so")
@@ -85,6 +89,13 @@ def main():
     def run(args):
         return subprocess.run(args, capture_output=True, text=True)
 
+    # C stacks were on: live blocks carry their alloc's frames, and the annotation is a user_defined entry.
+    live = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    check("every live block carries frames", bool(live) and all(b["frames"] for b in live),
+          f"({sum(1 for b in live if b['frames'])} of {len(live)})")
+    notes = [e for e in snap["device_traces"][0] if e["action"] == "user_defined"]
+    check("cachalot_annotate's user_defined entry", [e.get("name") for e in notes] == ["phase: warm-up"])
+    print("  first frame of a live block:", live[0]["frames"][0] if live and live[0]["frames"] else None)
     # Python's pickle of the JSON, then alloc_snapshot's own pickle of the same file.
     converted = os.path.join(out, "converted.pickle")
     r = run([tool, "convert", os.path.join(out, "snapshot.json"), converted])
@@ -123,6 +134,10 @@ def main():
         r = run([tool, "show", torch_pickle])
         check("alloc_snapshot show torch_dump.pickle", r.returncode == 0 and "device" in r.stdout,
               f"(exit {r.returncode}) {(r.stdout + r.stderr).strip()[-300:]}")
+        page = os.path.join(out, "torch_dump_explorer.html")
+        r = run([tool, "plot", torch_pickle, "-o", page])
+        check("alloc_snapshot plot torch_dump.pickle (the explorer)", r.returncode == 0 and os.path.exists(page)
+              and os.path.getsize(page) > 1000, f"(exit {r.returncode}) {r.stderr.strip()[-300:]}")
         del xs
     else:
         check("torch with a GPU, for a pickle torch writes itself", False, "(torch or its GPU is missing)")
