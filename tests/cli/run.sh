@@ -70,7 +70,6 @@ t help_segments 0 segments -h
 t help_diff 0 help diff
 t help_replay 0 replay --help
 t usage_show_no_file 2 show
-t usage_show_two_files 2 show cachalot_small.json cachalot_after.json
 t usage_show_bad_top 2 show cachalot_small.json --top x
 t usage_show_bad_option 2 show cachalot_small.json --bogus
 t usage_show_missing_value 2 show cachalot_small.json --top
@@ -539,6 +538,11 @@ t summary_ranks_bytes 0 summary --bytes job_r0.json job_r1.json job_r2.json.gz j
 t summary_ranks_json 0 summary --json job_r2.json.gz job_r0.json job_notrace.json
 t summary_no_trace 0 summary --bytes job_notrace.json job_r0.json
 t summary_one 0 summary job_r3.json
+# show with several files prints the same table (its golden is summary_ranks'), --top is for one file
+t show_ranks 0 show job_r3.json job_r1.json job_r2.json.gz job_r0.json
+cmp -s "$dir/golden/show_ranks.out" "$dir/golden/summary_ranks.out" && passed=$((passed + 1)) ||
+  fail show_ranks_same "show A B C differs from summary A B C"
+t usage_show_ranks_top 2 show --top 3 job_r0.json job_r1.json
 check summary_stdin 0 job_r1.json summary --bytes - job_r0.json
 # Bad files are reported each with its name, the others still summarised, and the status is 1.
 head -c 300 job_r1.json >job_r4.json

@@ -14,6 +14,9 @@ enum { AS_EXIT_OK = 0, AS_EXIT_FAILURE = 1, AS_EXIT_USAGE = 2 };
 int as_cmd_show(int argc, char **argv);
 int as_cmd_segments(int argc, char **argv);
 int as_cmd_summary(int argc, char **argv);
+/* summary's table over n files (ranks.c); `cmd` names the command in messages (show with several files
+ * gives the same table). */
+int as_summarize_ranks(const char *cmd, char **files, size_t n, bool exact, bool json);
 int as_cmd_diff(int argc, char **argv);
 int as_cmd_replay(int argc, char **argv);
 int as_cmd_dump(int argc, char **argv);

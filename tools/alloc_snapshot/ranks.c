@@ -383,19 +383,23 @@ int as_cmd_summary(int argc, char **argv) {
   }
   if (argc == optind)
     return as_usage_error("summary", "no FILE given");
-  int n_stdin = 0;
-  for (int i = optind; i < argc; i++)
-    n_stdin += strcmp(argv[i], "-") == 0;
+  return as_summarize_ranks("summary", argv + optind, (size_t)(argc - optind), exact, json);
+}
+
+int as_summarize_ranks(const char *cmd, char **files, size_t n_files, bool exact, bool json) {
+  size_t n_stdin = 0;
+  for (size_t i = 0; i < n_files; i++)
+    n_stdin += strcmp(files[i], "-") == 0;
   if (n_stdin > 1)
-    return as_usage_error("summary", "standard input ('-') can be only one of the files");
-  size_t n_files = (size_t)(argc - optind), n = 0;
+    return as_usage_error(cmd, "standard input ('-') can be only one of the files");
+  size_t n = 0;
   rank_row *rows = calloc(n_files, sizeof *rows);
   if (rows == NULL)
-    return as_failure("summary", "out of host memory");
+    return as_failure(cmd, "out of host memory");
   int status = AS_EXIT_OK;
   for (size_t i = 0; i < n_files; i++) {
     rank_row *r = &rows[n];
-    *r = (rank_row){.path = argv[optind + (int)i], .order = i};
+    *r = (rank_row){.path = files[i], .order = i};
     rank_of(r);
     if (load_row(r) == AS_EXIT_OK)
       n++;
@@ -411,7 +415,7 @@ int as_cmd_summary(int argc, char **argv) {
     ok = print_rows(rows, n, exact) && (n < 2 || print_skew(rows, n, exact));
   }
   if (!ok)
-    status = as_failure("summary", "out of host memory");
+    status = as_failure(cmd, "out of host memory");
   free(rows);
-  return as_finish_stdout("summary", status);
+  return as_finish_stdout(cmd, status);
 }

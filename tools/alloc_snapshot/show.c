@@ -12,8 +12,9 @@
 
 static const char help[] =
     "usage: alloc_snapshot show FILE [--top N] [--bytes]\n"
+    "       alloc_snapshot show FILE FILE... [--bytes]   (several ranks: summary's table)\n"
     "\n"
-    "Summarises a memory snapshot (cachalot's or PyTorch's JSON, gzip'ed or not; '-' is stdin).\n"
+    "Summarises a memory snapshot (cachalot's or PyTorch's JSON or pickle, gzip'ed or not; '-' is stdin).\n"
     "\n"
     "One row per device, pool id, segment type and stream (a device with several rows gets an 'all' row):\n"
     "  segments        how many segments (device allocations)\n"
@@ -182,7 +183,7 @@ int as_cmd_show(int argc, char **argv) {
   static const struct option longopts[] = {
       {"top", required_argument, NULL, 't'}, {"bytes", no_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'}, {0}};
   uint64_t top = 10;
-  bool exact = false;
+  bool exact = false, top_given = false;
   for (int c; (c = as_getopt("show", argc, argv, ":h", longopts)) != -1;) {
     switch (c) {
     case 'h':
@@ -191,6 +192,7 @@ int as_cmd_show(int argc, char **argv) {
     case 't':
       if (!as_parse_u64(optarg, SIZE_MAX, &top))
         return as_usage_error("show", "--top wants a non-negative integer, not '%s'", optarg);
+      top_given = true;
       break;
     case 'b':
       exact = true;
@@ -201,8 +203,10 @@ int as_cmd_show(int argc, char **argv) {
   }
   if (argc == optind)
     return as_usage_error("show", "no FILE given");
-  if (argc - optind > 1)
-    return as_usage_error("show", "one FILE expected, got %d arguments", argc - optind);
+  if (argc - optind > 1 && top_given)
+    return as_usage_error("show", "--top is for one FILE; with several, show prints summary's table");
+  if (argc - optind > 1) /* a job's files, one per rank: the table of summary */
+    return as_summarize_ranks("show", argv + optind, (size_t)(argc - optind), exact, false);
   const char *path = argv[optind];
   as_snapshot s;
   char err[AS_ERR_LEN];
