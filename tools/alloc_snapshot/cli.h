@@ -75,5 +75,7 @@ int as_finish_stdout(const char *cmd, int status);
  * (common/outfile.h). AS_EXIT_OK, or AS_EXIT_FAILURE after a message naming the path. In output.c, apart
  * from the helpers above, which the snapshot fuzzer links without it. */
 int as_write_output(const char *cmd, const char *path, const char *text, size_t len);
+/* The same for any bytes, with the trailing newline or without (a pickle). */
+int as_write_file(const char *cmd, const char *path, const void *bytes, size_t len, bool newline);
 
 #endif

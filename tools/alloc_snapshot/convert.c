@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "cli.h"
+#include "../common/bytes.h"
 #include "../common/outfile.h"
 #include "../common/snapshot_pickle.h"
 #include "../common/snapshot_reader.h"
@@ -33,30 +34,9 @@ static const char help[] =
     "\n"
     "Exit status: 0 success, 1 unreadable or malformed IN or unwritable OUT, 2 usage error.\n";
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} text;
+typedef as_bytes text;
 
-static void put(text *t, const char *s, size_t n) {
-  if (t->oom)
-    return;
-  if (n > t->cap - t->len) {
-    size_t cap = t->cap ? t->cap : 1 << 16;
-    while (n > cap - t->len)
-      cap *= 2;
-    char *b = realloc(t->buf, cap);
-    if (b == NULL) {
-      t->oom = true;
-      return;
-    }
-    t->buf = b;
-    t->cap = cap;
-  }
-  memcpy(t->buf + t->len, s, n);
-  t->len += n;
-}
+static void put(text *t, const char *s, size_t n) { as_bytes_put(t, s, n); }
 
 static void put_sink(void *t, const char *s, size_t n) { put(t, s, n); }
 
@@ -108,59 +88,6 @@ static void put_json(text *t, const cJSON *v) {
 static bool ends_with(const char *s, const char *tail) {
   size_t n = strlen(s), m = strlen(tail);
   return n >= m && strcmp(s + n - m, tail) == 0;
-}
-
-/* gzwrite takes an unsigned count: the bytes go in pieces of at most 1 GiB. */
-static bool write_gz(FILE *f, const unsigned char *bytes, size_t len, int *err) {
-  int fd = dup(fileno(f)); /* zlib writes the descriptor; tool_out_close still renames the file */
-  gzFile gz = fd >= 0 ? gzdopen(fd, "wb") : NULL;
-  if (gz == NULL) {
-    *err = errno;
-    if (fd >= 0)
-      close(fd);
-    return false;
-  }
-  bool ok = true;
-  for (size_t off = 0; ok && off < len;) {
-    unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
-    ok = gzwrite(gz, bytes + off, n) == (int)n;
-    off += n;
-  }
-  *err = errno;
-  if (gzclose(gz) != Z_OK && ok) {
-    ok = false;
-    *err = errno;
-  }
-  return ok;
-}
-
-/* The pickle's bytes to `path` as as_write_output writes text, without its newline: standard output
- * for "-", gzip'ed for ".gz", a regular file replaced atomically. */
-static int write_bytes(const char *path, const unsigned char *bytes, size_t len) {
-  if (strcmp(path, "-") == 0) {
-    if (fwrite(bytes, 1, len, stdout) != len)
-      return as_failure("convert", "cannot write to standard output: %s", strerror(errno));
-    return AS_EXIT_OK;
-  }
-  tool_out o;
-  char why[256];
-  if (tool_out_open(&o, path, why, sizeof why) != 0)
-    return as_failure("convert", "%s: cannot create the output: %s", path, why);
-  int err = 0;
-  bool ok;
-  if (ends_with(path, ".gz")) {
-    ok = write_gz(o.f, bytes, len, &err);
-  } else {
-    ok = fwrite(bytes, 1, len, o.f) == len;
-    err = errno;
-  }
-  if (!ok) {
-    tool_out_close(&o, false, why, sizeof why);
-    return as_failure("convert", "%s: cannot write the output: %s", path, strerror(err ? err : EIO));
-  }
-  if (tool_out_close(&o, true, why, sizeof why) != 0)
-    return as_failure("convert", "%s: cannot write the output: %s", path, why);
-  return AS_EXIT_OK;
 }
 
 /* OUT's format from its name (a trailing .gz aside): 1 pickle, 0 JSON, -1 unknown. */
@@ -220,7 +147,7 @@ int as_cmd_convert(int argc, char **argv) {
     if (as_pickle_write(s.root, &bytes, &len) != 0)
       status = as_failure("convert", "out of host memory for the pickle");
     else
-      status = write_bytes(out, bytes, len);
+      status = as_write_file("convert", out, bytes, len, false);
     free(bytes);
   } else {
     text t = {0};
@@ -228,7 +155,7 @@ int as_cmd_convert(int argc, char **argv) {
     if (t.oom)
       status = as_failure("convert", "out of host memory for the JSON");
     else
-      status = as_write_output("convert", out, t.buf, t.len);
+      status = as_write_output("convert", out, (const char *)t.buf, t.len);
     free(t.buf);
   }
   as_snapshot_free(&s);

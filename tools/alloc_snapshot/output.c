@@ -1,4 +1,4 @@
-/* alloc_snapshot: the output files of dump and replay -o (see cli.h). */
+/* alloc_snapshot: the output files of dump, replay -o and convert (see cli.h). */
 #include "cli.h"
 
 #include <zlib.h>
@@ -10,8 +10,8 @@
 
 #include "../common/outfile.h"
 
-/* gzwrite takes an unsigned count: the text goes in pieces of at most 1 GiB. */
-static bool write_gz(FILE *f, const char *text, size_t len, int *err) {
+/* gzwrite takes an unsigned count: the bytes go in pieces of at most 1 GiB. */
+static bool write_gz(FILE *f, const unsigned char *bytes, size_t len, bool newline, int *err) {
   /* zlib writes to the descriptor itself, past the FILE, so tool_out_close still flushes (nothing),
    * syncs and renames the same file. */
   int fd = dup(fileno(f));
@@ -25,10 +25,10 @@ static bool write_gz(FILE *f, const char *text, size_t len, int *err) {
   bool ok = true;
   for (size_t off = 0; ok && off < len;) {
     unsigned n = len - off > (1u << 30) ? (1u << 30) : (unsigned)(len - off);
-    ok = gzwrite(gz, text + off, n) == (int)n;
+    ok = gzwrite(gz, bytes + off, n) == (int)n;
     off += n;
   }
-  ok = ok && gzputc(gz, '\n') == '\n';
+  ok = ok && (!newline || gzputc(gz, '\n') == '\n');
   *err = errno;
   if (gzclose(gz) != Z_OK && ok) {
     ok = false;
@@ -37,9 +37,10 @@ static bool write_gz(FILE *f, const char *text, size_t len, int *err) {
   return ok;
 }
 
-int as_write_output(const char *cmd, const char *path, const char *text, size_t len) {
+int as_write_file(const char *cmd, const char *path, const void *data, size_t len, bool newline) {
+  const unsigned char *bytes = data;
   if (strcmp(path, "-") == 0) {
-    if (fwrite(text, 1, len, stdout) != len || fputc('\n', stdout) == EOF)
+    if (fwrite(bytes, 1, len, stdout) != len || (newline && fputc('\n', stdout) == EOF))
       return as_failure(cmd, "cannot write to standard output: %s", strerror(errno));
     return AS_EXIT_OK;
   }
@@ -51,9 +52,9 @@ int as_write_output(const char *cmd, const char *path, const char *text, size_t 
   int err = 0;
   bool ok;
   if (plen > 3 && strcmp(path + plen - 3, ".gz") == 0) {
-    ok = write_gz(o.f, text, len, &err);
+    ok = write_gz(o.f, bytes, len, newline, &err);
   } else {
-    ok = fwrite(text, 1, len, o.f) == len && fputc('\n', o.f) != EOF;
+    ok = fwrite(bytes, 1, len, o.f) == len && (!newline || fputc('\n', o.f) != EOF);
     err = errno;
   }
   if (!ok) {
@@ -63,4 +64,8 @@ int as_write_output(const char *cmd, const char *path, const char *text, size_t 
   if (tool_out_close(&o, true, why, sizeof why) != 0)
     return as_failure(cmd, "%s: cannot write the output: %s", path, why);
   return AS_EXIT_OK;
+}
+
+int as_write_output(const char *cmd, const char *path, const char *text, size_t len) {
+  return as_write_file(cmd, path, text, len, true);
 }

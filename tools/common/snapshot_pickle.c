@@ -3,7 +3,6 @@
 #include "snapshot_pickle.h"
 #include "snapshot_pickle_ops.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,17 +39,8 @@ typedef struct {
   size_t nodes, max_nodes, copied_bytes;
 } pk;
 
-static int fail(pk *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(pk *p, const char *fmt, ...) {
-  int n = snprintf(p->err, AS_ERR_LEN, "%s: ", p->name);
-  if (n < 0 || n >= AS_ERR_LEN)
-    return -1;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(p->err + n, AS_ERR_LEN - (size_t)n, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+/* -1 with "NAME: message" in the reader's err. */
+#define fail(p, ...) as_pickle_fail((p)->name, (p)->err, __VA_ARGS__)
 
 static int count_nodes(pk *p, size_t n, size_t at) {
   if (n > p->max_nodes - p->nodes)

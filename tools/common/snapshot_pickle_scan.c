@@ -60,14 +60,16 @@ typedef struct {
   size_t len;
 } pk;
 
-static int fail(pk *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(pk *p, const char *fmt, ...) {
-  int n = snprintf(p->err, AS_ERR_LEN, "%s: ", p->name);
+/* -1 with "NAME: message" in the reader's err. */
+#define fail(p, ...) as_pickle_fail((p)->name, (p)->err, __VA_ARGS__)
+
+int as_pickle_fail(const char *name, char *err, const char *fmt, ...) {
+  int n = snprintf(err, AS_ERR_LEN, "%s: ", name);
   if (n < 0 || n >= AS_ERR_LEN)
     return -1;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(p->err + n, AS_ERR_LEN - (size_t)n, fmt, ap);
+  vsnprintf(err + n, AS_ERR_LEN - (size_t)n, fmt, ap);
   va_end(ap);
   return -1;
 }

@@ -3,34 +3,15 @@
  * json.load makes of the same snapshot's JSON. */
 #include "snapshot_pickle.h"
 
+#include "bytes.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  unsigned char *buf;
-  size_t len, cap;
-  bool oom;
-} wbuf;
+typedef as_bytes wbuf;
 
-static void put(wbuf *w, const void *bytes, size_t n) {
-  if (w->oom)
-    return;
-  if (n > w->cap - w->len) {
-    size_t cap = w->cap ? w->cap : 1 << 16;
-    while (n > cap - w->len)
-      cap *= 2;
-    unsigned char *b = realloc(w->buf, cap);
-    if (b == NULL) {
-      w->oom = true;
-      return;
-    }
-    w->buf = b;
-    w->cap = cap;
-  }
-  memcpy(w->buf + w->len, bytes, n);
-  w->len += n;
-}
+static void put(wbuf *w, const void *bytes, size_t n) { as_bytes_put(w, bytes, n); }
 
 static void put1(wbuf *w, unsigned char b) { put(w, &b, 1); }
 
