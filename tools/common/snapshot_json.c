@@ -8,9 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* "NAME: message" in err; always -1. */
-static int fail(const char *name, char *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(const char *name, char *err, const char *fmt, ...) {
+int as_read_fail(const char *name, char *err, const char *fmt, ...) {
   int n = snprintf(err, AS_ERR_LEN, "%s: ", name);
   if (n < 0 || n >= AS_ERR_LEN)
     return -1;
@@ -141,7 +139,7 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
   while (first < len && (data[first] == ' ' || data[first] == '\t' || data[first] == '\n' || data[first] == '\r'))
     first++;
   if (first == len) {
-    fail(name, err, len == 0 ? "empty file" : "no JSON in the file (only white space)");
+    as_read_fail(name, err, len == 0 ? "empty file" : "no JSON in the file (only white space)");
     return NULL;
   }
   const char *end = NULL;
@@ -158,16 +156,17 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
     unsigned char ch = off < len ? (unsigned char)data[off] : 0;
     /* cJSON reports an error at the end as the last byte. */
     if (off + 1 >= len)
-      fail(name, err, "not valid JSON: the text ends early (truncated file?) at line %zu, column %zu", line, col);
+      as_read_fail(name, err, "not valid JSON: the text ends early (truncated file?) at line %zu, column %zu",
+                   line, col);
     else if (depth_at(data, off) >= CJSON_NESTING_LIMIT)
-      fail(name, err, "not valid JSON: nested deeper than %d levels at line %zu, column %zu", CJSON_NESTING_LIMIT, line,
-           col);
+      as_read_fail(name, err, "not valid JSON: nested deeper than %d levels at line %zu, column %zu",
+                   CJSON_NESTING_LIMIT, line, col);
     else if (ch >= 0x20 && ch < 0x7f)
-      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c')%s", line, col, off, ch,
-           off == first ? neither : "");
+      as_read_fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c')%s", line, col, off, ch,
+                   off == first ? neither : "");
     else
-      fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)%s", line, col, off, ch,
-           off == first ? neither : "");
+      as_read_fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x)%s", line, col, off, ch,
+                   off == first ? neither : "");
     return NULL;
   }
   /* Anything after the value other than white space means this is not one JSON document. */
@@ -181,9 +180,9 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
   line_col(data, bad, &line, &col);
   unsigned char ch = (unsigned char)data[bad];
   if (ch >= 0x20 && ch < 0x7f)
-    fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c'): %s", line, col, bad, ch, why);
+    as_read_fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, '%c'): %s", line, col, bad, ch, why);
   else
-    fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x): %s", line, col, bad, ch, why);
+    as_read_fail(name, err, "not valid JSON at line %zu, column %zu (byte %zu, 0x%02x): %s", line, col, bad, ch, why);
   cJSON_Delete(root);
   return NULL;
 }

@@ -40,7 +40,7 @@ typedef struct {
 } pk;
 
 /* -1 with "NAME: message" in the reader's err. */
-#define fail(p, ...) as_pickle_fail((p)->name, (p)->err, __VA_ARGS__)
+#define fail(p, ...) as_read_fail((p)->name, (p)->err, __VA_ARGS__)
 
 static int count_nodes(pk *p, size_t n, size_t at) {
   if (n > p->max_nodes - p->nodes)

@@ -19,9 +19,6 @@ enum {
   OP_FROZENSET = 0x91, OP_MEMOIZE = 0x94, OP_FRAME = 0x95
 };
 
-/* "name: message" into err (AS_ERR_LEN bytes); returns -1, for `return as_pickle_fail(...)`. */
-int as_pickle_fail(const char *name, char *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* n bytes at b as a little-endian unsigned integer (n <= 8). */
 uint64_t as_pickle_le(const unsigned char *b, size_t n);
 

@@ -2,7 +2,6 @@
  * walk over them that refuses what could run code before any value is made. */
 #include "snapshot_pickle_ops.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,18 +60,7 @@ typedef struct {
 } pk;
 
 /* -1 with "NAME: message" in the reader's err. */
-#define fail(p, ...) as_pickle_fail((p)->name, (p)->err, __VA_ARGS__)
-
-int as_pickle_fail(const char *name, char *err, const char *fmt, ...) {
-  int n = snprintf(err, AS_ERR_LEN, "%s: ", name);
-  if (n < 0 || n >= AS_ERR_LEN)
-    return -1;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err + n, AS_ERR_LEN - (size_t)n, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#define fail(p, ...) as_read_fail((p)->name, (p)->err, __VA_ARGS__)
 
 uint64_t as_pickle_le(const unsigned char *b, size_t n) {
   uint64_t v = 0;

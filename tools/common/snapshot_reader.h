@@ -129,6 +129,10 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
 /* The frame an element of a checked "frames" array holds (the reader checked its fields). */
 as_frame as_frame_get(const cJSON *frame);
 
+/* "NAME: message" into err (AS_ERR_LEN bytes); always -1, for `return as_read_fail(...)` in the readers of
+ * the file's text (snapshot_json.c, the pickle reader). */
+int as_read_fail(const char *name, char *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 const char *as_block_state_name(as_block_state s);
 const char *as_action_name(as_action a);
 
