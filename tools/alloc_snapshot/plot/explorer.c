@@ -14,13 +14,7 @@ int as_write_explorer(page *p, const char *input, const as_snapshot *snap, const
   as_out(p, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>Memory snapshot: <span class=\"mono\">", as_explorer_css);
   as_esc(p, input);
   as_out(p, "</span></h1>\n<p class=\"meta\">allocator settings: ");
-  if (snap->conf != NULL) {
-    as_out(p, "<code>\"");
-    as_esc(p, snap->conf);
-    as_out(p, "\"</code>");
-  } else {
-    as_out(p, "none in the file");
-  }
+  as_out_settings(p, snap);
   as_out(p, "</p>\n<div id=\"app\"><p class=\"empty\">This page draws with JavaScript: enable it to explore the "
             "snapshot.</p></div>\n");
   as_out(p, "<footer>Made by <code>alloc_snapshot plot</code>: one self-contained page, nothing fetched. "

@@ -185,13 +185,7 @@ static int write_page(page *p, const char *input, const as_snapshot *snap, const
   as_out(p, "</span></h1>\n<p class=\"meta\">%zu segment%s, %zu block%s, %zu trace entr%s; allocator settings: ",
          snap->n_segments, snap->n_segments == 1 ? "" : "s", blocks, blocks == 1 ? "" : "s", entries,
          entries == 1 ? "y" : "ies");
-  if (snap->conf != NULL) {
-    as_out(p, "<code>\"");
-    as_esc(p, snap->conf);
-    as_out(p, "\"</code>");
-  } else {
-    as_out(p, "none in the file");
-  }
+  as_out_settings(p, snap);
   if (n_devices > 1 || (n_devices == 1 && snap->n_segments + entries > 0))
     as_out(p, "; device%s shown: ", n_devices == 1 ? "" : "s");
   for (size_t i = 0; i < n_devices; i++)

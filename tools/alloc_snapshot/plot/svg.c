@@ -43,6 +43,16 @@ void as_esc(page *p, const char *s) {
   }
 }
 
+void as_out_settings(page *p, const as_snapshot *snap) {
+  if (snap->conf != NULL) {
+    as_out(p, "<code>\"");
+    as_esc(p, snap->conf);
+    as_out(p, "\"</code>");
+  } else {
+    as_out(p, "none in the file");
+  }
+}
+
 void as_size_text(page *p, uint64_t bytes) {
   char buf[AS_SIZE_BUF];
   as_out(p, "%s", as_fmt_size(buf, bytes, false));
