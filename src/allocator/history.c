@@ -281,8 +281,10 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
     if (!enabled) {
       free(d->trace.frames);
       d->trace.frames = NULL;
+      for (size_t k = 0; k < d->trace.count; k++) /* rows calloc'ed by a later "on" must not be read */
+        d->trace.entries[(d->trace.head + k) % d->trace.cap].n_frames = 0;
     } else if (d->trace.cap && !d->trace.frames) {
-      /* entries recorded so far keep n_frames 0: frames are only ever read below n_frames */
+      /* entries recorded so far have n_frames 0 (set when stacks went off): rows are read below it */
       d->trace.frames = calloc(d->trace.cap * CL_TRACE_MAX_FRAMES, sizeof(void *));
       if (!d->trace.frames)
         rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");

@@ -200,9 +200,9 @@ static void serve_record(char *args, char **out) {
     cl_json_string(&j, msg);
   } else {
     cachalot_allocator *a = live[idx];
-    /* stacks first: turning history on sizes the stack rows by the stacks setting */
-    if (off)
-      rc = cachalot_record_history(a, false, 0);
+    /* Off first, then stacks, then on: turning history on sizes the stack rows by the stacks setting,
+     * and stacks turned on over the old ring would allocate rows for its size only to drop them. */
+    rc = cachalot_record_history(a, false, 0);
     if (rc == CACHALOT_OK)
       rc = cachalot_record_history_stacks(a, stacks);
     if (rc == CACHALOT_OK && !off)

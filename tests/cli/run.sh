@@ -483,6 +483,19 @@ if json.load(open("torch_pk.json")) != json.load(gzip.open("torch_small.json.gz"
 else
   echo "skip pickle_python_load: no python3"
 fi
+# JSON text that is not UTF-8 (a file name cachalot wrote as the system gave it): each such byte becomes
+# U+FFFD in the pickle, with a warning, so that Python and the pickle reader take it
+printf '{"segments":[],"device_traces":[[{"action":"user_defined","addr":0,"size":0,"stream":0,"name":"x\377\376y \303\251"}]]}' >not_utf8.json
+t pickle_convert_not_utf8 0 convert not_utf8.json not_utf8.pickle
+t pickle_convert_not_utf8_back 0 convert not_utf8.pickle --to json -
+# a memo bomb through a dict's key: one 64 KiB key, its dict fetched 1,100 times (72 MB of keys from a
+# 70 kB file), refused at the copy bound (64 MiB for a file this small) before memory runs out
+if command -v python3 >/dev/null; then
+  python3 -c 'import struct, sys
+k = b"k" * 65536
+sys.stdout.buffer.write(b"\x80\x04}q\x00(X" + struct.pack("<I", len(k)) + k + b"Nu](" + b"h\x00" * 1100 + b"e.")' >keybomb.pickle
+  t pickle_key_bomb 1 show keybomb.pickle
+fi
 t pickle_convert_usage_args 2 convert cs.pickle
 t pickle_convert_usage_stdout 2 convert cs.pickle -
 t pickle_convert_usage_name 2 convert cs.pickle cs.txt

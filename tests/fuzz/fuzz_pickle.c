@@ -41,10 +41,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   unsigned char *out = NULL, *out2 = NULL;
-  size_t len = 0, len2 = 0;
-  if (as_pickle_write(tree, &out, &len) != 0) {
+  size_t len = 0, len2 = 0, not_utf8 = 0;
+  if (as_pickle_write(tree, &out, &len, &not_utf8) != 0) {
     cJSON_Delete(tree);
     return 0; /* host memory ran out */
+  }
+  if (not_utf8 != 0) { /* the reader takes strict UTF-8 only */
+    fprintf(stderr, "fuzz_pickle: %zu bytes of read text written as U+FFFD\n", not_utf8);
+    abort();
   }
   cJSON *again = as_pickle_parse("fuzz-again", (const char *)out, len, err);
   if (again == NULL) {
@@ -55,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fprintf(stderr, "fuzz_pickle: the written pickle reads to another tree\n");
     abort();
   }
-  if (as_pickle_write(again, &out2, &len2) == 0 && (len2 != len || memcmp(out, out2, len) != 0)) {
+  if (as_pickle_write(again, &out2, &len2, &not_utf8) == 0 && (len2 != len || memcmp(out, out2, len) != 0)) {
     fprintf(stderr, "fuzz_pickle: writing the tree again gives other bytes\n");
     abort();
   }

@@ -419,6 +419,19 @@ static void test_frames_name_the_call(void **state) {
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, r), "frames")), 0);
   assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames")) > 0);
   cJSON_Delete(doc);
+  /* stacks on again with the ring kept: the entries recorded before stacks went off have no frames (their
+   * rows are new), only what is recorded from now on has */
+  OK(cachalot_record_history_stacks(e.a, true));
+  void *u = alloc_here(e.a, 2500);
+  doc = snapshot(e.a);
+  t = trace_of(doc, 0);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(entry_of(t, "alloc", 0), "frames")), 0);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(entry_of(t, "alloc", 2), "frames")), 0);
+  expect_frame(cJSON_GetObjectItemCaseSensitive(entry_of(t, "alloc", 3), "frames"), (void *)alloc_here,
+               "alloc_here", alloc_line);
+  cJSON_Delete(doc);
+  FREE(e.a, u);
+  OK(cachalot_record_history_stacks(e.a, false));
   OK(cachalot_record_history(e.a, false, 0));
   doc = snapshot(e.a);
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(block_at(doc, p), "frames")), 0);

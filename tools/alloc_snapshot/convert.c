@@ -143,11 +143,14 @@ int as_cmd_convert(int argc, char **argv) {
   int status;
   if (to == 1) {
     unsigned char *bytes = NULL;
-    size_t len = 0;
-    if (as_pickle_write(s.root, &bytes, &len) != 0)
+    size_t len = 0, not_utf8 = 0;
+    if (as_pickle_write(s.root, &bytes, &len, &not_utf8) != 0)
       status = as_failure("convert", "out of host memory for the pickle");
     else
       status = as_write_file("convert", out, bytes, len, false);
+    if (status == AS_EXIT_OK && not_utf8 > 0) /* Python would refuse the bytes; memory_viz shows the marks */
+      fprintf(stderr, "alloc_snapshot convert: %s: %zu byte%s of text that %s not UTF-8 written as U+FFFD\n",
+              in, not_utf8, not_utf8 == 1 ? "" : "s", not_utf8 == 1 ? "is" : "are");
     free(bytes);
   } else {
     text t = {0};

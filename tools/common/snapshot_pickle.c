@@ -36,7 +36,7 @@ typedef struct {
   size_t memo_cap, memo_len;
   cJSON **orphans; /* values off the stack that the memo may still point into: freed at the end */
   size_t n_orphans, orphans_cap;
-  size_t nodes, max_nodes, copied_bytes;
+  size_t nodes, max_nodes, copied_bytes, max_bytes;
 } pk;
 
 /* -1 with "NAME: message" in the reader's err. */
@@ -47,6 +47,15 @@ static int count_nodes(pk *p, size_t n, size_t at) {
     return fail(p, "the pickle expands to more than %zu values (at byte %zu; a memo bomb?): refused", p->max_nodes,
                 at);
   p->nodes += n;
+  return 0;
+}
+
+/* Bytes of strings and keys a memo GET copies. */
+static int count_bytes(pk *p, size_t n, size_t at) {
+  if (n > p->max_bytes - p->copied_bytes)
+    return fail(p, "the pickle expands to more than %zu MiB of strings (at byte %zu; a memo bomb?): refused",
+                p->max_bytes >> 20, at);
+  p->copied_bytes += n;
   return 0;
 }
 
@@ -272,39 +281,8 @@ static cJSON *make_float(pk *p, const unsigned char *b, size_t at) {
   return n;
 }
 
-/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), and no NUL, which would
- * cut a C string short. The offset of the first bad byte, or SIZE_MAX. */
-static size_t bad_utf8(const unsigned char *s, size_t n) {
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    if (c >= 0x01 && c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
-    if (k == 0 || n - i <= k)
-      return i;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c == 0xe0)
-      lo = 0xa0;
-    else if (c == 0xed)
-      hi = 0x9f;
-    else if (c == 0xf0)
-      lo = 0x90;
-    else if (c == 0xf4)
-      hi = 0x8f;
-    if (s[i + 1] < lo || s[i + 1] > hi)
-      return i;
-    for (size_t j = 2; j <= k; j++)
-      if ((s[i + j] & 0xc0) != 0x80)
-        return i;
-    i += k + 1;
-  }
-  return SIZE_MAX;
-}
-
 static cJSON *make_string(pk *p, const unsigned char *s, size_t n, size_t at) {
-  size_t bad = bad_utf8(s, n);
+  size_t bad = as_utf8_bad(s, n);
   if (bad != SIZE_MAX) {
     fail(p, "the string at byte %zu %s at its byte %zu: not text a snapshot holds", at,
          s[bad] == 0 ? "holds a NUL" : "is not valid UTF-8", bad);
@@ -335,10 +313,7 @@ static cJSON *copy(pk *p, const cJSON *src, size_t at) {
   }
   if (src->valuestring != NULL) {
     size_t n = strlen(src->valuestring);
-    p->copied_bytes += n;
-    if (p->copied_bytes > AS_MAX_INPUT_BYTES) {
-      fail(p, "the pickle expands to more than %zu MiB of strings (at byte %zu; a memo bomb?): refused",
-           AS_MAX_INPUT_BYTES >> 20, at);
+    if (count_bytes(p, n, at) != 0) {
       cJSON_Delete(c);
       return NULL;
     }
@@ -352,6 +327,11 @@ static cJSON *copy(pk *p, const cJSON *src, size_t at) {
   }
   for (const cJSON *e = src->child; e != NULL; e = e->next) {
     cJSON *ce = copy(p, e, at);
+    if (ce != NULL && e->string && count_bytes(p, strlen(e->string), at) != 0) {
+      cJSON_Delete(ce);
+      cJSON_Delete(c);
+      return NULL;
+    }
     char *key = e->string ? strdup(e->string) : NULL;
     if (ce == NULL || (e->string && key == NULL)) {
       if (ce != NULL)
@@ -548,6 +528,10 @@ cJSON *as_pickle_parse(const char *name, const char *data, size_t len, char err[
                                                                        : len * AS_PICKLE_NODES_PER_BYTE;
   if (p.max_nodes < AS_PICKLE_MIN_NODES)
     p.max_nodes = AS_PICKLE_MIN_NODES;
+  p.max_bytes = len > AS_MAX_INPUT_BYTES / AS_PICKLE_BYTES_PER_BYTE ? AS_MAX_INPUT_BYTES
+                                                                      : len * AS_PICKLE_BYTES_PER_BYTE;
+  if (p.max_bytes < AS_PICKLE_MIN_BYTES)
+    p.max_bytes = AS_PICKLE_MIN_BYTES;
   err[0] = '\0';
   size_t memo_ops = 0, at = 0;
   int r = as_pickle_scan(name, p.d, len, &memo_ops, err);

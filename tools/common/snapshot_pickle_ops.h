@@ -19,6 +19,10 @@ enum {
   OP_FROZENSET = 0x91, OP_MEMOIZE = 0x94, OP_FRAME = 0x95
 };
 
+/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF) and no NUL, which would
+ * cut a C string short: the offset of the first bad byte of s[0..n), or SIZE_MAX. */
+size_t as_utf8_bad(const unsigned char *s, size_t n);
+
 /* n bytes at b as a little-endian unsigned integer (n <= 8). */
 uint64_t as_pickle_le(const unsigned char *b, size_t n);
 

@@ -62,6 +62,37 @@ typedef struct {
 /* -1 with "NAME: message" in the reader's err. */
 #define fail(p, ...) as_read_fail((p)->name, (p)->err, __VA_ARGS__)
 
+/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), and no NUL, which would
+ * cut a C string short. The offset of the first bad byte, or SIZE_MAX. */
+size_t as_utf8_bad(const unsigned char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    if (c >= 0x01 && c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+    if (k == 0 || n - i <= k)
+      return i;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c == 0xe0)
+      lo = 0xa0;
+    else if (c == 0xed)
+      hi = 0x9f;
+    else if (c == 0xf0)
+      lo = 0x90;
+    else if (c == 0xf4)
+      hi = 0x8f;
+    if (s[i + 1] < lo || s[i + 1] > hi)
+      return i;
+    for (size_t j = 2; j <= k; j++)
+      if ((s[i + j] & 0xc0) != 0x80)
+        return i;
+    i += k + 1;
+  }
+  return SIZE_MAX;
+}
+
 uint64_t as_pickle_le(const unsigned char *b, size_t n) {
   uint64_t v = 0;
   for (size_t i = n; i-- > 0;)

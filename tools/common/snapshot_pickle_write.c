@@ -4,14 +4,18 @@
 #include "snapshot_pickle.h"
 
 #include "bytes.h"
+#include "snapshot_pickle_ops.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef as_bytes wbuf;
+typedef struct {
+  as_bytes b;
+  size_t not_utf8; /* bytes written as U+FFFD */
+} wbuf;
 
-static void put(wbuf *w, const void *bytes, size_t n) { as_bytes_put(w, bytes, n); }
+static void put(wbuf *w, const void *bytes, size_t n) { as_bytes_put(&w->b, bytes, n); }
 
 static void put1(wbuf *w, unsigned char b) { put(w, &b, 1); }
 
@@ -23,19 +27,50 @@ static void put_le(wbuf *w, uint64_t n, int width) {
   put(w, b, (size_t)width);
 }
 
-static void put_string(wbuf *w, const char *s) {
-  size_t n = strlen(s);
-  if (n < 256) {
+/* Python reads pickled text as strict UTF-8, while JSON text (a file name cachalot wrote, say) may hold
+ * other bytes: each byte that does not start a valid character is written as U+FFFD, as Python's
+ * decode(errors="replace") would show it, and counted. */
+static const unsigned char replacement[3] = {0xef, 0xbf, 0xbd};
+
+static size_t text_len(const unsigned char *s, size_t n, size_t *bad) {
+  size_t len = 0;
+  for (size_t i = 0; i < n;) {
+    size_t ok = as_utf8_bad(s + i, n - i);
+    if (ok == SIZE_MAX)
+      return len + (n - i);
+    len += ok + sizeof replacement;
+    i += ok + 1;
+    (*bad)++;
+  }
+  return len;
+}
+
+static void put_string(wbuf *w, const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t n = strlen(str), bad_here = 0, len = text_len(s, n, &bad_here);
+  if (len < 256) {
     put1(w, 0x8c); /* SHORT_BINUNICODE */
-    put1(w, (unsigned char)n);
-  } else if (n <= UINT32_MAX) {
+    put1(w, (unsigned char)len);
+  } else if (len <= UINT32_MAX) {
     put1(w, 'X'); /* BINUNICODE */
-    put_le(w, n, 4);
+    put_le(w, len, 4);
   } else {
     put1(w, 0x8d); /* BINUNICODE8 */
-    put_le(w, n, 8);
+    put_le(w, len, 8);
   }
-  put(w, s, n);
+  if (bad_here == 0) {
+    put(w, s, n);
+    return;
+  }
+  w->not_utf8 += bad_here;
+  for (size_t i = 0; i < n;) {
+    size_t ok = as_utf8_bad(s + i, n - i);
+    put(w, s + i, ok == SIZE_MAX ? n - i : ok);
+    if (ok == SIZE_MAX)
+      break;
+    put(w, replacement, sizeof replacement);
+    i += ok + 1;
+  }
 }
 
 /* Whole numbers in [-2^63, 2^64) as integers, in the fewest bytes Python's pickler would use; others
@@ -84,7 +119,7 @@ static void put_value(wbuf *w, const cJSON *v) {
     bool obj = cJSON_IsObject(v);
     put1(w, obj ? '}' : ']'); /* EMPTY_DICT, EMPTY_LIST */
     size_t in_batch = 0;
-    for (const cJSON *e = v->child; e != NULL && !w->oom; e = e->next) {
+    for (const cJSON *e = v->child; e != NULL && !w->b.oom; e = e->next) {
       if (in_batch == 0)
         put1(w, '('); /* MARK */
       if (obj)
@@ -106,17 +141,18 @@ static void put_value(wbuf *w, const cJSON *v) {
   }
 }
 
-int as_pickle_write(const cJSON *root, unsigned char **out, size_t *out_len) {
+int as_pickle_write(const cJSON *root, unsigned char **out, size_t *out_len, size_t *not_utf8) {
   wbuf w = {0};
   put1(&w, 0x80); /* PROTO 4 */
   put1(&w, 4);
   put_value(&w, root);
   put1(&w, '.'); /* STOP */
-  if (w.oom) {
-    free(w.buf);
+  if (w.b.oom) {
+    free(w.b.buf);
     return -1;
   }
-  *out = w.buf;
-  *out_len = w.len;
+  *out = w.b.buf;
+  *out_len = w.b.len;
+  *not_utf8 = w.not_utf8;
   return 0;
 }
