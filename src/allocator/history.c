@@ -110,29 +110,33 @@ int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **fram
   return e->n_frames;
 }
 
-void **cl_history_frames_locked(const cl_device *d, size_t *n) {
+size_t cl_trace_frames_locked(const cl_device *d, size_t *from, void **out, size_t max) {
   CL_ASSERT_EXCLUSIVE(d);
   const cl_trace *t = &d->trace;
-  size_t total = 0;
-  for (size_t k = 0; t->frames && k < t->count; k++)
-    total += t->entries[(t->head + k) % t->cap].n_frames;
-  const cl_block_ctx *e, *tmp;
-  HASH_ITER(hh, d->block_ctx, e, tmp)
-    total += e->n_frames;
-  *n = 0;
-  void **out = total ? malloc(total * sizeof *out) : NULL;
-  if (!out)
-    return NULL;
-  for (size_t k = 0; t->frames && k < t->count; k++) {
+  size_t n = 0, k = *from;
+  for (; t->frames && k < t->count; k++) {
     const size_t slot = (t->head + k) % t->cap;
-    memcpy(out + *n, &t->frames[slot * CL_TRACE_MAX_FRAMES], t->entries[slot].n_frames * sizeof *out);
-    *n += t->entries[slot].n_frames;
+    const size_t m = t->entries[slot].n_frames;
+    if (m > max - n)
+      break;
+    memcpy(out + n, &t->frames[slot * CL_TRACE_MAX_FRAMES], m * sizeof *out);
+    n += m;
   }
+  *from = t->frames ? k : t->count;
+  return n;
+}
+
+size_t cl_block_frames_copy_locked(const cl_device *d, void **out, size_t max) {
+  CL_ASSERT_EXCLUSIVE(d);
+  size_t n = 0;
+  const cl_block_ctx *e, *tmp;
   HASH_ITER(hh, d->block_ctx, e, tmp) {
-    memcpy(out + *n, e->frames, e->n_frames * sizeof *out);
-    *n += e->n_frames;
+    if (e->n_frames > max - n)
+      break;
+    memcpy(out + n, e->frames, e->n_frames * sizeof *out);
+    n += e->n_frames;
   }
-  return out;
+  return n;
 }
 
 /* Lets go of every block's context (destroy). */

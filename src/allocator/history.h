@@ -34,10 +34,13 @@ void cl_ctx_detach_all_locked(cl_device *d);
 void *cl_ctx_of_locked(const cl_device *d, uintptr_t ptr);
 /* The C stack kept with the block at ptr: its frame count (0: none), *frames pointed at them. */
 int cl_block_frames_locked(const cl_device *d, uintptr_t ptr, void *const **frames);
-/* Every return address the device keeps (trace entries' and blocks' stacks, repeats included), copied
- * into a malloc'ed array of *n; NULL when there are none or on host OOM. The snapshot writer names them
- * with the lock released, so that symbolizing never stalls the allocator. */
-void **cl_history_frames_locked(const cl_device *d, size_t *n);
+/* The return addresses the device keeps, copied out in pieces so that the snapshot writer can name them
+ * with the lock released (symbolizing never stalls the allocator): the trace entries' stacks from entry
+ * *from on (oldest first; repeats included), as many whole stacks as fit in max, *from advanced past
+ * them (to the entry count when done); and the handed-out blocks' stacks, as many as fit. The count
+ * copied. */
+size_t cl_trace_frames_locked(const cl_device *d, size_t *from, void **out, size_t max);
+size_t cl_block_frames_copy_locked(const cl_device *d, void **out, size_t max);
 /* cachalot_check's part: every record names a handed-out block of d and holds something. */
 cachalot_status cl_ctx_check_locked(cl_device *d);
 /* One more reference to ctx (not NULL), and one fewer. */

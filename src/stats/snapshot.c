@@ -212,16 +212,25 @@ static void write_settings(cl_json *j, const cl_config *c, const char *raw) {
  * read debug info (milliseconds to seconds in a large process), and the allocator must not wait on them.
  * What is recorded between this and the writing passes is named there, from modules already read. */
 static void symbolize_unlocked(cachalot_allocator *a, cl_symbolizer *sym) {
-  for (int i = 0; sym && i < a->device_count; i++) {
+  enum { PIECE = 1 << 16 }; /* addresses copied per locked section: 512 KiB, a few microseconds */
+  void **buf = sym ? malloc(PIECE * sizeof *buf) : NULL;
+  for (int i = 0; buf && i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
-    size_t n = 0;
+    for (size_t from = 0, n = 0, count = 1; from < count;) {
+      cl_enter_exclusive(d);
+      n = cl_trace_frames_locked(d, &from, buf, PIECE);
+      count = d->trace.count; /* the ring moves between pieces: a few entries named twice or later */
+      cl_leave_exclusive(d);
+      for (size_t k = 0; k < n; k++)
+        (void)cl_symbolize(sym, buf[k]);
+    }
     cl_enter_exclusive(d);
-    void **frames = d->trace.frames || d->block_ctx ? cl_history_frames_locked(d, &n) : NULL;
+    size_t n = cl_block_frames_copy_locked(d, buf, PIECE);
     cl_leave_exclusive(d);
     for (size_t k = 0; k < n; k++)
-      (void)cl_symbolize(sym, frames[k]);
-    free(frames);
+      (void)cl_symbolize(sym, buf[k]);
   }
+  free(buf);
 }
 
 cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
