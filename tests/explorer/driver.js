@@ -1,7 +1,7 @@
 /* The explorer's test driver (tests/explorer/run.py appends it to pages of alloc_snapshot plot): it
  * drives the page with real DOM events (wheel, drag, keys, clicks, hover) and checks exact state against
  * tests/explorer/explorer.json, then writes PASS / FAIL lines between BEGIN and END into the DOM for
- * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'smoke' or 'empty'). */
+ * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'smoke' or 'empty'). */
 window.addEventListener('load', function () {
   const out = [];
   const check = (name, got, want) => {
@@ -35,6 +35,11 @@ window.addEventListener('load', function () {
         'The snapshot holds no segments and no trace entries: nothing to draw.');
     } else if (mode === 'smoke') {
       check('devices in the selector', document.querySelectorAll('select[aria-label=device] option').length, window.__devices);
+    } else if (mode === 'pending') {
+      check('pending: entry', ex.st.k, 0);
+      check('pending: segment map after entry 0', text($('segmap-figures')), '1 segment, reserved 2.00 MiB (2097152 B); ' +
+        'active_allocated 1 block 1.00 MiB (1048576 B); active_pending_free 1 block 1.00 MiB (1048576 B); ' +
+        'inactive 0 blocks 0 B');
     } else if (mode === 'hash') {
       check('hash: entry', ex.st.k, 3);
       check('hash: segment map', text($('segmap-figures')), MAP_3);
@@ -45,7 +50,7 @@ window.addEventListener('load', function () {
       const ac = $('active'), tl = $('timeline');
       check('summary', text($('summary')), 'device 0: 16 trace entries, 3 segments, reserved 6.00 MiB, allocated 1.50 MiB; ' +
         'peak allocated 3.50 MiB, peak reserved 8.00 MiB; 1 OOM, 2 annotations, 1 annotated range; ' +
-        '1 frees of allocations made before the trace began.');
+        '1 free of an allocation made before the trace began.');
       check('annotation markers', [...ex.st.D.names], [[2, 'step 1'], [10, 'phase two']]);
       check('annotated range', ex.st.D.ranges.map((r) => [r.name, r.e0, r.e1]), [['fwd', 3, 10]]);
       check('oom marker', [...ex.st.D.oom], [[8, 1073741824]]);

@@ -94,7 +94,10 @@ function matchFinal(S, D) {
   const A = D.A, n = D.n, byAddr = new Map();
   for (const [ad, id] of D.live) byAddr.set(S.addrNum[ad], id);
   const pendingByAddr = new Map();
-  for (let id = 0; id < A.start.length; id++) if (A.end[id] < n && A.done[id] === n) pendingByAddr.set(S.addrNum[A.addr[id]], id);
+  /* freed in the trace and not completed; without free_completed entries at all, any freed one: a block
+   * pending at the snapshot is then the last free at its address, pending from it on */
+  for (let id = 0; id < A.start.length; id++)
+    if (A.end[id] < n && (A.done[id] === n || !D.hasDone)) pendingByAddr.set(S.addrNum[A.addr[id]], id);
   D.preLive = 0;
   for (const seg of D.segs) for (const b of seg.blocks) {
     if (b.state === 2) continue;
@@ -109,6 +112,7 @@ function matchFinal(S, D) {
     } else {
       A.req[id] = b.req;
       A.bstk[id] = b.stk;
+      if (b.state === 1) A.done[id] = n;
     }
     b.alloc = id;
   }
@@ -185,7 +189,7 @@ function segmentsAt(D, k) {
   for (let id = 0; id < A.count; id++) {
     let state = -1;
     if (A.start[id] <= k && k < A.end[id]) state = 0;
-    else if (A.end[id] >= 0 && A.end[id] <= k && k < A.done[id]) state = 1;
+    else if (A.end[id] <= k && k < A.done[id]) state = 1; /* end -1: pending since before the trace */
     if (state < 0) continue;
     const ad = A.addrNum[id];
     let lo = 0, hi = list.length - 1, seg = null;

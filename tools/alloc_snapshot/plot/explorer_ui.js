@@ -37,12 +37,17 @@ function showAllocation(id, extra) {
 function showText(title, text) { ui.details.replaceChildren(el('h3', {text: title}), el('p', {text})); }
 
 /* --- the segment map at st.k --- */
+/* "1 block", "2 blocks" */
+function plural(n, word) {
+  return n + ' ' + word + (n === 1 ? '' : 's');
+}
+
 function renderMap() {
   const D = st.D, map = segmentsAt(D, st.k), f = mapFigures(map);
   st.map = map;
   const when = map.exact ? 'of the snapshot itself' : 'after ' + entryText(st.k);
-  const fig = f.segments + ' segments, reserved ' + fmtExact(f.reserved) + '; ' + STATE.map((s, i) =>
-    s + ' ' + f.count[i] + ' block' + (f.count[i] === 1 ? '' : 's') + ' ' + fmtExact(f.bytes[i])).join('; ');
+  const fig = plural(f.segments, 'segment') + ', reserved ' + fmtExact(f.reserved) + '; ' + STATE.map((s, i) =>
+    s + ' ' + plural(f.count[i], 'block') + ' ' + fmtExact(f.bytes[i])).join('; ');
   ui.mapWhen.textContent = 'Segment map ' + when;
   ui.mapFig.textContent = fig;
   const notes = [];
@@ -220,11 +225,13 @@ function selectDevice(i) {
   st.x0 = 0; st.x1 = xMax(); st.k = D.n;
   ui.slider.max = String(D.n);
   const f = mapFigures(segmentsAt(D, D.n));
-  ui.summary.textContent = 'device ' + D.d + ': ' + D.n + ' trace entries, ' + D.segs.length + ' segments, reserved ' +
+  ui.summary.textContent = 'device ' + D.d + ': ' + D.n + ' trace entr' + (D.n === 1 ? 'y' : 'ies') + ', ' +
+    plural(D.segs.length, 'segment') + ', reserved ' +
     fmtSize(f.reserved) + ', allocated ' + fmtSize(f.bytes[0]) + '; peak allocated ' + fmtSize(D.peakAlloc) +
-    ', peak reserved ' + fmtSize(D.peakReserved) + '; ' + D.oom.size + ' OOM, ' + D.names.size + ' annotation' +
-    (D.names.size === 1 ? '' : 's') + ', ' + D.ranges.length + ' annotated range' + (D.ranges.length === 1 ? '' : 's') +
-    (D.unknownFrees ? '; ' + D.unknownFrees + ' frees of allocations made before the trace began' : '') +
+    ', peak reserved ' + fmtSize(D.peakReserved) + '; ' + D.oom.size + ' OOM, ' + plural(D.names.size, 'annotation') + ', ' +
+    plural(D.ranges.length, 'annotated range') +
+    (D.unknownFrees ? '; ' + (D.unknownFrees === 1 ? '1 free of an allocation' : D.unknownFrees + ' frees of allocations') +
+      ' made before the trace began' : '') +
     (D.n ? '' : '; the trace is empty (memory history was not recorded): only the segment map is shown') + '.';
   ui.tl.hidden = ui.ac.hidden = !D.n;
   render();
