@@ -1,6 +1,6 @@
 """Records PyTorch allocation traces of workloads that fragment memory, for replay benchmarks.
 
-    python3 tests/gpu/record_traces.py OUT_DIR            (on a GPU machine with PyTorch)
+    python3 tests/gpu/record_traces.py OUT_DIR [NAME,...]   (on a GPU machine with PyTorch)
 
 Each workload runs in a fresh process with torch.cuda.memory._record_memory_history, three times: with
 PyTorch's native allocator (its trace is saved as OUT_DIR/NAME.snapshot.json.gz, frames removed, the
@@ -12,6 +12,19 @@ Workloads:
                  (16-640 tokens) and output (16-192 tokens) lengths, batch 1-4, fp16; the KV cache grows
                  by torch.cat every step
   var_inference  a transformer encoder on 80 batches of random shape (1-32 x 16-1024 tokens), fp16
+  llm_serving    continuous batching: requests (prompt 16-512, output 16-256 tokens) arrive at random steps
+                 and finish at their own lengths; each keeps per-layer KV caches that grow by torch.cat
+                 every decode step; the decode step runs the active requests as one batch (4 layers,
+                 width 512, fp16)
+  moe_train      a mixture-of-experts layer stack (8 experts, top-2 routing with skewed router logits)
+                 trained on batches of 256-4096 tokens, so each expert sees a different token count every
+                 step (width 512, fp16 autocast, SGD)
+  seg_multires   a small convolutional encoder-decoder trained for segmentation on batches of 1-8 images
+                 at a resolution picked from 192-768 every step (fp32)
+
+Besides the recorded native run and the expandable_segments:True run, each workload runs once more with
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (its reserved peak is the pool's; the workload's shapes
+are seeded, so the requested peak is the native run's).
 """
 import gzip
 import json
@@ -73,7 +86,136 @@ def var_inference(torch):
             del x, y
 
 
-WORKLOADS = {"kv_generate": kv_generate, "var_inference": var_inference}
+def llm_serving(torch):
+    d, heads, layers, vocab = 512, 8, 4, 8192
+    hd = d // heads
+    emb = torch.nn.Embedding(vocab, d).cuda().half()
+    qkv = [torch.nn.Linear(d, 3 * d).cuda().half() for _ in range(layers)]
+    out = [torch.nn.Linear(d, d).cuda().half() for _ in range(layers)]
+    mlp = [torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)).cuda().half()
+           for _ in range(layers)]
+    head = torch.nn.Linear(d, vocab).cuda().half()
+    rng = random.Random(13)
+
+    def attend(i, x, req):
+        """x: (1, t, d) of one request; its cache for layer i grows by t tokens."""
+        t = x.shape[1]
+        q, k, v = qkv[i](x).split(d, dim=-1)
+        q, k, v = (y.view(1, t, heads, hd).transpose(1, 2) for y in (q, k, v))
+        if req["cache"][i] is not None:
+            k = torch.cat([req["cache"][i][0], k], dim=2)
+            v = torch.cat([req["cache"][i][1], v], dim=2)
+        req["cache"][i] = (k, v)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=k.shape[2] == t)
+        return out[i](a.transpose(1, 2).reshape(1, t, d))
+
+    def prefill(req):
+        x = emb(torch.randint(0, vocab, (1, req["prompt"]), device="cuda"))
+        for i in range(layers):
+            x = x + attend(i, x, req)
+            x = x + mlp[i](x)
+        req["last"] = head(x[:, -1]).argmax(-1)
+
+    active, served, step = [], 0, 0
+    with torch.no_grad():
+        while served < 48 or active:
+            if served < 48 and len(active) < 12 and rng.random() < 0.35:
+                req = {"prompt": rng.randint(16, 512), "left": rng.randint(16, 256), "cache": [None] * layers}
+                prefill(req)
+                active.append(req)
+                served += 1
+            if not active:
+                continue
+            x = emb(torch.cat([r["last"] for r in active]).view(-1, 1))  # (B, 1, d): one token each
+            for i in range(layers):
+                a = torch.cat([attend(i, x[j:j + 1], r) for j, r in enumerate(active)])
+                x = x + a
+                x = x + mlp[i](x)
+            nxt = head(x[:, -1]).argmax(-1)
+            for j, r in enumerate(active):
+                r["last"] = nxt[j:j + 1]
+                r["left"] -= 1
+            active = [r for r in active if r["left"] > 0]  # finished requests let go of their caches
+            step += 1
+
+
+def moe_train(torch):
+    d, hidden, experts, layers = 512, 1408, 8, 2
+    rng = random.Random(17)
+
+    class MoE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = torch.nn.Linear(d, experts)
+            self.w1 = torch.nn.ModuleList(torch.nn.Linear(d, hidden) for _ in range(experts))
+            self.w2 = torch.nn.ModuleList(torch.nn.Linear(hidden, d) for _ in range(experts))
+            self.skew = torch.nn.Parameter(torch.zeros(experts), requires_grad=False)
+
+        def forward(self, x):
+            logits = self.router(x) + self.skew
+            w, idx = logits.softmax(-1).topk(2, dim=-1)
+            y = torch.zeros_like(x)
+            for e in range(experts):
+                rows, slot = (idx == e).nonzero(as_tuple=True)
+                if rows.numel() == 0:
+                    continue
+                h = self.w2[e](torch.nn.functional.gelu(self.w1[e](x[rows])))
+                y = y.index_add(0, rows, (h * w[rows, slot].unsqueeze(-1)).to(y.dtype))
+            return x + y
+
+    model = torch.nn.Sequential(*[MoE() for _ in range(layers)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(60):
+        for m in model:  # a router that favours other experts every step: token counts per expert vary
+            m.skew.copy_(torch.tensor([rng.gauss(0, 2) for _ in range(experts)]))
+        x = torch.randn(rng.randint(256, 4096), d, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del x, loss
+
+
+def seg_multires(torch):
+    nn = torch.nn
+    rng = random.Random(19)
+
+    def block(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(inplace=True),
+                             nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
+
+    class Net(nn.Module):
+        def __init__(self, classes=8):
+            super().__init__()
+            self.e1, self.e2, self.e3 = block(3, 16), block(16, 32), block(32, 64)
+            self.d2, self.d1 = block(64 + 32, 32), block(32 + 16, 16)
+            self.out = nn.Conv2d(16, classes, 1)
+
+        def forward(self, x):
+            a = self.e1(x)
+            b = self.e2(nn.functional.max_pool2d(a, 2))
+            c = self.e3(nn.functional.max_pool2d(b, 2))
+            u = self.d2(torch.cat([nn.functional.interpolate(c, scale_factor=2), b], 1))
+            u = self.d1(torch.cat([nn.functional.interpolate(u, scale_factor=2), a], 1))
+            return self.out(u)
+
+    model = Net().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    for _ in range(50):
+        side = rng.choice([192, 256, 320, 384, 448, 512, 640, 768])
+        batch = rng.randint(1, 8)
+        x = torch.randn(batch, 3, side, side, device="cuda")
+        y = torch.randint(0, 8, (batch, side, side), device="cuda")
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del x, y, loss
+
+
+WORKLOADS = {"kv_generate": kv_generate, "var_inference": var_inference, "llm_serving": llm_serving,
+             "moe_train": moe_train, "seg_multires": seg_multires}
 
 
 def strip_frames(o):
@@ -93,7 +235,8 @@ def child(name, out_path):
     WORKLOADS[name](torch)
     torch.cuda.synchronize()
     st = torch.cuda.memory_stats()
-    res = {"reserved_peak": st["reserved_bytes.all.peak"], "requested_peak": st["requested_bytes.all.peak"]}
+    res = {"reserved_peak": st.get("reserved_bytes.all.peak") or torch.cuda.max_memory_reserved(),
+           "requested_peak": st.get("requested_bytes.all.peak", 0)}
     if out_path:
         snap = strip_frames(torch.cuda.memory._snapshot())
         res["trace_entries"] = sum(len(t) for t in snap["device_traces"])
@@ -115,14 +258,18 @@ def run(name, out_path, conf):
 
 def main():
     out = sys.argv[1]
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else list(WORKLOADS)
     os.makedirs(out, exist_ok=True)
-    for name in WORKLOADS:
+    for name in names:
         path = os.path.join(out, name + ".snapshot.json.gz")
         native = run(name, path, None)
         exp = run(name, None, "expandable_segments:True")
-        print(json.dumps({"workload": name, "native": native, "expandable": exp,
-                          "native_ratio": native["reserved_peak"] / native["requested_peak"],
-                          "expandable_ratio": exp["reserved_peak"] / exp["requested_peak"]}))
+        asy = run(name, None, "backend:cudaMallocAsync")
+        req = native["requested_peak"]
+        print(json.dumps({"workload": name, "native": native, "expandable": exp, "async": asy,
+                          "native_ratio": native["reserved_peak"] / req,
+                          "expandable_ratio": exp["reserved_peak"] / req,
+                          "async_ratio": asy["reserved_peak"] / req}), flush=True)
 
 
 if __name__ == "__main__":
