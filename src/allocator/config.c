@@ -236,6 +236,21 @@ static cachalot_status parse_expandable_compact(lexer *lx, const tok *v, cl_conf
   return parse_bool("expandable_compact", v, &c->expandable_compact);
 }
 
+/* A preset is a name for a set of keys, applied where it stands in the string: keys after it override
+ * what it set. low_fragmentation is the config the README recommends where memory is tight. */
+static cachalot_status parse_preset(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  if (!word_is(v, "low_fragmentation")) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG, CONF "preset must be low_fragmentation, got %s",
+                   describe(v, got, sizeof got));
+  }
+  c->expandable_segments = true;
+  c->expandable_compact = true;
+  c->keys_set |= CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT;
+  return CACHALOT_OK;
+}
+
 static cachalot_status roundup_unbalanced(void) {
   return cl_fail(CACHALOT_ERROR_CONFIG,
                  CONF "roundup_power2_divisions: unbalanced '[' (reached the end of the string before ']')");
@@ -384,12 +399,13 @@ static const struct {
     {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
     {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
     {"expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact},
+    {"preset", CL_KEY_PRESET, parse_preset},
 };
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction, detect_captures, expandable_compact"
+  "per_process_memory_fraction, detect_captures, expandable_compact, preset"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);

@@ -23,6 +23,7 @@ enum {
   CL_KEY_FRACTION = 1u << 6,
   CL_KEY_DETECT_CAPTURES = 1u << 7,
   CL_KEY_EXPANDABLE_COMPACT = 1u << 8,
+  CL_KEY_PRESET = 1u << 9,
 };
 
 typedef struct cl_config {

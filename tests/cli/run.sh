@@ -118,6 +118,8 @@ t replay_out_diff 0 diff trace_small.json out.json
 t replay_out_gz 0 replay trace_small.json -o out.json.gz --capacity 1G
 t replay_out_gz_show 0 show out.json.gz --top 1
 t replay_out_stdout 0 replay trace_small.json -o -
+# preset:low_fragmentation: the snapshot's allocator_settings show the keys it set
+t replay_preset_settings 0 replay trace_small.json --conf preset:low_fragmentation -o -
 t replay_no_trace 1 replay no_trace.json
 
 # The cuda backend: fails cleanly (1) without a GPU or CUDA, replays (0) with one; never crashes. Its

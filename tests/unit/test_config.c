@@ -122,6 +122,29 @@ static void test_bools(void **state) {
   assert_true(c.release_lock_on_cudamalloc);
 }
 
+/* preset:low_fragmentation names the keys it sets, in place: a key after it overrides, one before it is
+ * overridden. */
+static void test_preset(void **state) {
+  (void)state;
+  cl_config c = parse_defaults("preset:low_fragmentation");
+  assert_true(c.expandable_segments);
+  assert_true(c.expandable_compact);
+  assert_true(c.release_lock_on_cudamalloc);
+  assert_true(c.max_split_size == SIZE_MAX);
+  assert_int_equal(c.keys_set, CL_KEY_PRESET | CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT);
+  c = parse_defaults("preset:low_fragmentation,expandable_compact:False");
+  assert_true(c.expandable_segments);
+  assert_false(c.expandable_compact);
+  c = parse_defaults("expandable_segments:False, preset : low_fragmentation");
+  assert_true(c.expandable_segments);
+  assert_true(c.expandable_compact);
+  /* on top of a base: the keys it names change, the others keep the base's values */
+  cl_config base = parse_defaults("max_split_size_mb:40");
+  c = parse_ok("preset:low_fragmentation", &base);
+  assert_true(c.max_split_size == 40 * MIB);
+  assert_true(c.expandable_compact);
+}
+
 static void test_memory_fraction(void **state) {
   (void)state;
   cl_config c = parse_defaults("per_process_memory_fraction:0.25");
@@ -328,6 +351,9 @@ typedef struct {
 } bad_case;
 
 static const bad_case bad[] = {
+    {"preset:fast", "preset must be low_fragmentation, got 'fast'", NULL},
+    {"preset:", "missing value for preset", NULL},
+    {"preset:low_fragmentation:True", "expected ',' or the end after the value of preset", NULL},
     {"foo:1", "unknown key 'foo' (expected one of max_split_size_mb, ", "per_process_memory_fraction"},
     {"backend:native", "unknown key 'backend'", NULL},
     {"Max_Split_Size_MB:30", "unknown key 'Max_Split_Size_MB'", NULL},
@@ -521,6 +547,7 @@ int main(void) {
       cmocka_unit_test(test_max_non_split_rounding),
       cmocka_unit_test(test_gc_threshold),
       cmocka_unit_test(test_bools),
+      cmocka_unit_test(test_preset),
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_roundup_list_spec_example),
       cmocka_unit_test(test_roundup_list_rules),
