@@ -34,15 +34,21 @@ import subprocess
 import sys
 
 
-def kv_generate(torch):
+def decoder(torch):
+    """The small fp16 decoder of kv_generate and llm_serving (4 layers, width 512, 8 heads), its modules made
+    in one order so that a seed gives the same weights."""
     d, heads, layers, vocab = 512, 8, 4, 8192
-    hd = d // heads
     emb = torch.nn.Embedding(vocab, d).cuda().half()
     qkv = [torch.nn.Linear(d, 3 * d).cuda().half() for _ in range(layers)]
     out = [torch.nn.Linear(d, d).cuda().half() for _ in range(layers)]
     mlp = [torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)).cuda().half()
            for _ in range(layers)]
     head = torch.nn.Linear(d, vocab).cuda().half()
+    return d, heads, d // heads, layers, vocab, emb, qkv, out, mlp, head
+
+
+def kv_generate(torch):
+    d, heads, hd, layers, vocab, emb, qkv, out, mlp, head = decoder(torch)
     rng = random.Random(7)
 
     def step(x, cache):
@@ -87,14 +93,7 @@ def var_inference(torch):
 
 
 def llm_serving(torch):
-    d, heads, layers, vocab = 512, 8, 4, 8192
-    hd = d // heads
-    emb = torch.nn.Embedding(vocab, d).cuda().half()
-    qkv = [torch.nn.Linear(d, 3 * d).cuda().half() for _ in range(layers)]
-    out = [torch.nn.Linear(d, d).cuda().half() for _ in range(layers)]
-    mlp = [torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)).cuda().half()
-           for _ in range(layers)]
-    head = torch.nn.Linear(d, vocab).cuda().half()
+    d, heads, hd, layers, vocab, emb, qkv, out, mlp, head = decoder(torch)
     rng = random.Random(13)
 
     def attend(i, x, req):
