@@ -190,3 +190,22 @@ int as_finish_stdout(const char *cmd, int status) {
     return as_failure(cmd, "cannot write to standard output: %s", strerror(errno));
   return status;
 }
+
+int as_snapshot_name(const char *name, size_t *stem) {
+  size_t len = strlen(name);
+  if (len > 3 && strcmp(name + len - 3, ".gz") == 0)
+    len -= 3;
+  static const struct {
+    const char *ext;
+    int pickle;
+  } exts[] = {{".pickle", 1}, {".pkl", 1}, {".json", 0}};
+  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+    size_t m = strlen(exts[i].ext);
+    if (len > m && strncmp(name + len - m, exts[i].ext, m) == 0) {
+      *stem = len - m;
+      return exts[i].pickle;
+    }
+  }
+  *stem = len;
+  return -1;
+}

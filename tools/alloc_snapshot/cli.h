@@ -74,6 +74,11 @@ int as_finish_stdout(const char *cmd, int status);
  * ends in ".gz", else a plain file; a regular file is replaced atomically, anything else written through
  * (common/outfile.h). AS_EXIT_OK, or AS_EXIT_FAILURE after a message naming the path. In output.c, apart
  * from the helpers above, which the snapshot fuzzer links without it. */
+/* A snapshot file's name: its format from the extension under any ".gz" (1 pickle: .pickle or .pkl; 0
+ * JSON: .json; -1 neither), and in *stem the length of the name without those extensions (convert's OUT,
+ * summary's ranks). */
+int as_snapshot_name(const char *name, size_t *stem);
+
 int as_write_output(const char *cmd, const char *path, const char *text, size_t len);
 /* The same for any bytes, with the trailing newline or without (a pickle). */
 int as_write_file(const char *cmd, const char *path, const void *bytes, size_t len, bool newline);

@@ -85,28 +85,6 @@ static void put_json(text *t, const cJSON *v) {
   }
 }
 
-static bool ends_with(const char *s, const char *tail) {
-  size_t n = strlen(s), m = strlen(tail);
-  return n >= m && strcmp(s + n - m, tail) == 0;
-}
-
-/* OUT's format from its name (a trailing .gz aside): 1 pickle, 0 JSON, -1 unknown. */
-static int format_of(const char *path) {
-  size_t n = strlen(path);
-  if (ends_with(path, ".gz"))
-    n -= 3;
-  static const struct {
-    const char *ext;
-    int pickle;
-  } exts[] = {{".pickle", 1}, {".pkl", 1}, {".json", 0}};
-  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
-    size_t m = strlen(exts[i].ext);
-    if (n > m && strncmp(path + n - m, exts[i].ext, m) == 0)
-      return exts[i].pickle;
-  }
-  return -1;
-}
-
 int as_cmd_convert(int argc, char **argv) {
   static const struct option longopts[] = {
       {"to", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'}, {0}};
@@ -131,7 +109,8 @@ int as_cmd_convert(int argc, char **argv) {
   const char *in = argv[optind], *out = argv[optind + 1];
   if (to < 0 && strcmp(out, "-") == 0)
     return as_usage_error("convert", "OUT '-' (standard output) needs --to json or --to pickle");
-  if (to < 0 && (to = format_of(out)) < 0)
+  size_t stem;
+  if (to < 0 && (to = as_snapshot_name(out, &stem)) < 0)
     return as_usage_error("convert",
                           "cannot tell the format of '%s' from its name (.json, .pickle or .pkl, with .gz or "
                           "not): give --to json or --to pickle",

@@ -65,17 +65,8 @@ static void rank_of(rank_row *r) {
   base = base ? base + 1 : r->path;
   if (strcmp(r->path, "-") == 0)
     base = "<stdin>";
-  size_t len = strlen(base);
-  if (len > 3 && strcmp(base + len - 3, ".gz") == 0)
-    len -= 3;
-  static const char *const exts[] = {".json", ".pickle", ".pkl"};
-  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
-    size_t el = strlen(exts[i]);
-    if (len > el && strncmp(base + len - el, exts[i], el) == 0) {
-      len -= el;
-      break;
-    }
-  }
+  size_t len;
+  (void)as_snapshot_name(base, &len);
   size_t d = len;
   while (d > 0 && isdigit((unsigned char)base[d - 1]) && len - d < 9)
     d--;
