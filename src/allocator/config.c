@@ -29,6 +29,7 @@
 enum {
   MIB = 1024 * 1024,
   MIN_MB = 20,  /* kLargeBuffer in MiB: smaller split limits would split 20 MiB segments */
+  MAX_PAGE_MB = 1024, /* expandable_page_mb: a bound that keeps one page a small part of any device */
   WORD_MAX = 64 /* longer than any key or number we accept; bounds the stack copy strtod needs */
 };
 
@@ -236,6 +237,19 @@ static cachalot_status parse_expandable_compact(lexer *lx, const tok *v, cl_conf
   return parse_bool("expandable_compact", v, &c->expandable_compact);
 }
 
+static cachalot_status parse_expandable_page(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  uint64_t mb = 0;
+  num_result r = word_u64(v, &mb);
+  if (r != NUM_OK || mb < 2 || mb > MAX_PAGE_MB) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expandable_page_mb must be an integer from 2 to %d (MiB), got %s%s",
+                   MAX_PAGE_MB, describe(v, got, sizeof got), range_note(r));
+  }
+  c->expandable_page = (size_t)mb * MIB;
+  return CACHALOT_OK;
+}
+
 /* A preset is a name for a set of keys, applied where it stands in the string: keys after it override
  * what it set. low_fragmentation is the config the README recommends where memory is tight. */
 static cachalot_status parse_preset(lexer *lx, const tok *v, cl_config *c) {
@@ -247,7 +261,8 @@ static cachalot_status parse_preset(lexer *lx, const tok *v, cl_config *c) {
   }
   c->expandable_segments = true;
   c->expandable_compact = true;
-  c->keys_set |= CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT;
+  c->expandable_page = 2 * MIB;
+  c->keys_set |= CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT | CL_KEY_EXPANDABLE_PAGE;
   return CACHALOT_OK;
 }
 
@@ -399,13 +414,14 @@ static const struct {
     {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
     {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
     {"expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact},
+    {"expandable_page_mb", CL_KEY_EXPANDABLE_PAGE, parse_expandable_page},
     {"preset", CL_KEY_PRESET, parse_preset},
 };
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction, detect_captures, expandable_compact, preset"
+  "per_process_memory_fraction, detect_captures, expandable_compact, expandable_page_mb, preset"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);
@@ -416,6 +432,7 @@ void cl_config_defaults(cl_config *c) {
   c->release_lock_on_cudamalloc = true;
   c->memory_fraction = -1.0;
   c->plain_rounding = true;
+  c->expandable_page = (size_t)MIN_MB * MIB; /* kLargeBuffer, PyTorch's page of the large kind */
   c->keys_set = 0;
 }
 

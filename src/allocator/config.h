@@ -24,6 +24,7 @@ enum {
   CL_KEY_DETECT_CAPTURES = 1u << 7,
   CL_KEY_EXPANDABLE_COMPACT = 1u << 8,
   CL_KEY_PRESET = 1u << 9,
+  CL_KEY_EXPANDABLE_PAGE = 1u << 10,
 };
 
 typedef struct cl_config {
@@ -42,6 +43,10 @@ typedef struct cl_config {
   bool expandable_compact;       /* cachalot's own key, default false: with expandable segments, a growth
                                     that would set a new reserved peak above the requested peak + 1/64
                                     first unmaps whole free pages elsewhere (expandable.c) */
+  size_t expandable_page;        /* cachalot's own key expandable_page_mb, default 20 MiB (PyTorch's): the
+                                    page of the large kind's expandable segments, mapped and unmapped
+                                    whole; smaller pages leave fewer free bytes mapped beside live blocks
+                                    for more map calls (expandable.c) */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

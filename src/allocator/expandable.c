@@ -127,7 +127,7 @@ static cachalot_status vrange_get_locked(cl_device *d, cl_bins *bins, bool small
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
-  vr->page = round_up_to(small ? SMALL_PAGE : LARGE_PAGE, gran);
+  vr->page = round_up_to(small ? SMALL_PAGE : d->cfg.expandable_page, gran);
   vr->size = round_up_to(total + total / 8, vr->page);
   void *base = NULL;
   rc = b->ops->va_reserve(b, d->index, vr->size, &base);

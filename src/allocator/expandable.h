@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-enum { SMALL_PAGE = 2u << 20, LARGE_PAGE = 20u << 20 };
+enum { SMALL_PAGE = 2u << 20 }; /* the large kind's page is the config's expandable_page */
 
 static inline size_t round_up_to(size_t x, size_t m) { return (x + m - 1) / m * m; }
 

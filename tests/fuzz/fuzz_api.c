@@ -34,6 +34,7 @@ static const char *const confs[] = {
     "",
     "expandable_segments:True",
     "expandable_segments:True,expandable_compact:True",
+    "preset:low_fragmentation",
     "max_split_size_mb:20,roundup_power2_divisions:4",
     "garbage_collection_threshold:0.5,per_process_memory_fraction:0.8",
     ("expandable_segments:True,max_split_size_mb:20,garbage_collection_threshold:0.6,"
@@ -218,7 +219,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 13: { /* settings change at run time */
       static const char *const changes[] = {"expandable_segments:True", "expandable_segments:False",
                                             "max_split_size_mb:40", "roundup_power2_divisions:8",
-                                            "expandable_compact:True", "bogus:1"};
+                                            "expandable_compact:True", "expandable_page_mb:2",
+                                            "bogus:1"};
       const char *c = changes[next(&in) % (sizeof changes / sizeof changes[0])];
       expect_status(cachalot_set_settings(a, c), "set_settings", CACHALOT_ERROR_CONFIG, CACHALOT_OK);
       break;

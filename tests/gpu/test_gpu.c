@@ -384,6 +384,65 @@ static void test_expandable(cachalot_allocator *a) {
   cudaStreamDestroy(s);
 }
 
+/* preset:low_fragmentation on the device: 2 MiB pages for the large kind. A hole between two live blocks
+ * gives its whole 2 MiB pages back at empty_cache while the data on both sides survives, the hole
+ * mapped again holds new data, and a growth to a new peak compacts (unmaps the hole first) without
+ * touching live data. */
+static void test_fine_pages(cachalot_allocator *a) {
+  current_test = "fine_pages";
+  OK(cachalot_set_settings(a, "preset:low_fragmentation"));
+  cudaStream_t s;
+  EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  const cachalot_stream cs = (cachalot_stream)s;
+  void *p1, *p2, *p3, *p4, *p5;
+  OK(cachalot_malloc(a, 0, 3 * MiB, cs, &p1)); /* 2 pages */
+  OK(cachalot_malloc(a, 0, 5 * MiB, cs, &p2)); /* the free MiB and 2 pages more */
+  OK(cachalot_malloc(a, 0, 3 * MiB, cs, &p3)); /* 2 more */
+  EXPECT((char *)p2 == (char *)p1 + 3 * MiB && (char *)p3 == (char *)p1 + 8 * MiB, "back to back (%p %p %p)", p1,
+         p2, p3);
+  cachalot_device_stats st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == (int64_t)(12 * MiB), "reserved %lld", (long long)st.reserved_bytes[0].current);
+  EXPECT(cl_test_fill(p1, 3 * MiB, 0x11111111u, 0, s) == 0, "fill");
+  EXPECT(cl_test_fill(p2, 5 * MiB, 0x22222222u, 0, s) == 0, "fill");
+  EXPECT(cl_test_fill(p3, 3 * MiB, 0x33333333u, 0, s) == 0, "fill");
+  CHECKED(a);
+  OK(cachalot_free(a, p2)); /* the hole [3, 8) MiB: pages [4, 8) go */
+  OK(cachalot_empty_cache(a));
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == (int64_t)(8 * MiB), "after empty_cache: reserved %lld",
+         (long long)st.reserved_bytes[0].current);
+  EXPECT(cl_test_verify(p1, 3 * MiB, 0x11111111u, s) == 0, "p1 beside the unmapped pages");
+  EXPECT(cl_test_verify(p3, 3 * MiB, 0x33333333u, s) == 0, "p3 beside the unmapped pages");
+  CHECKED(a);
+  OK(cachalot_malloc(a, 0, 3 * MiB, cs, &p4)); /* the free MiB [3, 4) and [4, 6) mapped again */
+  EXPECT(p4 == (char *)p1 + 3 * MiB, "the hole is mapped again (%p, want %p)", p4, (void *)((char *)p1 + 3 * MiB));
+  EXPECT(cl_test_fill(p4, 3 * MiB, 0x44444444u, 0, s) == 0, "fill");
+  EXPECT(cl_test_verify(p4, 3 * MiB, 0x44444444u, s) == 0, "p4 in remapped memory");
+  /* a new peak that fits nowhere: compaction unmaps the free page [4, 6) first, then 40 MiB grow from the
+   * run's free MiB at 11 (the simulated device's fine_pages_compact has the same numbers) */
+  OK(cachalot_free(a, p4));
+  OK(cachalot_malloc(a, 0, 40 * MiB, cs, &p5));
+  EXPECT(cl_test_fill(p5, 40 * MiB, 0x55555555u, 0, s) == 0, "fill");
+  EXPECT(cl_test_verify(p1, 3 * MiB, 0x11111111u, s) == 0, "p1 after compaction");
+  EXPECT(cl_test_verify(p3, 3 * MiB, 0x33333333u, s) == 0, "p3 after compaction");
+  EXPECT(cl_test_verify(p5, 40 * MiB, 0x55555555u, s) == 0, "p5");
+  EXPECT(p5 == (char *)p1 + 11 * MiB, "p5 at %p, want %p", p5, (void *)((char *)p1 + 11 * MiB));
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == (int64_t)(48 * MiB) && st.num_device_free == 2,
+         "after compaction: reserved %lld, device frees %lld", (long long)st.reserved_bytes[0].current,
+         (long long)st.num_device_free);
+  CHECKED(a);
+  OK(cachalot_free(a, p1));
+  OK(cachalot_free(a, p3));
+  OK(cachalot_free(a, p5));
+  OK(cachalot_empty_cache(a));
+  st = stats_of(a, 0);
+  EXPECT(st.reserved_bytes[0].current == 0, "reserved %lld after empty_cache", (long long)st.reserved_bytes[0].current);
+  EXPECT(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess, "the device is healthy");
+  CHECKED(a);
+  cudaStreamDestroy(s);
+}
+
 int main(void) {
   cachalot_backend *b = NULL;
   cachalot_status s = cachalot_backend_cuda(&b);
@@ -402,8 +461,10 @@ int main(void) {
   printf("gpu suite on %d device(s), device 0: %s\n", n, prop.name);
   cachalot_destroy(a); /* each test gets a fresh allocator: a failing one leaves nothing behind */
   void (*tests[])(cachalot_allocator *) = {test_sizes,  test_reuse_and_streams, test_oom,
-                                           test_threads, test_capture_info,      test_expandable};
-  const char *names[] = {"sizes", "reuse_and_streams", "oom", "threads", "capture_relaxed_alloc", "expandable"};
+                                           test_threads, test_capture_info,      test_expandable,
+                                           test_fine_pages};
+  const char *names[] = {"sizes",   "reuse_and_streams",     "oom",       "threads",
+                         "capture_relaxed_alloc", "expandable", "fine_pages"};
   int passed = 0, ran = 0;
   for (size_t i = 0; i <= sizeof tests / sizeof tests[0]; i++) {
     if (cachalot_create(b, "", &a) != CACHALOT_OK) {

@@ -377,6 +377,7 @@ int main(void) {
    * them; tight, unmapping at every OOM retry and (compact) before new peaks */
   run_config((size_t)64 << 30, true, "expandable_segments:True");
   run_config((size_t)256 << 20, false, "expandable_segments:True,expandable_compact:True");
+  run_config((size_t)256 << 20, false, "preset:low_fragmentation");
   run_config((size_t)256 << 20, false, "expandable_segments:True,max_split_size_mb:20,"
                                        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
   warning_handlers();

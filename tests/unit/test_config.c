@@ -42,6 +42,7 @@ static void test_defaults(void **state) {
   assert_false(c.expandable_segments);
   assert_true(c.release_lock_on_cudamalloc);
   assert_true(c.memory_fraction == -1.0);
+  assert_true(c.expandable_page == 20 * MIB);
   for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++)
     assert_int_equal(c.roundup_divisions[i], 0);
   assert_int_equal(c.keys_set, 0);
@@ -131,10 +132,18 @@ static void test_preset(void **state) {
   assert_true(c.expandable_compact);
   assert_true(c.release_lock_on_cudamalloc);
   assert_true(c.max_split_size == SIZE_MAX);
-  assert_int_equal(c.keys_set, CL_KEY_PRESET | CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT);
+  assert_true(c.expandable_page == 2 * MIB);
+  assert_int_equal(c.keys_set,
+                   CL_KEY_PRESET | CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT | CL_KEY_EXPANDABLE_PAGE);
   c = parse_defaults("preset:low_fragmentation,expandable_compact:False");
   assert_true(c.expandable_segments);
   assert_false(c.expandable_compact);
+  assert_true(c.expandable_page == 2 * MIB);
+  c = parse_defaults("preset:low_fragmentation,expandable_page_mb:20");
+  assert_true(c.expandable_compact);
+  assert_true(c.expandable_page == 20 * MIB);
+  c = parse_defaults("expandable_page_mb:8,preset:low_fragmentation");
+  assert_true(c.expandable_page == 2 * MIB);
   c = parse_defaults("expandable_segments:False, preset : low_fragmentation");
   assert_true(c.expandable_segments);
   assert_true(c.expandable_compact);
@@ -143,6 +152,22 @@ static void test_preset(void **state) {
   c = parse_ok("preset:low_fragmentation", &base);
   assert_true(c.max_split_size == 40 * MIB);
   assert_true(c.expandable_compact);
+}
+
+/* expandable_page_mb: the large kind's page in MiB, 2 to 1024, only that key set. */
+static void test_expandable_page(void **state) {
+  (void)state;
+  cl_config c = parse_defaults("expandable_page_mb:2");
+  assert_true(c.expandable_page == 2 * MIB);
+  assert_int_equal(c.keys_set, CL_KEY_EXPANDABLE_PAGE);
+  assert_false(c.expandable_segments);
+  c = parse_defaults("expandable_page_mb:1024");
+  assert_true(c.expandable_page == 1024 * MIB);
+  c = parse_defaults("expandable_page_mb:007");
+  assert_true(c.expandable_page == 7 * MIB);
+  cl_config base = c;
+  c = parse_ok("max_split_size_mb:40", &base);
+  assert_true(c.expandable_page == 7 * MIB);
 }
 
 static void test_memory_fraction(void **state) {
@@ -354,6 +379,13 @@ static const bad_case bad[] = {
     {"preset:fast", "preset must be low_fragmentation, got 'fast'", NULL},
     {"preset:", "missing value for preset", NULL},
     {"preset:low_fragmentation:True", "expected ',' or the end after the value of preset", NULL},
+    {"expandable_page_mb:1", "expandable_page_mb must be an integer from 2 to 1024 (MiB), got '1'", NULL},
+    {"expandable_page_mb:0", "expandable_page_mb must be an integer from 2 to 1024", "got '0'"},
+    {"expandable_page_mb:1025", "expandable_page_mb", "got '1025'"},
+    {"expandable_page_mb:2.5", "expandable_page_mb", "got '2.5'"},
+    {"expandable_page_mb:-2", "expandable_page_mb", "got '-2'"},
+    {"expandable_page_mb:True", "expandable_page_mb", "got 'True'"},
+    {"expandable_page_mb:99999999999999999999", "expandable_page_mb", "(out of range)"},
     {"foo:1", "unknown key 'foo' (expected one of max_split_size_mb, ", "per_process_memory_fraction"},
     {"backend:native", "unknown key 'backend'", NULL},
     {"Max_Split_Size_MB:30", "unknown key 'Max_Split_Size_MB'", NULL},
@@ -548,6 +580,7 @@ int main(void) {
       cmocka_unit_test(test_gc_threshold),
       cmocka_unit_test(test_bools),
       cmocka_unit_test(test_preset),
+      cmocka_unit_test(test_expandable_page),
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_roundup_list_spec_example),
       cmocka_unit_test(test_roundup_list_rules),

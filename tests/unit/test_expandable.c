@@ -452,6 +452,94 @@ static void compact_unmaps_before_a_new_peak(void **state) {
   }
 }
 
+/* expandable_page_mb:2 (what preset:low_fragmentation sets): the large kind maps and unmaps 2 MiB pages,
+ * so a hole between handed-out blocks gives back all its whole 2 MiB pages where a 20 MiB page that
+ * still holds a live block gives back nothing; the small kind keeps its 2 MiB page either way. A
+ * reservation keeps the page it was made with when the key changes later. */
+static void page_size_of_the_large_kind(void **state) {
+  (void)state;
+  for (int fine = 0; fine <= 1; fine++) {
+    env e = ENV(1, 1 * GiB, fine ? EXP ",expandable_page_mb:2" : EXP);
+    const size_t pg = fine ? 2 * MiB : LP;
+    void *a = ALLOC(e.a, 0, 3 * MiB, NULL); /* 2 pages, or 1 */
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, fine ? 4 * MiB : LP);
+    void *b = ALLOC(e.a, 0, 5 * MiB, NULL); /* the free 1 MiB tail and 4 MiB more, or the page's tail */
+    EQ((char *)b - (char *)a, 3 * MiB);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, fine ? 8 * MiB : LP);
+    void *c = ALLOC(e.a, 0, 3 * MiB, NULL);
+    EQ((char *)c - (char *)a, 8 * MiB);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, fine ? 12 * MiB : LP);
+    EXPECT_RUNS(e.a, NULL, false, 0, fine ? 12 * MiB : LP);
+    EXPECT_COUNTERS(e.a, 0, fine ? 3 : 1, 0, 0, 0, 0);
+    void *s = ALLOC(e.a, 0, 1000, NULL); /* the small kind: one 2 MiB page in both */
+    EXPECT_RUNS(e.a, NULL, true, 0, SP);
+    FREE(e.a, b); /* a hole [3, 8) MiB: whole 2 MiB pages [4, 8), no whole 20 MiB page */
+    EMPTY(e.a);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, fine ? 8 * MiB + SP : LP + SP);
+    if (fine)
+      EXPECT_RUNS(e.a, NULL, false, 0, 4 * MiB, 8 * MiB, 4 * MiB);
+    else
+      EXPECT_RUNS(e.a, NULL, false, 0, LP);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    /* 3 MiB: with 2 MiB pages, the hole's free MiB [3, 4) and [4, 6) mapped again (the lowest gap that
+     * holds it with the free tail before it); with 20 MiB pages, the hole itself */
+    void *d = ALLOC(e.a, 0, 3 * MiB, NULL);
+    EQ((char *)d - (char *)a, 3 * MiB);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, fine ? 10 * MiB + SP : LP + SP);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    /* the key changed later: the reservation made keeps its page */
+    OK(cachalot_set_settings(e.a, fine ? "expandable_page_mb:20" : "expandable_page_mb:2"));
+    void *f = ALLOC(e.a, 0, 30 * MiB, NULL);
+    const size_t before = fine ? 10 * MiB : LP;
+    const size_t tail = fine ? 0 : LP - 11 * MiB; /* the run's free tail after c */
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current,
+       before + SP + (30 * MiB - tail + pg - 1) / pg * pg);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    FREE(e.a, a);
+    FREE(e.a, c);
+    FREE(e.a, d);
+    FREE(e.a, f);
+    FREE(e.a, s);
+    EMPTY(e.a);
+    EXPECT_POOLS(e.a, 0, PX0, PX0);
+    EXPECT_RESERVED_IS_USED(&e, 0);
+    env_free(&e);
+  }
+}
+
+/* preset:low_fragmentation, the sequence tests/gpu/test_gpu.c's fine_pages runs on the device: a growth
+ * to a new peak first unmaps the whole 2 MiB page of a hole (compaction at the fine page), the block it
+ * joins is kept. */
+static void fine_pages_compact(void **state) {
+  (void)state;
+  env e = ENV(1, 1 * GiB, "preset:low_fragmentation");
+  void *p1 = ALLOC(e.a, 0, 3 * MiB, NULL);
+  void *p2 = ALLOC(e.a, 0, 5 * MiB, NULL);
+  void *p3 = ALLOC(e.a, 0, 3 * MiB, NULL);
+  FREE(e.a, p2);
+  EMPTY(e.a);
+  void *p4 = ALLOC(e.a, 0, 3 * MiB, NULL);
+  EQ((char *)p4 - (char *)p1, 3 * MiB);
+  FREE(e.a, p4);
+  void *p5 = ALLOC(e.a, 0, 40 * MiB, NULL);
+  /* without compaction 50 MiB: the page [4, 6) MiB goes first; the run's free MiB [11, 12) is kept and
+   * the 40 MiB start there */
+  EQ((char *)p5 - (char *)p1, 11 * MiB);
+  cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, 48 * MiB);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].peak, 48 * MiB);
+  EXPECT_COUNTERS(e.a, 0, 5, 2, 0, 0, 1);
+  EXPECT_RUNS(e.a, NULL, false, 0, 4 * MiB, 8 * MiB, 44 * MiB);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  FREE(e.a, p1);
+  FREE(e.a, p3);
+  FREE(e.a, p5);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  env_free(&e);
+}
+
 /* Regression (fuzz_api's first finding): compaction unmapped the last run of a released private pool and
  * left the empty pool behind. It takes the default pool's pages only; released pools go at empty_cache. */
 static void compact_leaves_private_pools_alone(void **state) {
@@ -526,8 +614,9 @@ static void destroy_gives_everything_back(void **state) {
 static void random_sequences(void **state) {
   (void)state;
   for (unsigned seed = 1; seed <= 6; seed++) {
-    static const char *confs[3] = {EXP, EXP ",max_split_size_mb:30", EXP ",expandable_compact:True"};
-    env e = ENV(1, 512 * MiB, confs[seed % 3]);
+    static const char *confs[4] = {EXP, EXP ",max_split_size_mb:30", EXP ",expandable_compact:True",
+                                   "preset:low_fragmentation"};
+    env e = ENV(1, 512 * MiB, confs[seed % 4]);
     cachalot_stream st[2] = {NULL, STREAM(e.b, 0)};
     void *live[64] = {0};
     uint64_t x = seed * 0x9E3779B97F4A7C15ull;
@@ -581,6 +670,8 @@ int main(void) {
       cmocka_unit_test(graph_capture_and_reset),
       cmocka_unit_test(events_and_snapshot),
       cmocka_unit_test(compact_unmaps_before_a_new_peak),
+      cmocka_unit_test(page_size_of_the_large_kind),
+      cmocka_unit_test(fine_pages_compact),
       cmocka_unit_test(compact_leaves_private_pools_alone),
       cmocka_unit_test(refused_sync_unmaps_nothing),
       cmocka_unit_test(destroy_gives_everything_back),

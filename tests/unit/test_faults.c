@@ -888,7 +888,7 @@ static int64_t camp_run(const camp_step *script, const char *conf, int fail_at, 
 
 static void test_campaign_every_malloc(void **state) {
   (void)state;
-  static const char *confs[] = {"", "expandable_segments:True", "expandable_segments:True,expandable_compact:True",
+  static const char *confs[] = {"", "expandable_segments:True", "preset:low_fragmentation",
                                 "max_split_size_mb:20,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9"};
   camp_step script[CAMP_OPS];
   int64_t total_event_failures = 0, total_broken = 0;
