@@ -21,6 +21,8 @@ Workloads:
                  step (width 512, fp16 autocast, SGD)
   seg_multires   a small convolutional encoder-decoder trained for segmentation on batches of 1-8 images
                  at a resolution picked from 192-768 every step (fp32)
+  lm_train       a GPT-2-small-shaped language model (6 layers, width 768, sequence 512, batch 8) trained
+                 for 20 steps, fp16 autocast, AdamW: fixed shapes, every step the same allocations
 
 Besides the recorded native run and the expandable_segments:True run, each workload runs once more with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (its reserved peak is the pool's; the workload's shapes
@@ -213,8 +215,39 @@ def seg_multires(torch):
         del x, y, loss
 
 
+def lm_train(torch, steps=20, step_times=None):
+    """A GPT-2-small-shaped language model (6 layers, width 768, 12 heads, sequence 512, batch 8), fp16
+    autocast, AdamW: fixed shapes, every step the same allocations. step_times, if a list, gets the time
+    of each step (synchronized)."""
+    import time
+
+    d, heads, layers, vocab, seq, batch = 768, 12, 6, 16384, 512, 8
+    layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True, norm_first=True)
+    model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(vocab, d),
+                                 "body": torch.nn.TransformerEncoder(layer, layers),
+                                 "head": torch.nn.Linear(d, vocab)}).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(steps):
+        x = torch.randint(0, vocab, (batch, seq + 1), device="cuda", generator=g)
+        if step_times is not None:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.float16):
+            h = model["body"](model["emb"](x[:, :-1]), mask=mask, is_causal=True)
+            loss = torch.nn.functional.cross_entropy(model["head"](h).float().flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step_times is not None:
+            torch.cuda.synchronize()
+            step_times.append(time.perf_counter() - t0)
+        del x, h, loss
+
+
 WORKLOADS = {"kv_generate": kv_generate, "var_inference": var_inference, "llm_serving": llm_serving,
-             "moe_train": moe_train, "seg_multires": seg_multires}
+             "moe_train": moe_train, "seg_multires": seg_multires, "lm_train": lm_train}
 
 
 def strip_frames(o):

@@ -4,8 +4,8 @@ allocator, cachalot's defaults and cachalot's preset, side by side, each in a fr
     python3 tests/gpu/torch_step_time.py [ROUNDS] [WORKLOAD,...]   (the cachalot package installed)
 
 Workloads:
-  gpt_train     a GPT-2-small-shaped language model (6 layers, width 768, 12 heads, sequence 512, batch 8),
-                fp16 autocast, AdamW: fixed shapes; the median step time of 30 steps after 5 warm-up steps
+  lm_train      tests/gpu/record_traces.py's GPT-2-small-shaped language model training (fixed shapes): the
+                median step time of 30 steps after 5 warm-up steps
   moe_train     tests/gpu/record_traces.py's mixture-of-experts training (token counts vary every step)
   seg_multires  record_traces.py's segmentation training at a resolution drawn every step
   var_inference record_traces.py's transformer inference on batches of random shape
@@ -25,33 +25,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = [("native", None), ("cachalot", ""), ("cachalot preset", "preset:low_fragmentation")]
 
 
-def gpt_train(torch, timed):
-    d, heads, layers, vocab, seq, batch = 768, 12, 6, 16384, 512, 8
-    layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True, norm_first=True)
-    model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(vocab, d),
-                                 "body": torch.nn.TransformerEncoder(layer, layers),
-                                 "head": torch.nn.Linear(d, vocab)}).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device="cuda")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    steps = []
-    for i in range(35):
-        x = torch.randint(0, vocab, (batch, seq + 1), device="cuda", generator=g)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.float16):
-            h = model["body"](model["emb"](x[:, :-1]), mask=mask, is_causal=True)
-            loss = torch.nn.functional.cross_entropy(model["head"](h).float().flatten(0, 1), x[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
-        if i >= 5:
-            steps.append(time.perf_counter() - t0)
-        del x, h, loss
-    timed["step_ms"] = statistics.median(steps) * 1e3
-
-
 def child(name, conf):
     if conf is not None:
         import cachalot.torch
@@ -66,8 +39,10 @@ def child(name, conf):
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
     timed = {}
-    if name == "gpt_train":
-        gpt_train(torch, timed)
+    if name == "lm_train":
+        steps = []
+        record_traces.lm_train(torch, 35, steps)
+        timed["step_ms"] = statistics.median(steps[5:]) * 1e3
     else:
         for run in ("first_s", "second_s"):
             torch.cuda.synchronize()
@@ -83,7 +58,7 @@ def child(name, conf):
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    names = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt_train", "moe_train", "seg_multires",
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else ["lm_train", "moe_train", "seg_multires",
                                                               "var_inference"]
     results, failed = {}, 0
     for name in names:
