@@ -540,6 +540,61 @@ static void fine_pages_compact(void **state) {
   env_free(&e);
 }
 
+/* preset:low_fragmentation on a 64 MiB device: what is mapped never passes what the device holds; a
+ * growth the device cannot hold makes the OOM retry unmap every free 2 MiB page, and a request that
+ * still does not fit is an OOM with nothing left half-mapped. */
+static void fine_pages_oom(void **state) {
+  (void)state;
+  env e = ENV(1, 64 * MiB, "preset:low_fragmentation");
+  void *a = ALLOC(e.a, 0, 10 * MiB, NULL);
+  void *b = ALLOC(e.a, 0, 10 * MiB, NULL);
+  void *c = ALLOC(e.a, 0, 10 * MiB, NULL);
+  void *d = ALLOC(e.a, 0, 30 * MiB, NULL);
+  FREE(e.a, b);
+  void *f = ALLOC(e.a, 0, 8 * MiB, NULL); /* in b's hole: [18, 20) MiB stays free */
+  FREE(e.a, a);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 60 * MiB);
+  /* 12 MiB fit no free block: compaction gives back the 12 MiB of free pages first, so the device (64
+   * MiB) is never asked for more than it holds and the reserved peak stays at 60 MiB */
+  void *g = ALLOC(e.a, 0, 12 * MiB, NULL);
+  EQ(off(e.a, NULL, false, g), 60 * MiB);
+  cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, 60 * MiB);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].peak, 60 * MiB);
+  EXPECT_COUNTERS(e.a, 0, 5, 2, 0, 0, 0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  void *h = ALLOC(e.a, 0, 4 * MiB, NULL); /* the device is full now */
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 64 * MiB);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  /* c's 10 MiB free and mapped, 12 MiB asked: 54 MiB live + 12 do not fit in 64. The OOM retry unmaps
+   * the free 10 MiB (reserved = live), the growth still fails, nothing stays half-mapped */
+  FREE(e.a, c);
+  void *p = (void *)1;
+  STATUS(cachalot_malloc(e.a, 0, 12 * MiB, NULL, &p), CACHALOT_ERROR_OUT_OF_MEMORY);
+  assert_null(p);
+  CONTAINS(cachalot_last_error(), "CUDA out of memory. Tried to allocate 12.00 MiB.");
+  CONTAINS(cachalot_last_error(), "of which 10.00 MiB is free");
+  st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, 54 * MiB);
+  EQ(st.allocated_bytes[CACHALOT_STAT_ALL].current, 54 * MiB);
+  EXPECT_COUNTERS(e.a, 0, 6, 3, 1, 1, 1);
+  CHECK(e.a);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  /* what the device has left serves: 10 MiB fill it to the byte */
+  void *k = ALLOC(e.a, 0, 10 * MiB, NULL);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 64 * MiB);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  FREE(e.a, d);
+  FREE(e.a, f);
+  FREE(e.a, g);
+  FREE(e.a, h);
+  FREE(e.a, k);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  env_free(&e);
+}
+
 /* Regression (fuzz_api's first finding): compaction unmapped the last run of a released private pool and
  * left the empty pool behind. It takes the default pool's pages only; released pools go at empty_cache. */
 static void compact_leaves_private_pools_alone(void **state) {
@@ -672,6 +727,7 @@ int main(void) {
       cmocka_unit_test(compact_unmaps_before_a_new_peak),
       cmocka_unit_test(page_size_of_the_large_kind),
       cmocka_unit_test(fine_pages_compact),
+      cmocka_unit_test(fine_pages_oom),
       cmocka_unit_test(compact_leaves_private_pools_alone),
       cmocka_unit_test(refused_sync_unmaps_nothing),
       cmocka_unit_test(destroy_gives_everything_back),
