@@ -29,7 +29,8 @@
 enum {
   MIB = 1024 * 1024,
   MIN_MB = 20,  /* kLargeBuffer in MiB: smaller split limits would split 20 MiB segments */
-  MAX_PAGE_MB = 1024, /* expandable_page_mb: a bound that keeps one page a small part of any device */
+  MAX_PAGE_MB = 1024, /* expandable_page_mb: pages are whole multiples of the 2 MiB mapping granularity of
+                          current GPUs, and larger ones would only hold more memory per growth */
   WORD_MAX = 64 /* longer than any key or number we accept; bounds the stack copy strtod needs */
 };
 
@@ -241,10 +242,11 @@ static cachalot_status parse_expandable_page(lexer *lx, const tok *v, cl_config 
   (void)lx;
   uint64_t mb = 0;
   num_result r = word_u64(v, &mb);
-  if (r != NUM_OK || mb < 2 || mb > MAX_PAGE_MB) {
+  if (r != NUM_OK || mb < 2 || mb > MAX_PAGE_MB || mb % 2) {
     char got[GOT_CAP];
-    return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expandable_page_mb must be an integer from 2 to %d (MiB), got %s%s",
-                   MAX_PAGE_MB, describe(v, got, sizeof got), range_note(r));
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "expandable_page_mb must be an even integer from 2 to %d (MiB), got %s%s", MAX_PAGE_MB,
+                   describe(v, got, sizeof got), range_note(r));
   }
   c->expandable_page = (size_t)mb * MIB;
   return CACHALOT_OK;

@@ -12,6 +12,8 @@ route. Each child prints one JSON line; the parent compares.
                  has no record_stream hook, must show wrong reads: the test can fail)
   stats          torch.cuda.memory_stats / memory_allocated / max_memory_reserved / memory_summary equal
                  cachalot's own figures; reset_peak_memory_stats; get_allocator_backend names cachalot
+  settings       the snapshot's allocator_settings say expandable_segments as the config string decides
+                 (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF
   history        _record_memory_history + _dump_snapshot: Python frames on blocks and trace entries, and
                  torch.cuda._memory_viz renders the file
   graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
@@ -326,6 +328,15 @@ def c_train(torch, mode):
             "reserved_peak": st["reserved_bytes.all.peak"]}
 
 
+def c_settings(torch, mode):
+    """What PyTorch's snapshot says of the allocator's settings (the config string comes from the
+    environment: PYTORCH_CUDA_ALLOC_CONF for native, CACHALOT_ALLOC_CONF for cachalot)."""
+    x = torch.empty(1 << 20, device="cuda")
+    st = torch.cuda.memory._snapshot().get("allocator_settings", {})
+    del x
+    return {"expandable_segments": st.get("expandable_segments")}
+
+
 def child(scenario, mode, outdir):
     torch = setup(mode)
     fn = globals()["c_" + scenario]
@@ -335,9 +346,9 @@ def child(scenario, mode, outdir):
 
 # --- the parent ---
 
-def run(scenario, mode, outdir):
+def run(scenario, mode, outdir, env=None):
     p = subprocess.run([sys.executable, HERE, "--child", scenario, mode, outdir], capture_output=True, text=True,
-                       timeout=600)
+                       timeout=600, env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         return {"error": (p.stdout + p.stderr)[-3000:]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -404,6 +415,16 @@ def main():
         if "losses" in c:
             detail["last_loss"] = float.fromhex(c["losses"][-1])
         result("train", ok, detail)
+    if want("settings"):
+        # the snapshot's expandable_segments follows the config's keys in order, the preset included
+        n = run("settings", "native", outdir, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        cases = [("preset:low_fragmentation", True), (" expandable_segments : True ", True),
+                 ("expandable_segments:True,expandable_segments:False", False),
+                 ("preset:low_fragmentation,expandable_segments:False", False), ("", False)]
+        got = {conf: run("settings", "cachalot", outdir, {"CACHALOT_ALLOC_CONF": conf}) for conf, _ in cases}
+        ok = n.get("expandable_segments") is True and all(
+            got[conf].get("expandable_segments") is want_on for conf, want_on in cases)
+        result("settings", ok, {"native expandable_segments:True": n, "cachalot": got})
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1
 

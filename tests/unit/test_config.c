@@ -154,7 +154,7 @@ static void test_preset(void **state) {
   assert_true(c.expandable_compact);
 }
 
-/* expandable_page_mb: the large kind's page in MiB, 2 to 1024, only that key set. */
+/* expandable_page_mb: the large kind's page in MiB, even, 2 to 1024, only that key set. */
 static void test_expandable_page(void **state) {
   (void)state;
   cl_config c = parse_defaults("expandable_page_mb:2");
@@ -163,11 +163,11 @@ static void test_expandable_page(void **state) {
   assert_false(c.expandable_segments);
   c = parse_defaults("expandable_page_mb:1024");
   assert_true(c.expandable_page == 1024 * MIB);
-  c = parse_defaults("expandable_page_mb:007");
-  assert_true(c.expandable_page == 7 * MIB);
+  c = parse_defaults("expandable_page_mb:008");
+  assert_true(c.expandable_page == 8 * MIB);
   cl_config base = c;
   c = parse_ok("max_split_size_mb:40", &base);
-  assert_true(c.expandable_page == 7 * MIB);
+  assert_true(c.expandable_page == 8 * MIB);
 }
 
 static void test_memory_fraction(void **state) {
@@ -379,8 +379,9 @@ static const bad_case bad[] = {
     {"preset:fast", "preset must be low_fragmentation, got 'fast'", NULL},
     {"preset:", "missing value for preset", NULL},
     {"preset:low_fragmentation:True", "expected ',' or the end after the value of preset", NULL},
-    {"expandable_page_mb:1", "expandable_page_mb must be an integer from 2 to 1024 (MiB), got '1'", NULL},
-    {"expandable_page_mb:0", "expandable_page_mb must be an integer from 2 to 1024", "got '0'"},
+    {"expandable_page_mb:1", "expandable_page_mb must be an even integer from 2 to 1024 (MiB), got '1'", NULL},
+    {"expandable_page_mb:0", "expandable_page_mb must be an even integer from 2 to 1024", "got '0'"},
+    {"expandable_page_mb:7", "expandable_page_mb must be an even integer", "got '7'"},
     {"expandable_page_mb:1025", "expandable_page_mb", "got '1025'"},
     {"expandable_page_mb:2.5", "expandable_page_mb", "got '2.5'"},
     {"expandable_page_mb:-2", "expandable_page_mb", "got '-2'"},

@@ -286,10 +286,11 @@ static void run_stream_seed(uint64_t seed, const char *conf, int ops) {
       const cachalot_device_stats before = STATS(e.a, 0);
       OK(cachalot_malloc(e.a, 0, req, NULL, &p));
       const cachalot_device_stats after = STATS(e.a, 0);
-      if (after.num_sync_all_streams != before.num_sync_all_streams ||
-          after.num_device_free != before.num_device_free) {
-        /* it waited for every event (an OOM retry) or synchronized the device to unmap pages (compaction
-         * before a new peak): as after empty_cache, nothing is held any more */
+      if (after.num_device_free != before.num_device_free) {
+        /* it synchronized the device to unmap pages (compaction before a new peak; the simulated device
+         * then completes every stream): nothing is held any more. The allocator's own counter stands for
+         * the synchronization here, so an unmap without one would go unseen by this model; test_expandable
+         * and the gpu suite's unmap under a running kernel check that one. */
         n_held = 0;
         for (int t = 1; t < NSTREAM; t++)
           completed[t] = launched[t];
