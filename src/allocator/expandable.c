@@ -310,8 +310,8 @@ static size_t compact_bound(const cachalot_device_stats *st, size_t size) {
  * end and growth extends them, stay mapped. Measured against largest-first on the eight traces
  * (docs/expandable-segments.md), one replay each with 2 MiB pages: the same reserved peaks on six, lower
  * on kv_generate (1.042 against 1.081) and lm_train (1.019 against 1.022); over six replays in a row,
- * higher on kv_generate, llm_serving, moe_train and lm_train (by 0.002-0.034). Unmapping a block changes only that block and
- * its run, so the other blocks collected stay valid. */
+ * higher on kv_generate, llm_serving, moe_train and lm_train (by 0.002-0.034). Unmapping a block
+ * changes only that block and its run, so the other blocks collected stay valid. */
 static void compact_locked(cl_device *d, size_t need, const cl_block *keep1, const cl_block *keep2) {
   CL_ASSERT_EXCLUSIVE(d);
   size_t n = 0, cap = 0;

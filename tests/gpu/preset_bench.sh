@@ -17,7 +17,7 @@ for t in "$@"; do
     "$build/tools/alloc_bench" --workload replay --allocators cachalot --trace "$t" --repeat 5 \
       ${conf:+--conf "$conf"} --csv "$out/replay-$n-${tag:-defaults}.csv" >"$out/replay-$n-${tag:-defaults}.txt" 2>&1 || rc=1
   done
-  CACHALOT_RECORD_HISTORY=3000000 "$build/tools/alloc_snapshot" replay "$t" --backend cuda --conf "$preset" \
+  "$build/tools/alloc_snapshot" replay "$t" --backend cuda --conf "$preset" \
     -o "$out/maps-$n.json" >"$out/maps-$n.txt" 2>&1 || rc=1
 done
 python3 - "$out" "$@" <<'PY' || rc=1
