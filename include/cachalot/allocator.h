@@ -36,6 +36,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_create(cachalot_backend
  * current values. A new per_process_memory_fraction applies to every device. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf);
 
+/* Whether expandable segments are on in the settings in force, after presets and set_settings (what
+ * PyTorch's allocator_settings report as expandable_segments). False for NULL. */
+CACHALOT_API bool cachalot_expandable_segments(cachalot_allocator *a);
+
 /* Waits for outstanding events and gives every segment back to the device, including those of blocks
  * still allocated: pointers from this allocator are invalid afterwards. NULL is a no-op. No other call
  * on `a` may be in flight. */

@@ -258,6 +258,18 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   return rc;
 }
 
+bool cachalot_expandable_segments(cachalot_allocator *a) {
+  if (!a)
+    return false;
+  pthread_mutex_lock(&a->meta_lock); /* every device holds the same settings */
+  cl_device *d0 = &a->devices[0];
+  cl_enter_exclusive(d0);
+  const bool on = d0->cfg.expandable_segments;
+  cl_leave_exclusive(d0);
+  pthread_mutex_unlock(&a->meta_lock);
+  return on;
+}
+
 void cl_allocator_destroy(cachalot_allocator *a) {
   fork_watch(a, false);
   for (int i = 0; i < a->device_count; i++) {

@@ -541,7 +541,7 @@ class Allocator final : public cca::CUDAAllocator {
   cca::AllocatorConfigInfo config_info() {
     cachalot_device_stats s;
     const bool have_stats = cachalot_memory_stats(a_, 0, &s) == CACHALOT_OK;
-    return to_config_info(have_stats ? &s : nullptr, conf_);
+    return to_config_info(have_stats ? &s : nullptr, cachalot_expandable_segments(a_), conf_);
   }
 
   cachalot_allocator* a_;

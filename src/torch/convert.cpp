@@ -5,7 +5,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <ctime>
 #include <utility>
@@ -127,34 +126,11 @@ cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::A
   return te;
 }
 
-// Whether the config string turns expandable segments on. Its keys apply in order, as cachalot's parser
-// applies them (the string was checked when the allocator was made), so the last expandable_segments key
-// or preset:low_fragmentation (which sets it) decides; white space does not count.
-static bool expandable_in(const std::string& conf) {
-  bool on = false;
-  size_t i = 0;
-  while (i <= conf.size()) {
-    size_t j = conf.find(',', i);
-    if (j == std::string::npos)
-      j = conf.size();
-    std::string item;
-    for (size_t k = i; k < j; k++)
-      if (!std::isspace(static_cast<unsigned char>(conf[k])))
-        item += conf[k];
-    if (item == "expandable_segments:True" || item == "preset:low_fragmentation")
-      on = true;
-    else if (item == "expandable_segments:False")
-      on = false;
-    i = j + 1;
-  }
-  return on;
-}
-
-cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, const std::string& conf) {
+cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, bool expandable, const std::string& conf) {
   cca::AllocatorConfigInfo ci{};
   if (stats)
     ci.max_split_size = stats->max_split_size < 0 ? SIZE_MAX : static_cast<size_t>(stats->max_split_size);
-  ci.expandable_segments = expandable_in(conf);
+  ci.expandable_segments = expandable;
   ci.release_lock_on_malloc = true;
   ci.last_allocator_settings = conf;
   return ci;

@@ -747,6 +747,27 @@ static void test_max_split_changed_at_run_time(void **state) {
   env_free(&e);
 }
 
+/* cachalot_expandable_segments reports the settings in force: presets expanded, keys in order, a
+ * rejected string changing nothing (the PyTorch backend's allocator_settings read it). */
+static void test_expandable_segments_in_force(void **state) {
+  (void)state;
+  env e = ENV(1, 128 * MiB, "");
+  assert_false(cachalot_expandable_segments(e.a));
+  OK(cachalot_set_settings(e.a, "preset:low_fragmentation"));
+  assert_true(cachalot_expandable_segments(e.a));
+  OK(cachalot_set_settings(e.a, "max_split_size_mb:40")); /* unnamed keys keep their values */
+  assert_true(cachalot_expandable_segments(e.a));
+  OK(cachalot_set_settings(e.a, "preset:low_fragmentation,expandable_segments:False"));
+  assert_false(cachalot_expandable_segments(e.a));
+  STATUS(cachalot_set_settings(e.a, "expandable_segments:True,expandable_page_mb:3"), CACHALOT_ERROR_CONFIG);
+  assert_false(cachalot_expandable_segments(e.a));
+  OK(cachalot_set_settings(e.a, "expandable_segments:False, preset : low_fragmentation"));
+  assert_true(cachalot_expandable_segments(e.a));
+  CHECK(e.a);
+  assert_false(cachalot_expandable_segments(NULL));
+  env_free(&e);
+}
+
 /* ==== §3 out of memory =========================================================================== */
 
 typedef struct {
@@ -1478,6 +1499,7 @@ int main(void) {
       cmocka_unit_test(test_max_non_split_rounding),
       cmocka_unit_test(test_max_split_release_when_full),
       cmocka_unit_test(test_max_split_changed_at_run_time),
+      cmocka_unit_test(test_expandable_segments_in_force),
       cmocka_unit_test(test_oom_message_and_retry),
       cmocka_unit_test(test_oom_with_fraction_message),
       cmocka_unit_test(test_fraction_config_key),
