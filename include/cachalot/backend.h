@@ -65,6 +65,12 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_device_allocs(
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_every(cachalot_backend *b, int k);
 /* The next `count` event records fail with a device error (0 cancels). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_events(cachalot_backend *b, int count);
+/* The next `count` host pinnings (host allocations and registrations) fail as out of memory (0 cancels). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_host_pins(cachalot_backend *b, int count);
+/* Pinned host bytes the backend holds now: allocated by it (cudaHostAlloc's part) and registered memory of
+ * its callers (cudaHostRegister's). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_host_pinned(cachalot_backend *b, size_t *allocated,
+                                                                         size_t *registered);
 /* Bytes currently allocated on a simulated device (the device's own view, cachalot aside). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_device_used(cachalot_backend *b, int device,
                                                                          size_t *out);

@@ -16,5 +16,6 @@
 #include "pool.h"
 #include "graph.h"
 #include "snapshot.h"
+#include "host.h"
 
 #endif

@@ -1,6 +1,7 @@
 /* The allocator object: creation from a backend and a config and destruction (the public entry points
  * are in src/process/process.c), settings at run time, the fork watch, OOM observers, and the argument
  * checks shared by the entry points. */
+#include "host_cache.h"
 #include "internal.h"
 
 #include <stdio.h>
@@ -198,12 +199,16 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
   cachalot_allocator *a = calloc(1, sizeof *a);
   char *raw = strdup(conf ? conf : "");
   cl_device *devs = calloc((size_t)b->device_count, sizeof *devs);
-  if (!a || !raw || !devs) {
+  cl_host *host = NULL;
+  if (!a || !raw || !devs || cl_host_create(b, &host) != CACHALOT_OK) {
     free(a);
     free(raw);
     free(devs);
+    cl_host_destroy(host);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_create: host out of memory");
   }
+  cl_host_configure(host, cfg.pinned_use_host_register, cfg.pinned_num_register_threads);
+  a->host = host;
   a->backend = b;
   a->device_count = b->device_count;
   a->devices = devs;
@@ -247,6 +252,7 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   if (rc == CACHALOT_OK) {
     free(a->conf_raw);
     a->conf_raw = raw;
+    cl_host_configure(a->host, cfg.pinned_use_host_register, cfg.pinned_num_register_threads);
     for (int i = 0; i < a->device_count; i++) {
       cl_device *d = &a->devices[i];
       cl_enter_exclusive(d);
@@ -272,6 +278,7 @@ bool cachalot_expandable_segments(cachalot_allocator *a) {
 
 void cl_allocator_destroy(cachalot_allocator *a) {
   fork_watch(a, false);
+  cl_host_destroy(a->host);
   for (int i = 0; i < a->device_count; i++) {
     /* locked so that the _locked helpers' contract holds; no other call may be in flight (see header) */
     cl_enter_exclusive(&a->devices[i]);

@@ -2,6 +2,7 @@
  * written above the structs in internal.h, and recomputes every current stat from the blocks. It is
  * O(blocks x log blocks) and takes each device in exclusive mode in turn: for tests, fuzzers and
  * debugging. */
+#include "host_cache.h"
 #include "internal.h"
 
 #include <string.h>
@@ -457,5 +458,5 @@ cachalot_status cachalot_check(cachalot_allocator *a) {
     if (rc != CACHALOT_OK)
       return rc;
   }
-  return CACHALOT_OK;
+  return cl_host_check(a->host);
 }

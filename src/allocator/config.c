@@ -252,6 +252,25 @@ static cachalot_status parse_expandable_page(lexer *lx, const tok *v, cl_config 
   return CACHALOT_OK;
 }
 
+static cachalot_status parse_pinned_register(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("pinned_use_cuda_host_register", v, &c->pinned_use_host_register);
+}
+
+static cachalot_status parse_pinned_threads(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  uint64_t n = 0;
+  num_result r = word_u64(v, &n);
+  if (r != NUM_OK || n < 1 || n > CL_MAX_REGISTER_THREADS || (n & (n - 1))) {
+    char got[GOT_CAP];
+    return cl_fail(CACHALOT_ERROR_CONFIG,
+                   CONF "pinned_num_register_threads must be a power of two from 1 to %d, got %s%s",
+                   CL_MAX_REGISTER_THREADS, describe(v, got, sizeof got), range_note(r));
+  }
+  c->pinned_num_register_threads = (unsigned)n;
+  return CACHALOT_OK;
+}
+
 /* A preset is a name for a set of keys, applied where it stands in the string: keys after it override
  * what it set. low_fragmentation is the config the README recommends where memory is tight. */
 static cachalot_status parse_preset(lexer *lx, const tok *v, cl_config *c) {
@@ -417,13 +436,16 @@ static const struct {
     {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
     {"expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact},
     {"expandable_page_mb", CL_KEY_EXPANDABLE_PAGE, parse_expandable_page},
+    {"pinned_use_cuda_host_register", CL_KEY_PINNED_REGISTER, parse_pinned_register},
+    {"pinned_num_register_threads", CL_KEY_PINNED_THREADS, parse_pinned_threads},
     {"preset", CL_KEY_PRESET, parse_preset},
 };
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction, detect_captures, expandable_compact, expandable_page_mb, preset"
+  "per_process_memory_fraction, detect_captures, expandable_compact, expandable_page_mb, "               \
+  "pinned_use_cuda_host_register, pinned_num_register_threads, preset"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);
@@ -435,6 +457,8 @@ void cl_config_defaults(cl_config *c) {
   c->memory_fraction = -1.0;
   c->plain_rounding = true;
   c->expandable_page = (size_t)MIN_MB * MIB; /* kLargeBuffer, PyTorch's page of the large kind */
+  c->pinned_use_host_register = false;
+  c->pinned_num_register_threads = 1;
   c->keys_set = 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 enum { CL_ROUNDUP_INTERVALS = 16 }; /* [1 MiB, 2 MiB), [2, 4), ... , [32 GiB, inf) */
+enum { CL_MAX_REGISTER_THREADS = 128 }; /* pinned_num_register_threads' limit, PyTorch's */
 
 /* Which keys a string named (for set_settings: unnamed keys keep their values). */
 enum {
@@ -25,6 +26,8 @@ enum {
   CL_KEY_EXPANDABLE_COMPACT = 1u << 8,
   CL_KEY_PRESET = 1u << 9,
   CL_KEY_EXPANDABLE_PAGE = 1u << 10,
+  CL_KEY_PINNED_REGISTER = 1u << 11,
+  CL_KEY_PINNED_THREADS = 1u << 12,
 };
 
 typedef struct cl_config {
@@ -47,6 +50,10 @@ typedef struct cl_config {
                                     page of the large kind's expandable segments, mapped and unmapped
                                     whole; smaller pages leave fewer free bytes mapped beside live blocks
                                     for more map calls (expandable.c) */
+  bool pinned_use_host_register;  /* pinned_use_cuda_host_register, default false: the host cache pins
+                                    malloc'd memory with cudaHostRegister instead of cudaHostAlloc */
+  unsigned pinned_num_register_threads; /* default 1, a power of two <= 128: threads that touch the pages
+                                    of a block to register before it is registered (host_pin.c) */
   unsigned keys_set;             /* CL_KEY_* named by the last parse */
 } cl_config;
 

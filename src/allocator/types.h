@@ -456,6 +456,7 @@ struct cachalot_allocator {
   cl_observer *observers;
   size_t n_observers, cap_observers;
   char *conf_raw;
+  struct cl_host *host; /* the caching pinned-host allocator (host_cache.c), its own lock */
   bool trace_stacks; /* record C call stacks with alloc/free entries (under meta_lock) */
   _Atomic bool forked;          /* this is a child forked after the allocator was made: every call fails */
   cachalot_context_ops ctx_ops; /* how contexts are kept and let go (under meta_lock to change) */

@@ -200,6 +200,10 @@ static void write_settings(cl_json *j, const cl_config *c, const char *raw) {
   cl_json_int(j, (int64_t)(c->expandable_page >> 20));
   cl_json_key(j, "release_lock_on_cudamalloc");
   cl_json_bool(j, c->release_lock_on_cudamalloc);
+  cl_json_key(j, "pinned_use_cuda_host_register");
+  cl_json_bool(j, c->pinned_use_host_register);
+  cl_json_key(j, "pinned_num_register_threads");
+  cl_json_uint(j, c->pinned_num_register_threads);
   cl_json_key(j, "roundup_power2_divisions");
   cl_json_begin_object(j);
   for (int i = 0; i < CL_ROUNDUP_INTERVALS; i++) {

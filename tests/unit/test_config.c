@@ -155,6 +155,31 @@ static void test_preset(void **state) {
 }
 
 /* expandable_page_mb: the large kind's page in MiB, even, 2 to 1024, only that key set. */
+/* The host cache's keys: pinned_use_cuda_host_register a bool, pinned_num_register_threads a power of two
+ * from 1 to 128 (PyTorch's limits); defaults off and 1; set_settings keeps what a string does not name. */
+static void test_pinned_keys(void **state) {
+  (void)state;
+  cl_config c = parse_defaults("");
+  assert_false(c.pinned_use_host_register);
+  assert_int_equal(c.pinned_num_register_threads, 1);
+  c = parse_defaults("pinned_use_cuda_host_register:True,pinned_num_register_threads:128");
+  assert_true(c.pinned_use_host_register);
+  assert_int_equal(c.pinned_num_register_threads, 128);
+  assert_int_equal(c.keys_set, CL_KEY_PINNED_REGISTER | CL_KEY_PINNED_THREADS);
+  cl_config base = c;
+  c = parse_ok("pinned_num_register_threads:1", &base);
+  assert_true(c.pinned_use_host_register);
+  assert_int_equal(c.pinned_num_register_threads, 1);
+  c = parse_ok("pinned_use_cuda_host_register:False", &base);
+  assert_false(c.pinned_use_host_register);
+  assert_int_equal(c.pinned_num_register_threads, 128);
+  for (unsigned n = 1; n <= 128; n *= 2) {
+    char s[64];
+    snprintf(s, sizeof s, "pinned_num_register_threads:%u", n);
+    assert_int_equal(parse_defaults(s).pinned_num_register_threads, n);
+  }
+}
+
 static void test_expandable_page(void **state) {
   (void)state;
   cl_config c = parse_defaults("expandable_page_mb:2");
@@ -387,6 +412,14 @@ static const bad_case bad[] = {
     {"expandable_page_mb:-2", "expandable_page_mb", "got '-2'"},
     {"expandable_page_mb:True", "expandable_page_mb", "got 'True'"},
     {"expandable_page_mb:99999999999999999999", "expandable_page_mb", "(out of range)"},
+    {"pinned_use_cuda_host_register:1", "pinned_use_cuda_host_register must be True or False, got '1'", NULL},
+    {"pinned_use_cuda_host_register:", "missing value for pinned_use_cuda_host_register", NULL},
+    {"pinned_num_register_threads:3", "pinned_num_register_threads must be a power of two from 1 to 128, got '3'", NULL},
+    {"pinned_num_register_threads:0", "pinned_num_register_threads must be a power of two", "got '0'"},
+    {"pinned_num_register_threads:256", "pinned_num_register_threads must be a power of two", "got '256'"},
+    {"pinned_num_register_threads:-4", "pinned_num_register_threads", "got '-4'"},
+    {"pinned_num_register_threads:99999999999999999999", "pinned_num_register_threads", "(out of range)"},
+    {"pinned_max_register_threads:64", "unknown key 'pinned_max_register_threads'", NULL},
     {"foo:1", "unknown key 'foo' (expected one of max_split_size_mb, ", "per_process_memory_fraction"},
     {"backend:native", "unknown key 'backend'", NULL},
     {"Max_Split_Size_MB:30", "unknown key 'Max_Split_Size_MB'", NULL},
@@ -581,6 +614,7 @@ int main(void) {
       cmocka_unit_test(test_gc_threshold),
       cmocka_unit_test(test_bools),
       cmocka_unit_test(test_preset),
+      cmocka_unit_test(test_pinned_keys),
       cmocka_unit_test(test_expandable_page),
       cmocka_unit_test(test_memory_fraction),
       cmocka_unit_test(test_roundup_list_spec_example),

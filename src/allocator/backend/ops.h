@@ -56,6 +56,19 @@ typedef struct cl_backend_ops {
    * device: the caller makes sure no work still uses the range. */
   cachalot_status (*va_unmap)(cachalot_backend *b, int device, void *addr, size_t size);
 
+  /* --- pinned host memory (the host cache, host_cache.c) ---
+   * Page-locked host memory, which a device copies from and to asynchronously. Not tied to a device. */
+  /* Allocates `size` (> 0) bytes of page-locked host memory (cudaHostAlloc): *ptr. OUT_OF_MEMORY when
+   * they cannot be had or pinned (or an injected fault: pinning counts as a host allocation). */
+  cachalot_status (*host_alloc)(cachalot_backend *b, size_t size, void **ptr);
+  /* Frees memory from host_alloc (cudaFreeHost, which synchronizes the device first). */
+  cachalot_status (*host_free)(cachalot_backend *b, void *ptr);
+  /* Page-locks [ptr, ptr + size) of ordinary host memory (cudaHostRegister): OUT_OF_MEMORY when it
+   * cannot (or an injected fault, as for host_alloc). */
+  cachalot_status (*host_register)(cachalot_backend *b, void *ptr, size_t size);
+  /* Undoes host_register (ptr as registered; cudaHostUnregister). The memory stays the caller's. */
+  cachalot_status (*host_unregister)(cachalot_backend *b, void *ptr);
+
   /* Records an event on stream `s`, capturing all work enqueued on `s` so far. A non-NULL stream is
    * recorded on its own device (which may differ from `device`: a block can be used by a stream of
    * another device); NULL is `device`'s default stream. The event comes from a recycled pool; *out is

@@ -25,4 +25,9 @@ typedef struct cl_cuda_real_fns {
  * still use the entry it read before. */
 void cl_cuda_set_real(const cl_cuda_real_fns *fns);
 
+/* The same for cudaHostAlloc and cudaFreeHost, which the interposer serves too (src/plugin/preload.c). */
+typedef cudaError_t (*cl_cuda_host_alloc_fn)(void **ptr, size_t size, unsigned int flags);
+typedef cudaError_t (*cl_cuda_free_host_fn)(void *ptr);
+void cl_cuda_set_real_host(cl_cuda_host_alloc_fn host_alloc, cl_cuda_free_host_fn free_host);
+
 #endif

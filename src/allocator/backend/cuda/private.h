@@ -93,6 +93,12 @@ cachalot_status cl_cuda_alloc(cachalot_backend *b, int device, size_t size, void
 cachalot_status cl_cuda_free(cachalot_backend *b, int device, void *ptr);
 cachalot_status cl_cuda_mem_info(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
 
+/* host.c */
+cachalot_status cl_cuda_host_alloc(cachalot_backend *b, size_t size, void **ptr);
+cachalot_status cl_cuda_host_free(cachalot_backend *b, void *ptr);
+cachalot_status cl_cuda_host_register(cachalot_backend *b, void *ptr, size_t size);
+cachalot_status cl_cuda_host_unregister(cachalot_backend *b, void *ptr);
+
 /* events.c */
 cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_stream s, cl_event **out);
 cachalot_status cl_cuda_event_query(cachalot_backend *b, cl_event *e, bool *done);

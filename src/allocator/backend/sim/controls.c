@@ -188,3 +188,31 @@ cachalot_status cachalot_sim_stream_submitted(cachalot_backend *b, cachalot_stre
   sim_unlock(sim);
   return st;
 }
+
+cachalot_status cachalot_sim_fail_host_pins(cachalot_backend *b, int count) {
+  cachalot_status st = sim_check(b, "cachalot_sim_fail_host_pins");
+  if (st != CACHALOT_OK)
+    return st;
+  if (count < 0)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_sim_fail_host_pins: count %d is negative", count);
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  sim->fail_host = count;
+  sim_unlock(sim);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_sim_host_pinned(cachalot_backend *b, size_t *allocated, size_t *registered) {
+  if (!allocated || !registered)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_sim_host_pinned: an out-pointer is NULL");
+  *allocated = *registered = 0;
+  cachalot_status st = sim_check(b, "cachalot_sim_host_pinned");
+  if (st != CACHALOT_OK)
+    return st;
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  *allocated = sim->host_allocated;
+  *registered = sim->host_registered;
+  sim_unlock(sim);
+  return CACHALOT_OK;
+}

@@ -22,7 +22,10 @@
  *   the origin stream after it was enqueued. The misuses CUDA answers by invalidating a capture (see
  *   capture_invalidate_locked's callers) do so here too; ending an invalidated capture fails with no
  *   graph. A replay enqueues the graph's nodes as work on the stream, one number each.
- * - Fault injection: the next N device allocations fail, every k-th fails, the next N event records fail.
+ * - Pinned host memory: real host memory (malloc), counted by kind; freeing a host_alloc allocation
+ *   completes every device's work, as cudaFreeHost synchronizes.
+ * - Fault injection: the next N device allocations fail, every k-th fails, the next N event records fail,
+ *   the next N host pinnings fail.
  *
  * One mutex guards the whole backend; nothing here is on the allocator's warm path except event record,
  * query and release, which take it briefly and never touch the host heap once the event pool is warm.
@@ -168,6 +171,15 @@ struct sim_range {
   UT_hash_handle hh;
 };
 
+/* Pinned host memory: real host memory (tests read and write it), keyed by its address; `registered`
+ * for a range host_register page-locked, else a host_alloc allocation the backend owns. */
+struct sim_host {
+  void *ptr;
+  size_t size;
+  bool registered;
+  UT_hash_handle hh;
+};
+
 /* Invariant: used == the sum of the sizes of the device's live allocations and mappings, and used <=
  * capacity;
  * bump is a multiple of SIM_ALIGN, at most SIM_RANGE, and above every live allocation's end offset. */
@@ -200,6 +212,11 @@ struct sim_backend {
   int fail_every;       /* 0: off; else the fail_every-th, 2*fail_every-th, ... allocation fails */
   uint64_t alloc_count; /* allocations that reached fault injection since fail_every was set */
   int fail_events;      /* injected failures left for the next event records */
+  int fail_host;        /* injected failures left for the next host pinnings (alloc or register) */
+
+  struct sim_host *host;           /* live pinned host ranges */
+  size_t host_allocated;           /* bytes of live host_alloc allocations */
+  size_t host_registered;          /* bytes of live host_register ranges */
 
   uint64_t next_capture_id;
   int global_captures;
@@ -340,6 +357,13 @@ cachalot_status cl_sim_graph_launch(cachalot_backend *b, int device, cl_graph_ex
 void cl_sim_graph_destroy(cachalot_backend *b, cl_graph *g);
 void cl_sim_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e);
 cachalot_status cl_sim_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path);
+
+/* host.c */
+cachalot_status cl_sim_host_alloc(cachalot_backend *b, size_t size, void **ptr);
+cachalot_status cl_sim_host_free(cachalot_backend *b, void *ptr);
+cachalot_status cl_sim_host_register(cachalot_backend *b, void *ptr, size_t size);
+cachalot_status cl_sim_host_unregister(cachalot_backend *b, void *ptr);
+void cl_sim_host_destroy_locked(struct sim_backend *sim);
 
 /* vmm.c */
 cachalot_status cl_sim_va_granularity(cachalot_backend *b, int device, size_t *out);

@@ -40,6 +40,7 @@ static void sim_destroy(cachalot_backend *b) {
     HASH_DEL(sim->mappings, r);
     free(r);
   }
+  cl_sim_host_destroy_locked(sim);
   while (sim->slabs) {
     struct sim_event_slab *next = sim->slabs->next;
     free(sim->slabs);
@@ -59,6 +60,10 @@ static const cl_backend_ops sim_ops = {
     .va_release = cl_sim_va_release,
     .va_map = cl_sim_va_map,
     .va_unmap = cl_sim_va_unmap,
+    .host_alloc = cl_sim_host_alloc,
+    .host_free = cl_sim_host_free,
+    .host_register = cl_sim_host_register,
+    .host_unregister = cl_sim_host_unregister,
     .event_record = cl_sim_event_record,
     .event_query = cl_sim_event_query,
     .event_sync = cl_sim_event_sync,
