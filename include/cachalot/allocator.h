@@ -36,9 +36,19 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_create(cachalot_backend
  * current values. A new per_process_memory_fraction applies to every device. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf);
 
-/* Whether expandable segments are on in the settings in force, after presets and set_settings (what
- * PyTorch's allocator_settings report as expandable_segments). False for NULL. */
-CACHALOT_API bool cachalot_expandable_segments(cachalot_allocator *a);
+/* The settings in force, after presets and set_settings: what the snapshot's allocator_settings show. */
+typedef struct {
+  size_t max_split_size;                /* bytes; SIZE_MAX: unlimited */
+  double garbage_collection_threshold;  /* 0: off */
+  bool expandable_segments, expandable_compact;
+  size_t expandable_page;               /* bytes: the large kind's page (expandable_page_mb) */
+  bool release_lock_on_cudamalloc;
+  bool pinned_use_cuda_host_register;
+  unsigned pinned_num_register_threads;
+  unsigned roundup_power2_divisions[16]; /* for sizes in [1, 2) MiB, [2, 4) MiB, ..., [32 GiB, inf) */
+} cachalot_settings;
+
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *out);
 
 /* Waits for outstanding events and gives every segment back to the device, including those of blocks
  * still allocated: pointers from this allocator are invalid afterwards. NULL is a no-op. No other call

@@ -46,12 +46,15 @@ def backend_unavailable():
     return None
 
 
-def install(conf=None, route="auto"):
+def install(conf=None, route="auto", pinned=True):
     """Makes cachalot PyTorch's CUDA allocator and returns the route in force ("backend" or "pluggable").
 
     conf: a CACHALOT_ALLOC_CONF string (None: the environment variable's). route: "auto" (the backend
     where it can be used, else the pluggable fallback, with a warning that says why), "backend" or
-    "pluggable". Call it before anything allocates CUDA memory; calling it again returns the route."""
+    "pluggable". pinned: on the backend route, also make cachalot's host cache PyTorch's pinned-memory
+    allocator (pin_memory(), DataLoader's pinning, torch.cuda.host_memory_stats()); the pluggable route
+    leaves pinned memory to PyTorch. Call it before anything allocates CUDA memory; calling it again
+    returns the route."""
     global _route, _handle
     if route not in ("auto", "backend", "pluggable"):
         raise ValueError("route must be 'auto', 'backend' or 'pluggable', not %r" % (route,))
@@ -67,6 +70,10 @@ def install(conf=None, route="auto"):
         err = ctypes.create_string_buffer(1024)
         if lib.cachalot_torch_backend_install(conf.encode() if conf is not None else None, err, len(err)) != 0:
             raise RuntimeError(err.value.decode())
+        if pinned:
+            lib.cachalot_torch_host_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            if lib.cachalot_torch_host_install(err, len(err)) != 0:
+                raise RuntimeError(err.value.decode())
         _route, _handle = "backend", lib.cachalot_torch_backend_allocator
         return _route
     if route == "backend":
@@ -142,6 +149,39 @@ def annotate(text, device=None):
     lib.cachalot_annotate.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
     _check(lib.cachalot_annotate(ctypes.c_void_p(a), ctypes.c_int(_device(device)),
                                  str(text).encode("utf-8")), "cachalot_annotate")
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in ("current", "peak", "allocated", "freed")]
+
+
+class _Duration(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in ("total", "max", "min", "count")]
+
+
+class _HostStats(ctypes.Structure):  # cachalot_host_stats (include/cachalot/host.h)
+    _fields_ = [("allocations", _Stat), ("allocated_bytes", _Stat), ("active_requests", _Stat),
+                ("active_bytes", _Stat), ("host_alloc_time", _Duration), ("host_free_time", _Duration),
+                ("num_host_alloc", ctypes.c_int64), ("num_host_free", ctypes.c_int64)]
+
+
+def host_memory_stats():
+    """cachalot's host cache stats, with torch.cuda.host_memory_stats()'s keys (its own figures, whichever
+    allocator PyTorch pins through)."""
+    st = _HostStats()
+    _check(_library().cachalot_host_memory_stats(ctypes.c_void_p(_allocator()), ctypes.byref(st)),
+           "cachalot_host_memory_stats")
+    out = {}
+    for name, _ in _HostStats._fields_:
+        v = getattr(st, name)
+        if isinstance(v, int):
+            out[name] = v
+            continue
+        for field, _ in v._fields_:
+            out["%s.%s" % (name, field)] = getattr(v, field)
+        if isinstance(v, _Duration):
+            out[name + ".avg"] = v.total // v.count if v.count else 0
+    return dict(sorted(out.items()))
 
 
 def empty_cache():

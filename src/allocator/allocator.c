@@ -264,16 +264,29 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   return rc;
 }
 
-bool cachalot_expandable_segments(cachalot_allocator *a) {
-  if (!a)
-    return false;
+cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *out) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (!a || !out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_settings: %s is NULL", a ? "out" : "allocator");
+  _Static_assert(CL_ROUNDUP_INTERVALS == sizeof out->roundup_power2_divisions / sizeof(unsigned),
+                 "one division count per interval");
   pthread_mutex_lock(&a->meta_lock); /* every device holds the same settings */
   cl_device *d0 = &a->devices[0];
   cl_enter_exclusive(d0);
-  const bool on = d0->cfg.expandable_segments;
+  const cl_config c = d0->cfg;
   cl_leave_exclusive(d0);
   pthread_mutex_unlock(&a->meta_lock);
-  return on;
+  out->max_split_size = c.max_split_size;
+  out->garbage_collection_threshold = c.gc_threshold;
+  out->expandable_segments = c.expandable_segments;
+  out->expandable_compact = c.expandable_compact;
+  out->expandable_page = c.expandable_page;
+  out->release_lock_on_cudamalloc = c.release_lock_on_cudamalloc;
+  out->pinned_use_cuda_host_register = c.pinned_use_host_register;
+  out->pinned_num_register_threads = c.pinned_num_register_threads;
+  memcpy(out->roundup_power2_divisions, c.roundup_divisions, sizeof out->roundup_power2_divisions);
+  return CACHALOT_OK;
 }
 
 void cl_allocator_destroy(cachalot_allocator *a) {

@@ -13,6 +13,7 @@
 //
 // What PyTorch's types look like is convert.cpp's business: this file holds the allocator PyTorch calls.
 #include "convert.h"
+#include "host.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -539,9 +540,9 @@ class Allocator final : public cca::CUDAAllocator {
   }
 
   cca::AllocatorConfigInfo config_info() {
-    cachalot_device_stats s;
-    const bool have_stats = cachalot_memory_stats(a_, 0, &s) == CACHALOT_OK;
-    return to_config_info(have_stats ? &s : nullptr, cachalot_expandable_segments(a_), conf_);
+    cachalot_settings st;
+    check(cachalot_get_settings(a_, &st), "cachalot_get_settings");
+    return to_config_info(st, conf_);
   }
 
   cachalot_allocator* a_;
@@ -621,6 +622,22 @@ __attribute__((visibility("default"))) int cachalot_torch_backend_install(const 
     instance = made.release();
     cca::allocator.store(instance);
     c10::SetAllocator(c10::DeviceType::CUDA, instance, 0);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, len, e.what());
+    return -1;
+  }
+}
+
+// Makes the installed allocator's host cache PyTorch's CUDA host (pinned memory) allocator. 0 on success
+// (also when already installed); -1 with the reason in err when the device allocator is not installed.
+__attribute__((visibility("default"))) int cachalot_torch_host_install(char* err, size_t len) {
+  try {
+    if (!instance) {
+      set_error(err, len, "cachalot: install the CUDA allocator first (cachalot.torch.install())");
+      return -1;
+    }
+    install_host_allocator(instance->handle());
     return 0;
   } catch (const std::exception& e) {
     set_error(err, len, e.what());

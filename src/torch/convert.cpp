@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
+#include <iterator>
 #include <utility>
 
 namespace cachalot_torch {
@@ -126,13 +127,16 @@ cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::A
   return te;
 }
 
-cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, bool expandable, const std::string& conf) {
+cca::AllocatorConfigInfo to_config_info(const cachalot_settings& st, const std::string& conf) {
   cca::AllocatorConfigInfo ci{};
-  if (stats)
-    ci.max_split_size = stats->max_split_size < 0 ? SIZE_MAX : static_cast<size_t>(stats->max_split_size);
-  ci.expandable_segments = expandable;
-  ci.release_lock_on_malloc = true;
+  ci.garbage_collection_threshold = st.garbage_collection_threshold;
+  ci.max_split_size = st.max_split_size;
+  ci.pinned_num_register_threads = st.pinned_num_register_threads;
+  ci.expandable_segments = st.expandable_segments;
+  ci.release_lock_on_malloc = st.release_lock_on_cudamalloc;
+  ci.pinned_use_host_register = st.pinned_use_cuda_host_register;
   ci.last_allocator_settings = conf;
+  ci.roundup_power2_divisions.assign(std::begin(st.roundup_power2_divisions), std::end(st.roundup_power2_divisions));
   return ci;
 }
 

@@ -52,8 +52,8 @@ cda::TraceEntry::Action torch_action(cachalot_trace_action a);
 // keep_context: whether the entry carries its stack and strings (history records contexts at ALLOC or more).
 cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_context);
 
-// stats: device 0's, or NULL where cachalot could not give them; expandable: cachalot_expandable_segments.
-cca::AllocatorConfigInfo to_config_info(const cachalot_device_stats* stats, bool expandable, const std::string& conf);
+// The settings in force (cachalot_get_settings) as PyTorch's snapshot shows them; conf: the string given.
+cca::AllocatorConfigInfo to_config_info(const cachalot_settings& st, const std::string& conf);
 
 // The cachalot state inside a checkpoint PyTorch hands back; refuses another allocator's or another device's.
 const cachalot_pool_state* pool_state_of(const std::shared_ptr<cca::AllocatorState>& pps, c10::DeviceIndex device);

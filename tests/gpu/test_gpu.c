@@ -443,6 +443,68 @@ static void test_fine_pages(cachalot_allocator *a) {
   cudaStreamDestroy(s);
 }
 
+/* The host cache on a real GPU: pinned blocks copied from on two streams, each copy queued behind a slow
+ * kernel, then freed at once. A block is not handed out again (and overwritten) before the copies that
+ * read it are done: every device buffer ends with the pattern its own block held. Both ways of pinning. */
+static void pinned_round(cachalot_allocator *a, const char *conf) {
+  enum { ROUNDS = 6 };
+  const size_t bytes = 16 * MiB;
+  cudaStream_t st[2];
+  EXPECT(cudaStreamCreateWithFlags(&st[0], cudaStreamNonBlocking) == cudaSuccess, "stream");
+  EXPECT(cudaStreamCreateWithFlags(&st[1], cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void *dev[ROUNDS], *host[ROUNDS];
+  for (int k = 0; k < ROUNDS; k++) {
+    cudaStream_t s = st[k % 2];
+    OK(cachalot_host_malloc(a, bytes, &host[k]));
+    for (int j = 0; j < k; j++)
+      EXPECT(host[k] != host[j] || k >= 4, "[%s] round %d got the block of round %d while its copy may run", conf,
+             k, j);
+    uint32_t *h = host[k];
+    for (size_t i = 0; i < bytes / 4; i++)
+      h[i] = (0xC0DE0000u + (uint32_t)k) ^ (uint32_t)i;
+    OK(cachalot_malloc(a, 0, bytes, (cachalot_stream)s, &dev[k]));
+    EXPECT(cl_test_fill(dev[k], 4096, 0, 300000000ll, s) == 0, "slow kernel"); /* ~0.2 s before the copy */
+    CUDA(cudaMemcpyAsync(dev[k], h, bytes, cudaMemcpyHostToDevice, s));
+    OK(cachalot_host_record_event(a, host[k], 0, (cachalot_stream)s));
+    if (k == 1) /* round 1's block is read on both streams: both must be done */
+      OK(cachalot_host_record_event(a, host[k], 0, (cachalot_stream)st[0]));
+    OK(cachalot_host_free(a, host[k]));
+    CHECKED(a);
+    if (k == 3) { /* wait for rounds 0-3: their blocks come back, most recently freed first */
+      CUDA(cudaStreamSynchronize(st[0]));
+      CUDA(cudaStreamSynchronize(st[1]));
+    }
+  }
+  for (int k = 0; k < ROUNDS; k++) {
+    EXPECT(cl_test_verify(dev[k], bytes, 0xC0DE0000u + (uint32_t)k, st[k % 2]) == 0,
+           "[%s] round %d's copy read a block overwritten before it was done", conf, k);
+    OK(cachalot_free(a, dev[k]));
+  }
+  cachalot_host_stats hs;
+  OK(cachalot_host_memory_stats(a, &hs));
+  EXPECT(hs.active_requests.current == 0 && hs.allocations.current == 4 && hs.num_host_alloc == 4,
+         "[%s] 4 blocks pinned for 6 rounds, got %lld in use, %lld held, %lld pinnings", conf,
+         (long long)hs.active_requests.current, (long long)hs.allocations.current, (long long)hs.num_host_alloc);
+  OK(cachalot_host_empty_cache(a));
+  OK(cachalot_host_memory_stats(a, &hs));
+  EXPECT(hs.allocations.current == 0 && hs.num_host_free == 4, "[%s] empty_cache gives the 4 back", conf);
+  CHECKED(a);
+  cudaStreamDestroy(st[0]);
+  cudaStreamDestroy(st[1]);
+}
+
+static void test_pinned(cachalot_allocator *a) {
+  current_test = "pinned";
+  pinned_round(a, "cudaHostAlloc");
+  cachalot_backend *b = NULL;
+  cachalot_allocator *r = NULL;
+  OK(cachalot_backend_cuda(&b));
+  OK(cachalot_create(b, "pinned_use_cuda_host_register:True,pinned_num_register_threads:8", &r));
+  pinned_round(r, "cudaHostRegister");
+  cachalot_destroy(r);
+  cachalot_backend_destroy(b);
+}
+
 int main(void) {
   cachalot_backend *b = NULL;
   cachalot_status s = cachalot_backend_cuda(&b);
@@ -462,9 +524,9 @@ int main(void) {
   cachalot_destroy(a); /* each test gets a fresh allocator: a failing one leaves nothing behind */
   void (*tests[])(cachalot_allocator *) = {test_sizes,  test_reuse_and_streams, test_oom,
                                            test_threads, test_capture_info,      test_expandable,
-                                           test_fine_pages};
+                                           test_fine_pages, test_pinned};
   const char *names[] = {"sizes",   "reuse_and_streams",     "oom",       "threads",
-                         "capture_relaxed_alloc", "expandable", "fine_pages"};
+                         "capture_relaxed_alloc", "expandable", "fine_pages",     "pinned"};
   int passed = 0, ran = 0;
   for (size_t i = 0; i <= sizeof tests / sizeof tests[0]; i++) {
     if (cachalot_create(b, "", &a) != CACHALOT_OK) {

@@ -13,7 +13,8 @@ route. Each child prints one JSON line; the parent compares.
   stats          torch.cuda.memory_stats / memory_allocated / max_memory_reserved / memory_summary equal
                  cachalot's own figures; reset_peak_memory_stats; get_allocator_backend names cachalot
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
-                 (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF
+                 (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
+                 pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
   history        _record_memory_history + _dump_snapshot: Python frames on blocks and trace entries, and
                  torch.cuda._memory_viz renders the file
   graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
@@ -23,6 +24,10 @@ route. Each child prints one JSON line; the parent compares.
                  and equal to eager's
   fraction       set_per_process_memory_fraction: torch.OutOfMemoryError where native raises it
   train          a small transformer trains bit-identically to native
+  pinned         pin_memory() comes from cachalot's host cache (its own stats count the blocks), with
+                 torch.cuda.host_memory_stats() exact; a copy pipeline whose pinned sources are freed while
+                 the copies wait behind a slow kernel reads no overwritten block (as native); a CUDA graph
+                 captures a copy from pinned memory and replays it
 Prints 'N passed, N failed' last.
 """
 import gc
@@ -328,13 +333,72 @@ def c_train(torch, mode):
             "reserved_peak": st["reserved_bytes.all.peak"]}
 
 
+SETTING_KEYS = ("expandable_segments", "pinned_use_cuda_host_register", "pinned_num_register_threads",
+                "max_split_size", "garbage_collection_threshold", "roundup_power2_divisions")
+
+
 def c_settings(torch, mode):
     """What PyTorch's snapshot says of the allocator's settings (the config string comes from the
     environment: PYTORCH_CUDA_ALLOC_CONF for native, CACHALOT_ALLOC_CONF for cachalot)."""
     x = torch.empty(1 << 20, device="cuda")
     st = torch.cuda.memory._snapshot().get("allocator_settings", {})
     del x
-    return {"expandable_segments": st.get("expandable_segments")}
+    return {k: st.get(k) for k in SETTING_KEYS}
+
+
+HOST_KEYS = ("allocations.current", "allocated_bytes.current", "active_requests.current", "active_bytes.current",
+             "num_host_alloc", "num_host_free")
+
+
+def c_pinned(torch, mode):
+    torch.cuda.init()
+    out = {}
+
+    def host():
+        st = torch.cuda.host_memory_stats()
+        return {k: st.get(k) for k in HOST_KEYS}
+
+    x = torch.empty(100, pin_memory=True)  # 400 B: a 512 B block
+    y = torch.empty(5000, pin_memory=True)  # 20,000 B: 32 KiB
+    out["pinned"] = bool(x.is_pinned() and y.is_pinned())
+    out["two"] = host()
+    xp = x.data_ptr()
+    del x
+    out["one_freed"] = host()
+    z = torch.empty(120, pin_memory=True)
+    out["reused"] = z.data_ptr() == xp
+    if mode == "cachalot":
+        import cachalot.torch
+        own = cachalot.torch.host_memory_stats()
+        out["cachalot_own"] = {k: own[k] for k in HOST_KEYS}
+    # a pipeline: each pinned batch is copied on a side stream behind ~0.2 s of GPU work and freed at once;
+    # the next batch must not land in a block whose copy has not run yet
+    side = torch.cuda.Stream()
+    n = (16 << 20) // 4
+    dsts = []
+    for k in range(6):
+        h = torch.empty(n, dtype=torch.int32, pin_memory=True)
+        h.fill_(k + 1)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(300_000_000)
+            dsts.append(h.to("cuda", non_blocking=True))
+        del h
+    torch.cuda.synchronize()
+    out["pipeline_wrong"] = sum(int((d != k + 1).sum()) for k, d in enumerate(dsts))
+    # a graph that copies from pinned memory, replayed twice with new data
+    src = torch.full((1 << 16,), 3.0, pin_memory=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dst = src.to("cuda", non_blocking=True) * 2
+    src.fill_(5.0)
+    g.replay()
+    torch.cuda.synchronize()
+    out["graph_replay"] = float(dst[0]) == 10.0 and float(dst.sum()) == 10.0 * (1 << 16)
+    del g, dst
+    gc.collect()
+    torch._C._host_emptyCache()
+    out["after_empty"] = host()
+    return out
 
 
 def child(scenario, mode, outdir):
@@ -406,6 +470,17 @@ def main():
               c["observer_calls"] == n.get("observer_calls") == 1 and c["observer_size_ok"] and
               c["raising_observer"] == "OutOfMemoryError" and c["after_raising_observer"])
         result("fraction", ok, {"native": n, "cachalot": c})
+    if want("pinned"):
+        n, c = (run("pinned", m, outdir) for m in ("native", "cachalot"))
+        two = {"allocations.current": 2, "allocated_bytes.current": 33280, "active_requests.current": 2,
+               "active_bytes.current": 33280, "num_host_alloc": 2, "num_host_free": 0}
+        ok = ("error" not in c and "error" not in n and c["pinned"] and c["two"] == two and
+              c["one_freed"] == dict(two, **{"active_requests.current": 1, "active_bytes.current": 32768}) and
+              c["reused"] and n["reused"] and c["cachalot_own"]["allocations.current"] == 2 and
+              c["cachalot_own"]["active_requests.current"] == 2 and
+              c["pipeline_wrong"] == 0 and n["pipeline_wrong"] == 0 and c["graph_replay"] and n["graph_replay"] and
+              c["after_empty"]["allocations.current"] <= n["after_empty"]["allocations.current"])
+        result("pinned", ok, {"native": n, "cachalot": c})
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in c and "error" not in n and c["losses"] == n["losses"]
@@ -424,7 +499,16 @@ def main():
         got = {conf: run("settings", "cachalot", outdir, {"CACHALOT_ALLOC_CONF": conf}) for conf, _ in cases}
         ok = n.get("expandable_segments") is True and all(
             got[conf].get("expandable_segments") is want_on for conf, want_on in cases)
-        result("settings", ok, {"native expandable_segments:True": n, "cachalot": got})
+        # keys both allocators take: the same values in both snapshots
+        both = ("pinned_use_cuda_host_register:True,pinned_num_register_threads:8,max_split_size_mb:64,"
+                "garbage_collection_threshold:0.6,roundup_power2_divisions:[256:4,>:8]")
+        n2 = run("settings", "native", outdir, {"PYTORCH_CUDA_ALLOC_CONF": both})
+        c2 = run("settings", "cachalot", outdir, {"CACHALOT_ALLOC_CONF": both})
+        n0, c0 = run("settings", "native", outdir), got[""]
+        ok = ok and "error" not in n2 and n2 == c2 and {k: v for k, v in n0.items() if k != "expandable_segments"} == \
+            {k: v for k, v in c0.items() if k != "expandable_segments"}
+        result("settings", ok, {"native expandable_segments:True": n, "cachalot": got, "both native": n2,
+                                "both cachalot": c2, "defaults native": n0})
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1
 

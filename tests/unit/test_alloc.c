@@ -747,24 +747,48 @@ static void test_max_split_changed_at_run_time(void **state) {
   env_free(&e);
 }
 
-/* cachalot_expandable_segments reports the settings in force: presets expanded, keys in order, a
- * rejected string changing nothing (the PyTorch backend's allocator_settings read it). */
-static void test_expandable_segments_in_force(void **state) {
+/* cachalot_get_settings reports the settings in force: presets expanded, keys in order, unnamed keys
+ * kept, a rejected string changing nothing (the PyTorch backend's allocator_settings read it). */
+static bool expandable_now(cachalot_allocator *a) {
+  cachalot_settings st;
+  OK(cachalot_get_settings(a, &st));
+  return st.expandable_segments;
+}
+
+static void test_settings_in_force(void **state) {
   (void)state;
   env e = ENV(1, 128 * MiB, "");
-  assert_false(cachalot_expandable_segments(e.a));
+  cachalot_settings st;
+  OK(cachalot_get_settings(e.a, &st));
+  EQ(st.max_split_size, SIZE_MAX);
+  assert_true(st.garbage_collection_threshold == 0.0);
+  assert_false(st.expandable_segments || st.expandable_compact || st.pinned_use_cuda_host_register);
+  EQ(st.expandable_page, 20 * MiB);
+  assert_true(st.release_lock_on_cudamalloc);
+  EQ(st.pinned_num_register_threads, 1);
+  for (int i = 0; i < 16; i++)
+    EQ(st.roundup_power2_divisions[i], 0);
   OK(cachalot_set_settings(e.a, "preset:low_fragmentation"));
-  assert_true(cachalot_expandable_segments(e.a));
-  OK(cachalot_set_settings(e.a, "max_split_size_mb:40")); /* unnamed keys keep their values */
-  assert_true(cachalot_expandable_segments(e.a));
+  assert_true(expandable_now(e.a));
+  OK(cachalot_set_settings(e.a, "max_split_size_mb:40,garbage_collection_threshold:0.5,"
+                                "roundup_power2_divisions:[256:4,>:8],pinned_num_register_threads:4"));
+  OK(cachalot_get_settings(e.a, &st));
+  assert_true(st.expandable_segments && st.expandable_compact); /* unnamed keys keep their values */
+  EQ(st.expandable_page, 2 * MiB);
+  EQ(st.max_split_size, 40 * MiB);
+  assert_true(st.garbage_collection_threshold == 0.5);
+  EQ(st.pinned_num_register_threads, 4);
+  EQ(st.roundup_power2_divisions[7], 4); /* [128, 256) MiB */
+  EQ(st.roundup_power2_divisions[8], 8); /* [256, 512) MiB */
   OK(cachalot_set_settings(e.a, "preset:low_fragmentation,expandable_segments:False"));
-  assert_false(cachalot_expandable_segments(e.a));
+  assert_false(expandable_now(e.a));
   STATUS(cachalot_set_settings(e.a, "expandable_segments:True,expandable_page_mb:3"), CACHALOT_ERROR_CONFIG);
-  assert_false(cachalot_expandable_segments(e.a));
+  assert_false(expandable_now(e.a));
   OK(cachalot_set_settings(e.a, "expandable_segments:False, preset : low_fragmentation"));
-  assert_true(cachalot_expandable_segments(e.a));
+  assert_true(expandable_now(e.a));
   CHECK(e.a);
-  assert_false(cachalot_expandable_segments(NULL));
+  STATUS(cachalot_get_settings(NULL, &st), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_get_settings(e.a, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
   env_free(&e);
 }
 
@@ -1499,7 +1523,7 @@ int main(void) {
       cmocka_unit_test(test_max_non_split_rounding),
       cmocka_unit_test(test_max_split_release_when_full),
       cmocka_unit_test(test_max_split_changed_at_run_time),
-      cmocka_unit_test(test_expandable_segments_in_force),
+      cmocka_unit_test(test_settings_in_force),
       cmocka_unit_test(test_oom_message_and_retry),
       cmocka_unit_test(test_oom_with_fraction_message),
       cmocka_unit_test(test_fraction_config_key),

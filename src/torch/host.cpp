@@ -1,0 +1,238 @@
+// cachalot's host cache as PyTorch's CUDA host allocator: an at::HostAllocator over <cachalot/host.h>,
+// installed with at::setHostAllocator(kCUDA), through which pin_memory(), torch.empty(pin_memory=True),
+// DataLoader's pinning, the record_event of non_blocking copies, torch._C._host_emptyCache and
+// torch.cuda.host_memory_stats() reach it.
+//
+// CUDA graphs: PyTorch routes the pinned allocations of a capture to a private pool (begin/end_allocate_to_
+// pool) because a captured copy reads its pinned source at every replay, long after the tensor is freed.
+// cachalot's host cache has no private pools, so this layer keeps such blocks out of the cache instead: a
+// block allocated for a capture, or marked with a capturing stream, goes back only when its pool is
+// released (the graphs that could replay it are gone), after a device synchronization.
+#include "host.h"
+
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <cachalot/cachalot.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using c10::MempoolId_t;
+
+[[noreturn]] void fail(const char* what, cachalot_status rc) {
+  TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
+}
+
+void check(cachalot_status rc, const char* what) {
+  if (rc != CACHALOT_OK)
+    fail(what, rc);
+}
+
+void to_stat(const cachalot_stat& from, c10::CachingAllocator::Stat& to) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+void to_duration(const cachalot_duration_stat& from, c10::CachingAllocator::DurationStat& to) {
+  to.total = from.total;
+  to.max = from.max;
+  to.min = from.min;
+  to.count = from.count;
+}
+
+void host_delete(void* ptr);
+
+class HostAllocator final : public at::HostAllocator {
+ public:
+  HostAllocator(cachalot_allocator* a, at::HostAllocator* prev) : a_(a), prev_(prev) {}
+
+  at::DataPtr allocate(size_t size) override {
+    void* p = nullptr;
+    check(cachalot_host_malloc(a_, size, &p), "pinned host allocation");
+    if (p && captures_underway()) {
+      const c10::Stream s = c10::cuda::getCurrentCUDAStream();
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& c : captures_)
+        if (c.second(s)) {
+          held_[p] = c.first;
+          break;
+        }
+    }
+    return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
+  }
+
+  at::DeleterFnPtr raw_deleter() const override { return &host_delete; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count)
+      std::memcpy(dest, src, count);
+  }
+
+  void free(void* p) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = held_.find(p);
+      if (it != held_.end()) { // a capture's: its graphs may replay a copy from it
+        pools_[it->second].held.push_back(p);
+        held_.erase(it);
+        return;
+      }
+    }
+    // a deleter must not throw: a failure here (an event cannot be recorded) leaves the block allocated
+    if (cachalot_host_free(a_, p) != CACHALOT_OK)
+      TORCH_WARN("cachalot: freeing pinned memory: ", cachalot_last_error());
+  }
+
+  // PyTorch calls this for every non_blocking copy between the host and a device, pinned or not: memory
+  // that is not a block of cachalot's is the previous allocator's (pinned before the install) or nobody's.
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
+    const c10::cuda::CUDAStream s(stream);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s.stream(), &capturing) != cudaSuccess)
+      (void)cudaGetLastError();
+    if (capturing != cudaStreamCaptureStatusNone) {
+      // an event recorded now would stand for the graph, not for work: keep the block until its pool goes
+      std::lock_guard<std::mutex> g(mu_);
+      if (held_.count(ptr))
+        return true;
+      for (auto& c : captures_)
+        if (c.second(stream)) {
+          if (!owns(ptr))
+            break;
+          held_[ptr] = c.first;
+          return true;
+        }
+    }
+    const cachalot_status rc =
+        cachalot_host_record_event(a_, ptr, s.device_index(), reinterpret_cast<cachalot_stream>(s.stream()));
+    if (rc == CACHALOT_ERROR_INVALID_POINTER)
+      return prev_ ? prev_->record_event(ptr, ctx, stream) : false;
+    check(rc, "recording a stream's use of pinned memory");
+    return true;
+  }
+
+  void empty_cache() override {
+    check(cachalot_host_empty_cache(a_), "emptying the pinned host cache");
+    if (prev_)
+      prev_->empty_cache();
+  }
+
+  at::HostStats get_stats() override {
+    cachalot_host_stats s;
+    check(cachalot_host_memory_stats(a_, &s), "pinned host stats");
+    at::HostStats out;
+    to_stat(s.active_requests, out.active_requests);
+    to_stat(s.active_bytes, out.active_bytes);
+    to_stat(s.allocations, out.allocations);
+    to_stat(s.allocated_bytes, out.allocated_bytes);
+    to_duration(s.host_alloc_time, out.host_alloc_time);
+    to_duration(s.host_free_time, out.host_free_time);
+    out.num_host_alloc = s.num_host_alloc;
+    out.num_host_free = s.num_host_free;
+    return out;
+  }
+
+  void reset_accumulated_stats() override {
+    check(cachalot_host_reset_accumulated_stats(a_), "resetting pinned host stats");
+  }
+
+  void reset_peak_stats() override { check(cachalot_host_reset_peak_stats(a_), "resetting pinned host peaks"); }
+
+  void begin_allocate_to_pool(MempoolId_t pool, std::function<bool(c10::Stream)> filter) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& c : captures_)
+      TORCH_CHECK(c.first != pool, "cachalot: beginAllocateToPool: already recording to this pool");
+    pools_[pool].uses++;
+    captures_.emplace_back(pool, std::move(filter));
+    n_captures_.store(captures_.size(), std::memory_order_relaxed);
+  }
+
+  void end_allocate_to_pool(MempoolId_t pool) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = captures_.begin(); it != captures_.end(); ++it)
+      if (it->first == pool) {
+        captures_.erase(it);
+        n_captures_.store(captures_.size(), std::memory_order_relaxed);
+        return;
+      }
+    TORCH_CHECK(false, "cachalot: endAllocateToPool: not recording to this pool");
+  }
+
+  void release_pool(MempoolId_t pool) override {
+    std::vector<void*> back;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = pools_.find(pool);
+      TORCH_CHECK(it != pools_.end() && it->second.uses > 0, "cachalot: releasePool: no such pinned pool");
+      if (--it->second.uses > 0)
+        return;
+      back.swap(it->second.held);
+      pools_.erase(it);
+    }
+    if (back.empty())
+      return;
+    // the last graph of the pool is gone, but its last replay may still be reading
+    if (cudaDeviceSynchronize() != cudaSuccess)
+      (void)cudaGetLastError();
+    for (void* p : back)
+      if (cachalot_host_free(a_, p) != CACHALOT_OK)
+        TORCH_WARN("cachalot: freeing pinned memory of a released graph pool: ", cachalot_last_error());
+  }
+
+ private:
+  struct Pool {
+    int uses = 0;
+    std::vector<void*> held; // freed by the program, kept for the pool's graphs
+  };
+
+  bool captures_underway() const { return n_captures_.load(std::memory_order_relaxed) != 0; }
+
+  // Whether ptr is the start of an allocated block of cachalot's: recording the null stream's use
+  // of a block it does own changes nothing that matters (the block is kept out of the cache anyway).
+  bool owns(void* ptr) {
+    return cachalot_host_record_event(a_, ptr, 0, nullptr) == CACHALOT_OK;
+  }
+
+  cachalot_allocator* a_;
+  at::HostAllocator* prev_;
+  std::mutex mu_;
+  std::vector<std::pair<MempoolId_t, std::function<bool(c10::Stream)>>> captures_;
+  std::atomic<size_t> n_captures_{0};
+  std::map<MempoolId_t, Pool> pools_;
+  std::map<void*, MempoolId_t> held_; // allocated blocks that belong to a capture's pool
+};
+
+HostAllocator* host_instance = nullptr;
+
+void host_delete(void* ptr) {
+  if (ptr)
+    host_instance->free(ptr);
+}
+
+} // namespace
+
+namespace cachalot_torch {
+
+void install_host_allocator(cachalot_allocator* a) {
+  if (host_instance)
+    return;
+  at::HostAllocator* prev = at::getHostAllocator(at::kCUDA);
+  host_instance = new HostAllocator(a, prev); // lives as long as the process: PyTorch keeps pointers to it
+  at::setHostAllocator(at::kCUDA, host_instance, 1); // above the built-in one's registration (0)
+}
+
+bool host_allocator_installed() { return host_instance != nullptr; }
+
+} // namespace cachalot_torch
