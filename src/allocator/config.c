@@ -360,7 +360,7 @@ static cachalot_status roundup_divisions(lexer *lx, const tok *k, tok *d, uint64
 static void roundup_fill(cl_config *c, bool rest, unsigned index, uint64_t div, unsigned *last_index,
                          bool *first_explicit) {
   if (rest) {
-    for (unsigned i = *last_index; i < CL_ROUNDUP_INTERVALS; i++)
+    for (unsigned i = *last_index + 1; i < CL_ROUNDUP_INTERVALS; i++)
       c->roundup_divisions[i] = (unsigned)div;
   } else {
     if (*first_explicit) {
@@ -375,8 +375,9 @@ static void roundup_fill(cl_config *c, bool rest, unsigned index, uint64_t div, 
 
 /* Either one N for every interval, or `[k:v,...,>:v]`. The list keeps PyTorch's fill rules, which
  * users' existing strings depend on: the first explicit k also covers every interval below it, and
- * `>` covers everything from the previous entry's interval (inclusive) upwards. Intervals no entry
- * reaches keep the base's value, as in PyTorch where a list updates the current settings. */
+ * `>` covers every interval above the previous entry's (above interval 0 when it comes first), as torch
+ * 2.11 fills them (earlier releases filled from the previous entry's interval inclusive). Intervals no
+ * entry reaches keep the base's value, as in PyTorch where a list updates the current settings. */
 static cachalot_status parse_roundup(lexer *lx, const tok *v, cl_config *c) {
   char got[GOT_CAP];
   if (v->kind == TK_WORD)

@@ -778,8 +778,9 @@ static void test_settings_in_force(void **state) {
   EQ(st.max_split_size, 40 * MiB);
   assert_true(st.garbage_collection_threshold == 0.5);
   EQ(st.pinned_num_register_threads, 4);
-  EQ(st.roundup_power2_divisions[7], 4); /* [128, 256) MiB */
-  EQ(st.roundup_power2_divisions[8], 8); /* [256, 512) MiB */
+  EQ(st.roundup_power2_divisions[7], 4); /* [128, 256) MiB: the first entry fills below itself */
+  EQ(st.roundup_power2_divisions[8], 4); /* [256, 512) MiB */
+  EQ(st.roundup_power2_divisions[9], 8); /* [512 MiB, 1 GiB): `>` starts above the entry before it */
   OK(cachalot_set_settings(e.a, "preset:low_fragmentation,expandable_segments:False"));
   assert_false(expandable_now(e.a));
   STATUS(cachalot_set_settings(e.a, "expandable_segments:True,expandable_page_mb:3"), CACHALOT_ERROR_CONFIG);

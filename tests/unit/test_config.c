@@ -227,15 +227,27 @@ static void test_roundup_list_spec_example(void **state) {
 
 static void test_roundup_list_rules(void **state) {
   (void)state;
-  /* `>` first: from interval 0 to the end. */
+  /* `>` first: every interval above interval 0 (torch 2.11's snapshot on an H100: [0, 8, 8, ...] for
+   * [>:8]). */
   cl_config c = parse_defaults("roundup_power2_divisions:[>:4]");
-  const unsigned all4[CL_ROUNDUP_INTERVALS] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+  const unsigned all4[CL_ROUNDUP_INTERVALS] = {0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
   assert_divisions(&c, all4);
 
-  /* `>` overwrites the previous entry's own interval too (PyTorch fills from it inclusive). */
+  /* `>` starts above the previous entry's interval (torch 2.11: [256:4,>:8] keeps 4 at 256 MiB). */
   c = parse_defaults("roundup_power2_divisions:[4:8,>:2]");
-  const unsigned w1[CL_ROUNDUP_INTERVALS] = {8, 8, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+  const unsigned w1[CL_ROUNDUP_INTERVALS] = {8, 8, 8, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
   assert_divisions(&c, w1);
+  c = parse_defaults("roundup_power2_divisions:[256:4,>:8]");
+  const unsigned w1b[CL_ROUNDUP_INTERVALS] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8};
+  assert_divisions(&c, w1b);
+  c = parse_defaults("roundup_power2_divisions:[>:8,256:4]"); /* the first explicit entry fills below itself */
+  assert_divisions(&c, w1b);
+  c = parse_defaults("roundup_power2_divisions:[256:4,128:2,>:8]");
+  const unsigned w1c[CL_ROUNDUP_INTERVALS] = {4, 4, 4, 4, 4, 4, 4, 2, 8, 8, 8, 8, 8, 8, 8, 8};
+  assert_divisions(&c, w1c);
+  c = parse_defaults("roundup_power2_divisions:[32768:4,>:2]"); /* nothing above the last interval */
+  const unsigned w1d[CL_ROUNDUP_INTERVALS] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+  assert_divisions(&c, w1d);
 
   /* Only the FIRST explicit interval fills below itself; a later one touches only its own index,
    * and intervals nobody reaches keep the base's values. */
@@ -260,9 +272,9 @@ static void test_roundup_list_rules(void **state) {
   assert_divisions(&c, base.roundup_divisions);
   assert_int_equal(c.keys_set, CL_KEY_ROUNDUP);
 
-  /* `>` after a later entry starts from that entry. */
+  /* `>` after a later entry starts above that entry. */
   c = parse_defaults("roundup_power2_divisions:[2:8,16:4,>:0]");
-  const unsigned w5[CL_ROUNDUP_INTERVALS] = {8, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const unsigned w5[CL_ROUNDUP_INTERVALS] = {8, 8, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_divisions(&c, w5);
 }
 
@@ -308,7 +320,7 @@ static void test_whitespace_and_all_keys(void **state) {
   assert_true(c.expandable_segments);
   assert_false(c.release_lock_on_cudamalloc);
   assert_true(c.memory_fraction == 0.75);
-  const unsigned want[CL_ROUNDUP_INTERVALS] = {8, 8, 8, 8, 8, 8, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+  const unsigned want[CL_ROUNDUP_INTERVALS] = {8, 8, 8, 8, 8, 8, 8, 2, 2, 2, 2, 2, 2, 2, 2, 2};
   assert_divisions(&c, want);
   assert_int_equal(c.keys_set, CL_KEY_MAX_SPLIT | CL_KEY_MAX_NON_SPLIT_ROUNDING | CL_KEY_GC_THRESHOLD |
                                    CL_KEY_ROUNDUP | CL_KEY_EXPANDABLE | CL_KEY_RELEASE_LOCK | CL_KEY_FRACTION);
