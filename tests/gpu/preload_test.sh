@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The LD_PRELOAD interposer on a real GPU: preload_app.cu built with the shared CUDA runtime must print
-# the same under libcachalot_preload.so as without it, with far fewer device allocations; built with the
-# static runtime (nvcc's default) the interposer cannot reach it, and cachalot reports nothing allocated.
+# the same under libcachalot_preload.so as without it, with far fewer device allocations, and with every
+# default-flag cudaMallocHost / cudaHostAlloc served by the host cache (far fewer pinnings), also when it
+# pins with cudaHostRegister; built with the static runtime (nvcc's default) the interposer cannot reach
+# it, and cachalot reports nothing allocated.
 # Usage: tests/gpu/preload_test.sh BUILD_DIR OUT_DIR
 set -u -o pipefail
 build=$(cd "$1" && pwd)
@@ -29,6 +31,37 @@ else
   echo "FAIL device allocations: '$devallocs' for '$calls' calls"
   fail=1
 fi
+# Pinned memory: the app's default-flag calls, each served by the host cache (its stats, printed at exit),
+# with few pinnings; the data copied asynchronously from a block freed and pinned again at once intact.
+pinned_calls=$(echo "$native" | sed -n 's/.*pinned: \([0-9]*\) default-flag calls.*/\1/p')
+# check_host STDERR_FILE LABEL: the stats line in STDERR_FILE shows every such call served
+check_host() {
+  local served pinnings
+  served=$(sed -n 's/.*host: \([0-9]*\) pinned requests served.*/\1/p' "$1")
+  pinnings=$(sed -n 's/.* served, \([0-9]*\) pinnings.*/\1/p' "$1")
+  if [ -n "$served" ] && [ -n "$pinned_calls" ] && [ "$served" = "$pinned_calls" ] && [ -n "$pinnings" ] &&
+    [ "$pinnings" -gt 0 ] && [ $((pinnings * 4)) -le "$served" ]; then
+    echo "PASS $2: the host cache served all $served default-flag pinned calls with $pinnings pinnings"
+  else
+    echo "FAIL $2: host cache served '$served' of '$pinned_calls' default-flag pinned calls, '$pinnings' pinnings"
+    fail=1
+  fi
+}
+check_host "$out/preload.err" "cudaHostAlloc"
+echo "$under" | grep -q "pinned: [0-9]* default-flag calls, 0 mismatches" &&
+  echo "PASS pinned memory freed right after an asynchronous copy and pinned again: the copy read the first contents" ||
+  { echo "FAIL pinned memory reused before the copy from it ran"; fail=1; }
+echo "$under" | grep -q "second cudaFreeHost refused" && echo "PASS a second cudaFreeHost is refused" ||
+  { echo "FAIL second cudaFreeHost"; fail=1; }
+reg_out=$(CACHALOT_PRELOAD_STATS=1 CACHALOT_ALLOC_CONF=pinned_use_cuda_host_register:True LD_PRELOAD=$lib \
+  "$out/app_shared" 2>"$out/register.err")
+if [ "$reg_out" = "$native" ]; then
+  echo "PASS identical output with pinned_use_cuda_host_register:True"
+  check_host "$out/register.err" "cudaHostRegister"
+else
+  echo "FAIL output differs with pinned_use_cuda_host_register:True: $reg_out $(cat "$out/register.err")"
+  fail=1
+fi
 # CACHALOT_ALLOC_CONF and the snapshot variables work under the interposer; a bad config is reported
 # and the program keeps the runtime's allocator.
 conf_out=$(CACHALOT_ALLOC_CONF=max_split_size_mb:40 CACHALOT_SNAPSHOT_AT_EXIT=$out/snap.json LD_PRELOAD=$lib \
@@ -49,7 +82,8 @@ else
 fi
 static_out=$(CACHALOT_PRELOAD_STATS=1 LD_PRELOAD=$lib "$out/app_static" 2>"$out/static.err")
 echo "static runtime:    $static_out; cachalot says: $(cat "$out/static.err")"
-if [ "$static_out" = "$native" ] && ! grep -q "[1-9][0-9]* device allocations" "$out/static.err"; then
+if [ "$static_out" = "$native" ] && ! grep -q "[1-9][0-9]* device allocations" "$out/static.err" &&
+  ! grep -q "[1-9][0-9]* pinned requests served" "$out/static.err"; then
   echo "PASS static runtime: not interposed (as the README says), output unchanged"
 else
   echo "FAIL static runtime"
