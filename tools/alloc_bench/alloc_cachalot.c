@@ -1,6 +1,8 @@
 /* alloc_bench: cachalot on the CUDA backend ("cachalot") and on the simulated device ("cachalot-sim",
  * events complete at once, default options otherwise). Both use the default config ("", not the
- * environment), one allocator per result row, device 0. */
+ * environment), one allocator per result row, device 0. Both serve the host workload too, through the
+ * allocator's host cache (cachalot_host_malloc / cachalot_host_free): on the simulated device its pinnings
+ * are plain host memory, so the row is the cache's own CPU cost. */
 #include "bench.h"
 
 #include <cachalot/cachalot.h>
@@ -209,6 +211,52 @@ static int cl_check(ab_alloc *base, char err[AB_ERR_LEN]) {
              (long long)st.allocation[CACHALOT_STAT_ALL].current);
     return -1;
   }
+  cachalot_host_stats hs;
+  if ((s = cachalot_host_memory_stats(c->a, &hs)) != CACHALOT_OK)
+    return fail(err, "cachalot_host_memory_stats", s);
+  if (hs.active_requests.current != 0 || hs.active_bytes.current != 0) {
+    snprintf(err, AB_ERR_LEN, "everything was freed, yet host_memory_stats says %lld pinned bytes in %lld blocks "
+             "handed out", (long long)hs.active_bytes.current, (long long)hs.active_requests.current);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the host workload: the allocator's pinned-host cache ---- */
+
+static int cl_host_run(ab_alloc *base, const ab_op *ops, size_t n, void **slots, size_t *done, uint64_t *ns,
+                       char err[AB_ERR_LEN]) {
+  cachalot_allocator *a = ((cl_inst *)base)->a;
+  cachalot_status st = CACHALOT_OK;
+  size_t i = 0;
+  uint64_t t0 = ab_now_ns();
+  for (; i < n; i++) {
+    const ab_op *o = &ops[i];
+    st = o->size != 0 ? cachalot_host_malloc(a, (size_t)o->size, &slots[o->slot])
+                      : cachalot_host_free(a, slots[o->slot]);
+    if (st != CACHALOT_OK)
+      break;
+  }
+  *ns = ab_now_ns() - t0;
+  *done = i;
+  if (st == CACHALOT_OK)
+    return 0;
+  char what[64] = "cachalot_host_free";
+  if (ops[i].size != 0)
+    snprintf(what, sizeof what, "cachalot_host_malloc(%llu)", (unsigned long long)ops[i].size);
+  return fail(err, what, st);
+}
+
+/* allocated_bytes are the blocks the cache holds pinned, handed out or not (torch.cuda.host_memory_stats'
+ * meaning); active_bytes those handed out. */
+static int cl_host_stats(ab_alloc *base, ab_stats *out, char err[AB_ERR_LEN]) {
+  cachalot_host_stats st;
+  cachalot_status s = cachalot_host_memory_stats(((cl_inst *)base)->a, &st);
+  if (s != CACHALOT_OK)
+    return fail(err, "cachalot_host_memory_stats", s);
+  out->peak_reserved = st.allocated_bytes.peak;
+  out->peak_allocated = st.active_bytes.peak;
+  out->device_allocs = st.num_host_alloc;
   return 0;
 }
 
@@ -282,6 +330,7 @@ static int cl_graph_reset(ab_alloc *base, char err[AB_ERR_LEN]) {
 
 const ab_allocator ab_cachalot = {
     .name = "cachalot",
+    .kinds = AB_DEVICE | AB_HOST,
     .probe = probe_cuda,
     .open = open_cuda,
     .run = cl_run,
@@ -291,11 +340,14 @@ const ab_allocator ab_cachalot = {
     .graph_capture = cl_graph_capture,
     .graph_replay = cl_graph_replay,
     .graph_reset = cl_graph_reset,
+    .host_run = cl_host_run,
+    .host_stats = cl_host_stats,
     .close = cl_close,
 };
 
 const ab_allocator ab_cachalot_sim = {
     .name = "cachalot-sim",
+    .kinds = AB_DEVICE | AB_HOST,
     .probe = probe_sim,
     .open = open_sim,
     .run = cl_run,
@@ -305,5 +357,7 @@ const ab_allocator ab_cachalot_sim = {
     .graph_capture = cl_graph_capture,
     .graph_replay = cl_graph_replay,
     .graph_reset = cl_graph_reset,
+    .host_run = cl_host_run,
+    .host_stats = cl_host_stats,
     .close = cl_close,
 };

@@ -10,6 +10,9 @@
  * cudaMalloc: cudaMalloc / cudaFree, every allocation a device call; peaks are the requested bytes (the
  * caller fills them in). It cannot be captured into a graph.
  *
+ * cudaHostAlloc: the host workload's uncached baseline, cudaHostAlloc (cudaHostAllocDefault) / cudaFreeHost,
+ * every allocation a pinning; peaks are the requested bytes, as for cudaMalloc.
+ *
  * Built without the CUDA runtime, both are reported as skipped. */
 #include "bench.h"
 
@@ -247,7 +250,7 @@ static int async_stats(ab_alloc *base, bool graph, ab_stats *out, char err[AB_ER
 
 static int malloc_stats(ab_alloc *base, bool graph, ab_stats *out, char err[AB_ERR_LEN]) {
   (void)graph, (void)err;
-  out->peak_reserved = out->peak_allocated = -1; /* the caller puts the requested peak there */
+  out->peak_reserved = out->peak_allocated = AB_PEAK_REQUESTED;
   out->device_allocs = atomic_load(&((cu_inst *)base)->device_allocs);
   return 0;
 }
@@ -323,13 +326,46 @@ static int async_graph_reset(ab_alloc *base, char err[AB_ERR_LEN]) {
   return e == cudaSuccess ? 0 : cuda_fail(err, "destroying the graph", e);
 }
 
+/* ---- cudaHostAlloc: pinned host memory, uncached ---- */
+
+static int host_alloc_run(ab_alloc *base, const ab_op *ops, size_t n, void **slots, size_t *done, uint64_t *ns,
+                          char err[AB_ERR_LEN]) {
+  int64_t allocs = 0;
+  cudaError_t e = cudaSuccess;
+  size_t i = 0;
+  uint64_t t0 = ab_now_ns();
+  for (; i < n; i++) {
+    const ab_op *o = &ops[i];
+    e = o->size != 0 ? cudaHostAlloc(&slots[o->slot], (size_t)o->size, cudaHostAllocDefault)
+                     : cudaFreeHost(slots[o->slot]);
+    if (e != cudaSuccess)
+      break;
+    allocs += o->size != 0;
+  }
+  *ns = ab_now_ns() - t0;
+  *done = i;
+  atomic_fetch_add(&((cu_inst *)base)->device_allocs, allocs);
+  return e == cudaSuccess ? 0 : cuda_fail(err, ops[i].size ? "cudaHostAlloc" : "cudaFreeHost", e);
+}
+
+static int host_alloc_stats(ab_alloc *base, ab_stats *out, char err[AB_ERR_LEN]) {
+  (void)err;
+  out->peak_reserved = out->peak_allocated = AB_PEAK_REQUESTED;
+  out->device_allocs = atomic_load(&((cu_inst *)base)->device_allocs);
+  return 0;
+}
+
 static int open_async(ab_alloc **out, int n, char err[AB_ERR_LEN]) { return cu_open(out, n, true, &ab_cuda_async, err); }
 static int open_malloc(ab_alloc **out, int n, char err[AB_ERR_LEN]) {
   return cu_open(out, n, false, &ab_cuda_malloc, err);
 }
+static int open_host_alloc(ab_alloc **out, int n, char err[AB_ERR_LEN]) {
+  return cu_open(out, n, false, &ab_cuda_host_alloc, err);
+}
 
 const ab_allocator ab_cuda_async = {
     .name = "cudaMallocAsync",
+    .kinds = AB_DEVICE,
     .probe = probe_async,
     .open = open_async,
     .run = async_run,
@@ -344,6 +380,7 @@ const ab_allocator ab_cuda_async = {
 
 const ab_allocator ab_cuda_malloc = {
     .name = "cudaMalloc",
+    .kinds = AB_DEVICE,
     .probe = ab_cuda_probe,
     .open = open_malloc,
     .run = malloc_run,
@@ -354,6 +391,16 @@ const ab_allocator ab_cuda_malloc = {
     .close = cu_close,
 };
 
+const ab_allocator ab_cuda_host_alloc = {
+    .name = "cudaHostAlloc",
+    .kinds = AB_HOST,
+    .probe = ab_cuda_probe,
+    .open = open_host_alloc,
+    .host_run = host_alloc_run,
+    .host_stats = host_alloc_stats,
+    .close = cu_close,
+};
+
 #else /* no CUDA runtime in this build */
 
 static int no_cuda(char err[AB_ERR_LEN]) {
@@ -361,9 +408,11 @@ static int no_cuda(char err[AB_ERR_LEN]) {
   return -1;
 }
 
-const ab_allocator ab_cuda_async = {.name = "cudaMallocAsync", .probe = no_cuda};
+const ab_allocator ab_cuda_async = {.name = "cudaMallocAsync", .kinds = AB_DEVICE, .probe = no_cuda};
 const ab_allocator ab_cuda_malloc = {.name = "cudaMalloc",
+                                     .kinds = AB_DEVICE,
                                      .probe = no_cuda,
                                      .graph_na = "cudaMalloc cannot be captured into a CUDA graph"};
+const ab_allocator ab_cuda_host_alloc = {.name = "cudaHostAlloc", .kinds = AB_HOST, .probe = no_cuda};
 
 #endif

@@ -19,12 +19,13 @@ const char ab_source_traces[] = ALLOC_BENCH_TRACE_DIR;
 
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
-    "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--trace FILE]...\n"
-    "                   [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING] [--csv FILE] [--json FILE]\n"
-    "                   [--svg FILE] [-v]\n"
+    "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--host-ops N]\n"
+    "                   [--trace FILE]... [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING]\n"
+    "                   [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
     "\n"
-    "Benchmarks device-memory allocators on the same pre-generated operation sequences, side by side.\n"
+    "Benchmarks device-memory allocators (and pinned host memory, the host workload) on the same\n"
+    "pre-generated operation sequences, side by side.\n"
     "Every (workload, allocator) row gets a fresh allocator, one untimed warm-up pass, then R timed\n"
     "passes; device work is synchronized before a pass's clock (CLOCK_MONOTONIC) is read. Afterwards\n"
     "everything is freed and cachalot's rows run cachalot_check() and verify that nothing is allocated.\n"
@@ -46,11 +47,19 @@ static const char help[] =
     "           cudaMallocAsync: stream capture of cudaMallocFromPoolAsync / cudaFreeAsync), then\n"
     "           launched --replays times; rows graph-capture (ns per captured call) and graph-replay\n"
     "           (ns per launch); cudaMalloc cannot be captured (n/a)\n"
+    "  host     pinned host memory: --host-ops alloc + free pairs, sizes log-uniform from 4 KiB to\n"
+    "           64 MiB (one seeded sequence, the same for every allocator); row host-4KiB-64MiB, timed\n"
+    "           PER PAIR (ns/pair). Rows of cachalot's host cache (cachalot_host_malloc / _free),\n"
+    "           cudaHostAlloc and PyTorch; the device allocators have none (nor these in the others)\n"
     "\n"
     "Allocators (--allocators, comma-separated; default all; those that cannot run here are skipped):\n"
     "  cachalot         cachalot on the CUDA backend (default config)\n"
     "  cudaMallocAsync  a cudaMemPoolCreate pool of its own, release threshold UINT64_MAX\n"
     "  cudaMalloc       plain cudaMalloc / cudaFree\n"
+    "  cudaHostAlloc    host workload: plain cudaHostAlloc / cudaFreeHost, no cache\n"
+    "  PyTorch          host workload: PyTorch's caching host allocator (what pin_memory=True uses),\n"
+    "                   timed in C++ in a python3 child (torch_host.py beside alloc_bench's sources;\n"
+    "                   needs torch with CUDA, and a C++ compiler for its loop: built once, cached)\n"
     "  cachalot-sim     cachalot on the simulated device (events complete at once; no GPU needed)\n"
     "\n"
     "Columns: median [min-max] over the timed passes; peak reserved and peak allocated bytes (cachalot:\n"
@@ -58,7 +67,11 @@ static const char help[] =
     "UsedMemHigh, the graph memory's in the graph rows; cudaMalloc: the requested bytes); peak requested\n"
     "(the most bytes the sequence has live; mt: the sum of the threads' peaks); res/req, their ratio;\n"
     "device allocs: cudaMalloc-like calls over the warm-up and the timed passes together (cachalot:\n"
-    "num_device_alloc; cudaMalloc: every allocation; cudaMallocAsync: unknown, '-').\n"
+    "num_device_alloc; cudaMalloc: every allocation; cudaMallocAsync: unknown, '-'). Host rows: peak\n"
+    "reserved is the most pinned bytes held, cached or handed out, peak allocated the most handed out\n"
+    "(cachalot and PyTorch: host_memory_stats allocated_bytes / active_bytes peaks, blocks rounded up\n"
+    "to powers of two, PyTorch's '-' where torch's own count misses frees; cudaHostAlloc: the requested\n"
+    "bytes), dev allocs the pinnings (num_host_alloc; cudaHostAlloc: every allocation).\n"
     "\n"
     "options:\n"
     "  -w, --workload LIST     workloads (above), or all\n"
@@ -70,6 +83,8 @@ static const char help[] =
     "                          (default 20000)\n"
     "      --graph-ops N       allocator calls captured per graph (default 1000)\n"
     "      --replays K         graph launches per timed pass (default 100)\n"
+    "      --host-ops N        alloc + free pairs per pass of the host workload (default 1000: pinning\n"
+    "                          costs milliseconds, and cudaHostAlloc's row pins every time)\n"
     "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces)\n"
     "      --trace-dir DIR     where the default traces are (default ../shared/traces, else the source\n"
     "                          tree's sibling shared/traces)\n"
@@ -89,11 +104,13 @@ static const char help[] =
     "row name, one bar per allocator, log scale, whiskers from min to max.\n"
     "\n"
     "Exit status: 0 done (skipped and n/a rows included), 1 a row failed or a check found a problem, or\n"
-    "a file could not be read or written, 2 usage error (an empty list, a bad --conf string too).\n";
+    "a file could not be read or written, 2 usage error (an empty list, a bad --conf string, an\n"
+    "allocator named for workloads it has no rows in too).\n";
 
-const char *const ab_workload_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph"};
+const char *const ab_workload_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph", "host"};
 
-static const ab_allocator *const all_allocators[] = {&ab_cachalot, &ab_cuda_async, &ab_cuda_malloc, &ab_cachalot_sim};
+static const ab_allocator *const all_allocators[] = {&ab_cachalot,        &ab_cuda_async, &ab_cuda_malloc,
+                                                     &ab_cuda_host_alloc, &ab_torch,      &ab_cachalot_sim};
 _Static_assert(sizeof all_allocators / sizeof all_allocators[0] == N_ALLOCATORS, "N_ALLOCATORS counts them");
 
 int ab_usage_error(const char *fmt, ...) {
@@ -157,8 +174,8 @@ static void pick_workload(config *c, int i) { c->workload[i] = true; }
 
 static int parse_workloads(const char *list, config *c) {
   memset(c->workload, 0, sizeof c->workload);
-  return parse_names(list, ab_workload_names, WL_COUNT, "workload", "pair, random, mt, replay, graph or all",
-                     "--workload names no workload (pair, random, mt, replay, graph or all)", pick_workload, c);
+  return parse_names(list, ab_workload_names, WL_COUNT, "workload", "pair, random, mt, replay, graph, host or all",
+                     "--workload names no workload (pair, random, mt, replay, graph, host or all)", pick_workload, c);
 }
 
 /* An allocator named twice runs once. */
@@ -174,8 +191,33 @@ static int parse_allocators(const char *list, config *c) {
   const char *names[N_ALLOCATORS];
   for (int i = 0; i < N_ALLOCATORS; i++)
     names[i] = all_allocators[i]->name;
-  return parse_names(list, names, N_ALLOCATORS, "allocator", "cachalot, cudaMallocAsync, cudaMalloc, cachalot-sim or all",
+  c->allocators_named = strcmp(list, "all") != 0;
+  return parse_names(list, names, N_ALLOCATORS, "allocator",
+                     "cachalot, cudaMallocAsync, cudaMalloc, cudaHostAlloc, PyTorch, cachalot-sim or all",
                      "--allocators names no allocator", pick_allocator, c);
+}
+
+/* Leaves out the allocators that have no row in the selected workloads (device ones in host alone, host
+ * ones in device workloads), so that they are neither probed nor reported as skipped. One named in
+ * --allocators is a usage error instead: running nothing for it would pass for a row that ran. */
+static int keep_allocators_with_rows(config *c) {
+  bool device = false;
+  for (int w = 0; w < WL_COUNT; w++)
+    device |= w != WL_HOST && c->workload[w];
+  const unsigned kinds = (device ? AB_DEVICE : 0u) | (c->workload[WL_HOST] ? AB_HOST : 0u);
+  int kept = 0;
+  for (int i = 0; i < c->n_alloc; i++) {
+    const ab_allocator *a = c->alloc[i];
+    if (a->kinds & kinds)
+      c->alloc[kept++] = a;
+    else if (c->allocators_named)
+      return ab_usage_error("%s has no rows in the selected workloads: %s", a->name,
+                            a->kinds == AB_HOST ? "it serves pinned host memory, the host workload alone"
+                                                : "it serves device memory, not the host workload (cudaHostAlloc "
+                                                  "is the CUDA runtime's pinned-host row)");
+  }
+  c->n_alloc = kept;
+  return AB_GO_ON;
 }
 
 /* ---- traces ---- */
@@ -218,6 +260,7 @@ static void default_traces(config *c) {
 enum {
   OPT_GRAPH_OPS = 256,
   OPT_REPLAYS,
+  OPT_HOST_OPS,
   OPT_TRACE,
   OPT_TRACE_DIR,
   OPT_SEED,
@@ -308,6 +351,10 @@ static int apply_option(config *c, int o, char **argv) {
     rc = count_arg("--replays", 1000000, &v);
     c->replays = (int)v;
     break;
+  case OPT_HOST_OPS:
+    rc = count_arg("--host-ops", 100000000, &v);
+    c->host_ops = (size_t)v;
+    break;
   case OPT_TRACE:
     if (add_trace(c, optarg) != 0)
       rc = ab_usage_error("out of host memory");
@@ -345,6 +392,7 @@ int ab_parse_args(int argc, char **argv, config *c) {
                                            {"ops", required_argument, NULL, 'n'},
                                            {"graph-ops", required_argument, NULL, OPT_GRAPH_OPS},
                                            {"replays", required_argument, NULL, OPT_REPLAYS},
+                                           {"host-ops", required_argument, NULL, OPT_HOST_OPS},
                                            {"trace", required_argument, NULL, OPT_TRACE},
                                            {"trace-dir", required_argument, NULL, OPT_TRACE_DIR},
                                            {"seed", required_argument, NULL, OPT_SEED},
@@ -356,8 +404,8 @@ int ab_parse_args(int argc, char **argv, config *c) {
                                            {"verbose", no_argument, NULL, 'v'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
-  *c = (config){.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000, .seed = 1,
-                .pin = -1};
+  *c = (config){.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000,
+                .host_ops = 1000, .seed = 1, .pin = -1};
   parse_workloads("all", c);
   parse_allocators("all", c);
   opterr = 0;
@@ -366,6 +414,8 @@ int ab_parse_args(int argc, char **argv, config *c) {
     rc = apply_option(c, o, argv);
   if (rc == AB_GO_ON && optind < argc)
     rc = ab_usage_error("unexpected argument '%s'", argv[optind]);
+  if (rc == AB_GO_ON)
+    rc = keep_allocators_with_rows(c);
   if (rc == AB_GO_ON && !c->traces_given && c->workload[WL_REPLAY])
     default_traces(c);
   return rc;

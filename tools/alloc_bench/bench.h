@@ -51,6 +51,9 @@ uint64_t ab_rng_below(ab_rng *r, uint64_t n);
 
 /* `pairs` x (allocate `size` into slot 0, free slot 0). */
 int ab_seq_pair(ab_seq *s, uint64_t size, size_t pairs, char err[AB_ERR_LEN]);
+/* `pairs` x (allocate a size drawn log-uniformly from [min, max] into slot 0, free slot 0): the host
+ * workload's pinned blocks. */
+int ab_seq_host(ab_seq *s, uint64_t min, uint64_t max, size_t pairs, uint64_t seed, char err[AB_ERR_LEN]);
 /* RMM's random_allocations: `steps` steps; at each, when nothing is live, or fewer than `cap` are live
  * and a 73 % coin says so, allocate a size drawn log-uniformly from [min, max] (any byte count); else
  * free a live allocation picked uniformly. Then free what is still live, in random order. An
@@ -83,21 +86,33 @@ typedef struct {
   const ab_allocator *vt;
   int n_streams;
   void **streams; /* cudaStream_t / cachalot_stream handles */
+  char note[128]; /* what its rows' note says ("" for nothing), e.g. the version of what it measures */
 } ab_alloc;
 
+/* A peak that is the requested bytes themselves (an allocator that keeps nothing: cudaMalloc,
+ * cudaHostAlloc), which the row fills in from its sequence. */
+enum { AB_PEAK_REQUESTED = -2 };
+
 typedef struct {
-  int64_t peak_reserved, peak_allocated; /* -1: unknown */
+  int64_t peak_reserved, peak_allocated; /* -1: unknown; or AB_PEAK_REQUESTED */
   int64_t device_allocs;                 /* -1: unknown */
 } ab_stats;
 
+/* The memory an allocator serves, and so the workloads it has rows in: device memory (pair, random, mt,
+ * replay, graph) and pinned host memory (host). An allocator has no row at all in the others' workloads:
+ * an n/a row for every one of them would bury the rows that ran. */
+enum { AB_DEVICE = 1, AB_HOST = 2 };
+
 struct ab_allocator {
   const char *name;
+  unsigned kinds; /* AB_DEVICE, AB_HOST or both */
   /* 0 when the allocator can run here; else -1 and why (no GPU, no driver, built without CUDA). */
   int (*probe)(char err[AB_ERR_LEN]);
   /* A fresh instance with n_streams streams; peak statistics start at zero. */
   int (*open)(ab_alloc **out, int n_streams, char err[AB_ERR_LEN]);
-  /* The timed loop: runs ops[0..n). On failure *done is the index of the failed op. Thread-safe for
-   * distinct slots and streams. */
+  /* run, sync and stats serve the device workloads (NULL where kinds lacks AB_DEVICE). The timed loop:
+   * runs ops[0..n). On failure *done is the index of the failed op. Thread-safe for distinct slots and
+   * streams. */
   int (*run)(ab_alloc *a, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
              char err[AB_ERR_LEN]);
   /* Waits for the device work of the given streams. */
@@ -114,10 +129,21 @@ struct ab_allocator {
   int (*graph_replay)(ab_alloc *a, void *stream, int k, char err[AB_ERR_LEN]);
   int (*graph_reset)(ab_alloc *a, char err[AB_ERR_LEN]);
   const char *graph_na;
+  /* The host workload (NULL where kinds lacks AB_HOST): runs ops[0..n) as pinned allocations (size != 0)
+   * and frees, *ns the time of that loop alone, measured by the allocator's side (the PyTorch row's loop
+   * runs in a child process, so the time cannot be taken around the call); on failure *done is the index
+   * of the failed op (what ops[0..*done) left live is still live). No device work is enqueued, so nothing
+   * is synchronized. One loop, one indirect call per pass, as for `run`. */
+  int (*host_run)(ab_alloc *a, const ab_op *ops, size_t n, void **slots, size_t *done, uint64_t *ns,
+                  char err[AB_ERR_LEN]);
+  /* The host rows' statistics: peak_reserved the most pinned bytes held (cached or handed out),
+   * peak_allocated the most handed out (rounded sizes), device_allocs the pinning calls (-1 unknown,
+   * AB_PEAK_REQUESTED as for stats). */
+  int (*host_stats)(ab_alloc *a, ab_stats *out, char err[AB_ERR_LEN]);
   void (*close)(ab_alloc *a);
 };
 
-extern const ab_allocator ab_cachalot, ab_cachalot_sim, ab_cuda_async, ab_cuda_malloc;
+extern const ab_allocator ab_cachalot, ab_cachalot_sim, ab_cuda_async, ab_cuda_malloc, ab_cuda_host_alloc, ab_torch;
 /* The CACHALOT_ALLOC_CONF string the cachalot rows' allocators are made with (default ""): 0, or -1 with
  * the library's message in err when the string is not a valid config (conf is kept only when valid). */
 int ab_cachalot_set_conf(const char *conf, char err[AB_ERR_LEN]);

@@ -5,11 +5,11 @@
 
 #include "bench.h"
 
-enum { WL_PAIR, WL_RANDOM, WL_MT, WL_REPLAY, WL_GRAPH, WL_COUNT };
+enum { WL_PAIR, WL_RANDOM, WL_MT, WL_REPLAY, WL_GRAPH, WL_HOST, WL_COUNT };
 extern const char *const ab_workload_names[WL_COUNT];
 
 /* How many allocators alloc_bench knows (args.c lists them). */
-enum { N_ALLOCATORS = 4 };
+enum { N_ALLOCATORS = 6 };
 
 typedef struct {
   bool workload[WL_COUNT];
@@ -17,11 +17,12 @@ typedef struct {
   char skip[N_ALLOCATORS][AB_ERR_LEN]; /* why alloc[i] cannot run ("" when it can) */
   int n_alloc;
   int threads, streams, repeat, replays;
-  size_t ops, graph_ops;
+  size_t ops, graph_ops, host_ops;
   uint64_t seed;
   char **traces;
   size_t n_traces;
   bool traces_given, verbose;
+  bool allocators_named; /* --allocators named them (not all, nor the default) */
   const char *trace_dir; /* --trace-dir; NULL: the default places */
   int pin; /* the first CPU to run on, -1 when not pinned */
   const char *csv, *json, *svg;

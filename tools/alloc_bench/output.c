@@ -69,8 +69,8 @@ static void config_json(const config *c, char *buf, size_t len, const char *devi
   json_contents(tmp, sizeof tmp, device);
   append(buf, len, &k,
          "{\"device\": \"%s\", \"repeat\": %d, \"ops\": %zu, \"graph_ops\": %zu, \"replays\": %d, "
-         "\"threads\": %d, \"streams\": %d, \"seed\": %" PRIu64 ", \"workloads\": [",
-         tmp, c->repeat, c->ops, c->graph_ops, c->replays, c->threads, c->streams, c->seed);
+         "\"host_ops\": %zu, \"threads\": %d, \"streams\": %d, \"seed\": %" PRIu64 ", \"workloads\": [",
+         tmp, c->repeat, c->ops, c->graph_ops, c->replays, c->host_ops, c->threads, c->streams, c->seed);
   bool first = true;
   for (int i = 0; i < WL_COUNT; i++)
     if (c->workload[i]) {

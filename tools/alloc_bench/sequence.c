@@ -22,6 +22,12 @@ uint64_t ab_rng_below(ab_rng *r, uint64_t n) {
 /* A double in [0, 1). */
 static double rng_unit(ab_rng *r) { return (double)(ab_rng_next(r) >> 11) * 0x1.0p-53; }
 
+/* A byte count drawn log-uniformly from [min, max] (lmin, lmax their logarithms). */
+static uint64_t log_uniform(ab_rng *r, double lmin, double lmax, uint64_t min, uint64_t max) {
+  uint64_t size = (uint64_t)exp(lmin + (lmax - lmin) * rng_unit(r));
+  return size < min ? min : size > max ? max : size;
+}
+
 int ab_seq_push(ab_seq *s, uint64_t size, uint32_t slot, uint32_t stream, char err[AB_ERR_LEN]) {
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 1024;
@@ -140,8 +146,7 @@ int ab_seq_random(ab_seq *s, uint64_t min, uint64_t max, size_t steps, uint32_t 
   for (size_t step = 0; rc == 0 && step < steps; step++) {
     bool alloc = n_live == 0 || (n_live < cap && ab_rng_below(&rng, 100) < 73);
     if (alloc) {
-      uint64_t size = (uint64_t)exp(lmin + (lmax - lmin) * rng_unit(&rng));
-      size = size < min ? min : size > max ? max : size;
+      uint64_t size = log_uniform(&rng, lmin, lmax, min, max);
       uint32_t slot = spare[--n_spare];
       live[n_live++] = slot;
       rc = ab_seq_push(s, size, slot, slot % n_streams, err);
@@ -160,4 +165,15 @@ int ab_seq_random(ab_seq *s, uint64_t min, uint64_t max, size_t steps, uint32_t 
   free(live);
   free(spare);
   return rc ? rc : ab_seq_finish(s, err);
+}
+
+int ab_seq_host(ab_seq *s, uint64_t min, uint64_t max, size_t pairs, uint64_t seed, char err[AB_ERR_LEN]) {
+  memset(s, 0, sizeof *s);
+  ab_rng rng;
+  ab_rng_seed(&rng, seed);
+  double lmin = log((double)min), lmax = log((double)max);
+  for (size_t i = 0; i < pairs; i++)
+    if (ab_seq_push(s, log_uniform(&rng, lmin, lmax, min, max), 0, 0, err) || ab_seq_push(s, 0, 0, 0, err))
+      return -1;
+  return ab_seq_finish(s, err);
 }

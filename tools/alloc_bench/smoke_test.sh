@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of alloc_bench (meson suite 'cli'; no GPU needed, a few seconds): the command line, every
-# workload on the simulated device with tiny sizes, the CSV / JSON / SVG outputs and `alloc_bench svg`.
+# workload on the simulated device with tiny sizes, the host workload's figures and its PyTorch row's
+# protocol (through a stand-in for python3), the CSV / JSON / SVG outputs and `alloc_bench svg`.
 # Usage: smoke_test.sh ALLOC_BENCH WORKDIR
 set -u -o pipefail
 export LC_ALL=C # strerror texts, the same everywhere
@@ -16,7 +17,8 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 grep -q '^usage: alloc_bench' "$dir/help.txt" || fail "--help prints no usage line"
 
 # usage errors: exit 2 with a message naming the problem
-for args in "--no-such-flag" "--ops" "--ops 0" "--workload nope" "--allocators nope" "--threads x" "--pin x" "stray"; do
+for args in "--no-such-flag" "--ops" "--ops 0" "--host-ops 0" "--workload nope" "--allocators nope" "--threads x" \
+  "--pin x" "stray"; do
   # shellcheck disable=SC2086
   "$bench" $args >"$dir/bad.out" 2>"$dir/bad.err"
   rc=$?
@@ -48,6 +50,17 @@ mkdir -p "$dir/no_traces"
 grep -q "^(no row ran: no trace found in $dir/no_traces: give --trace FILE or --trace-dir DIR)" "$dir/notrace.out" ||
   fail "replay without a trace: $(cat "$dir/notrace.out")"
 grep -q "allocator was skipped" "$dir/notrace.out" && fail "replay without a trace blames the allocators"
+# An allocator named for workloads it has no rows in is a usage error, not a run of nothing.
+for args in "-a cudaHostAlloc -w pair" "-a PyTorch -w random,graph" "-a cudaMalloc -w host" \
+  "-a cudaMallocAsync -w host"; do
+  # shellcheck disable=SC2086
+  "$bench" $args >"$dir/bad.out" 2>"$dir/bad.err"
+  rc=$?
+  [ "$rc" = 2 ] || fail "'$args' exited $rc, expected 2"
+  grep -q "^alloc_bench: .* has no rows in the selected workloads: " "$dir/bad.err" ||
+    fail "'$args': $(cat "$dir/bad.err")"
+  [ -s "$dir/bad.out" ] && fail "'$args' ran: $(head -3 "$dir/bad.out")"
+done
 "$bench" svg only-one-arg >/dev/null 2>&1
 [ $? = 2 ] || fail "svg with one argument: expected exit 2"
 
@@ -74,7 +87,7 @@ EOF
 
 # Every workload on the simulated device, small.
 "$bench" --allocators cachalot-sim --workload all --ops 300 --repeat 1 --threads 2 --graph-ops 50 --replays 5 \
-  --trace "$dir/tiny.json" --csv "$dir/out.csv" --json "$dir/out.json" --svg "$dir/out.svg" \
+  --host-ops 30 --trace "$dir/tiny.json" --csv "$dir/out.csv" --json "$dir/out.json" --svg "$dir/out.svg" \
   >"$dir/table.txt" 2>"$dir/stderr.txt"
 rc=$?
 [ "$rc" = 0 ] || { fail "the sim run exited $rc"; cat "$dir/stderr.txt"; }
@@ -83,7 +96,7 @@ for f in out.csv out.json out.svg; do
 done
 head -1 "$dir/out.csv" | grep -q '^workload,allocator,status,unit,' || fail "out.csv has no header"
 for w in pair-256B pair-4KiB pair-512KiB pair-2MiB pair-32MiB random-1MiB random-64MiB mt-1 mt-2 graph-capture \
-  graph-replay; do
+  graph-replay host-4KiB-64MiB; do
   grep -q "^$w,cachalot-sim,ok,ns/" "$dir/out.csv" || fail "out.csv has no ok row $w for cachalot-sim"
   grep -q "^$w " "$dir/table.txt" || fail "the table has no row $w"
 done
@@ -96,12 +109,82 @@ if grep -q '^replay-tiny,cachalot-sim,ok,' "$dir/out.csv"; then
     fail "replay-tiny: expected 6 ops and a requested peak of 3001000 bytes"
 fi
 n_rows=$(($(wc -l <"$dir/out.csv") - 1))
-[ "$n_rows" = 12 ] || fail "out.csv has $n_rows rows, expected 12"
+[ "$n_rows" = 13 ] || fail "out.csv has $n_rows rows, expected 13"
 grep -q '"tool": "alloc_bench"' "$dir/out.json" || fail "out.json is not alloc_bench's"
 if command -v python3 >/dev/null; then
   python3 -m json.tool "$dir/out.json" >/dev/null || fail "out.json is not valid JSON"
 fi
 grep -q '^<svg ' "$dir/out.svg" && tail -1 "$dir/out.svg" | grep -q '^</svg>$' || fail "out.svg is not an SVG document"
+
+# The host workload on the simulated device: every block a power of two that the cache pinned once, in the
+# warm-up pass, and served from its cache after. The sequence is alloc+free pairs, one block live at a
+# time, so: peak allocated is the largest request rounded up to a power of two; peak reserved is the sum
+# of the distinct blocks, each a power of two from 4 KiB to 64 MiB, so its bits count the pinnings.
+"$bench" --allocators cachalot-sim --workload host --host-ops 200 --repeat 2 --csv "$dir/host.csv" \
+  >"$dir/host.txt" 2>"$dir/host.err" || fail "-w host exited $?: $(cat "$dir/host.err")"
+grep -q '^host-4KiB-64MiB  *cachalot-sim  *ns/pair ' "$dir/host.txt" ||
+  fail "-w host: no table row: $(cat "$dir/host.txt")"
+row=$(grep '^host-4KiB-64MiB,cachalot-sim,' "$dir/host.csv")
+IFS=, read -r _ _ status unit units repeats _ _ median _ _ reserved allocated requested pins _ <<<"$row"
+if [ "$status,$unit,$units,$repeats" != "ok,ns/pair,200,2" ]; then
+  fail "-w host: row $row"
+else
+  awk -v m="$median" 'BEGIN { exit !(m > 0) }' || fail "-w host: median $median"
+  [ "$requested" -ge 4096 ] && [ "$requested" -le $((64 << 20)) ] || fail "-w host: peak requested $requested"
+  [ $((allocated & (allocated - 1))) = 0 ] && [ "$allocated" -ge "$requested" ] &&
+    [ "$allocated" -lt $((2 * requested)) ] ||
+    fail "-w host: peak allocated $allocated for a largest request of $requested"
+  bits=0
+  for ((k = 12; k <= 26; k++)); do bits=$((bits + (reserved >> k & 1))); done
+  [ $((reserved & 4095)) = 0 ] && [ "$reserved" -lt $((1 << 27)) ] && [ "$bits" = "$pins" ] && [ "$pins" -ge 2 ] ||
+    fail "-w host: $pins pinnings for a peak of $reserved pinned bytes"
+fi
+# The rows that cannot run here say why above the table: PyTorch's without python3 on the PATH; no device
+# allocator is named (they have no host rows).
+PATH=/nonexistent "$bench" --workload host --host-ops 20 --repeat 1 >"$dir/host-all.txt" 2>&1 ||
+  fail "-w host with the default allocators exited $?: $(cat "$dir/host-all.txt")"
+grep -q '^skipped (left out of the table): PyTorch: cannot run python3 (No such file or directory): not in PATH$' \
+  "$dir/host-all.txt" || fail "-w host without python3: $(grep PyTorch "$dir/host-all.txt")"
+for a in cachalot cudaHostAlloc; do
+  grep -Eq "^(skipped \(left out of the table\): $a: .|host-4KiB-64MiB  *$a  *ns/pair )" "$dir/host-all.txt" ||
+    fail "-w host: neither a row nor a reason for $a"
+done
+grep -q '^host-4KiB-64MiB  *cachalot-sim ' "$dir/host-all.txt" || fail "-w host: no cachalot-sim row by default"
+grep -Eq 'cudaMalloc|cudaMallocAsync' "$dir/host-all.txt" && fail "-w host names a device allocator"
+
+# The PyTorch row's side of its protocol (alloc_torch.c; the driver's side needs torch and CUDA, so a
+# stand-in for python3 plays it): 'pass' answers the time of the loop, 'stats' the figures (-1: unknown,
+# an empty field), 'check' a verdict.
+mkdir -p "$dir/fakepy"
+cat >"$dir/fakepy/python3" <<'EOF'
+#!/usr/bin/env bash
+# A stand-in for `python3 torch_host.py MODE`; FAKE_FAIL=pass makes every pass fail at op 3.
+case $2 in
+probe) echo "ok 0.0+stand-in" ;;
+serve)
+  echo "ready 0.0+stand-in"
+  while read -r cmd n; do
+    case $cmd in
+    ops) for ((i = 0; i < n; i++)); do read -r _ _; done; echo loaded ;;
+    pass) if [ "${FAKE_FAIL:-}" = pass ]; then echo "error 3 pinning failed: out of memory"; else echo "ok 5000"; fi ;;
+    stats) echo "stats 12288 -1 2" ;;
+    check) echo ok ;;
+    *) echo "error unknown command $cmd" ;;
+    esac
+  done
+  ;;
+esac
+EOF
+chmod +x "$dir/fakepy/python3"
+PATH="$dir/fakepy:$PATH" "$bench" -a PyTorch -w host --host-ops 50 --repeat 2 --csv "$dir/torch.csv" \
+  >"$dir/torch.txt" 2>&1 || fail "the PyTorch row with a stand-in exited $?: $(cat "$dir/torch.txt")"
+grep -q '^host-4KiB-64MiB,PyTorch,ok,ns/pair,50,2,1,1,100.000,100.000,100.000,12288,,[0-9]*,2,torch 0.0+stand-in$' \
+  "$dir/torch.csv" || fail "the PyTorch row with a stand-in: $(cat "$dir/torch.csv")"
+PATH="$dir/fakepy:$PATH" FAKE_FAIL=pass "$bench" -a PyTorch -w host --host-ops 50 --repeat 1 >"$dir/torch.txt" 2>&1
+rc=$?
+[ "$rc" = 1 ] || fail "a failing PyTorch pass exited $rc, expected 1"
+grep -q 'FAILED: host-4KiB-64MiB on PyTorch: warm-up pass: op 3: pinning failed: out of memory$' "$dir/torch.txt" ||
+  fail "a failing PyTorch pass: $(cat "$dir/torch.txt")"
 
 # Outputs that are not regular files are written through (issue 17 item 10): a symbolic link stays a
 # link, and a write that fails (a link to /dev/full) exits 1 naming the reason, for each output.

@@ -77,11 +77,14 @@ static void set_times(ab_row *r, double *t, int n) {
   r->median_ns = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
+typedef enum { KIND_DEVICE, KIND_GRAPH, KIND_HOST } row_kind;
+
 /* After a row's passes: statistics, the allocator's self-check, and the instance closed. */
-static void finish(ab_alloc *a, bool graph, ab_row **rows, int n_rows) {
+static void finish(ab_alloc *a, row_kind kind, ab_row **rows, int n_rows) {
   char err[AB_ERR_LEN];
   ab_stats st = {-1, -1, -1};
-  if (a->vt->stats(a, graph, &st, err) != 0) {
+  int rc = kind == KIND_HOST ? a->vt->host_stats(a, &st, err) : a->vt->stats(a, kind == KIND_GRAPH, &st, err);
+  if (rc != 0) {
     for (int i = 0; i < n_rows; i++)
       row_error(rows[i], "statistics", err);
   } else if (a->vt->check != NULL && a->vt->check(a, err) != 0) {
@@ -90,20 +93,26 @@ static void finish(ab_alloc *a, bool graph, ab_row **rows, int n_rows) {
   }
   for (int i = 0; i < n_rows; i++) {
     ab_row *r = rows[i];
-    r->peak_reserved = st.peak_reserved >= 0 ? st.peak_reserved : r->peak_requested;
-    r->peak_allocated = st.peak_allocated >= 0 ? st.peak_allocated : r->peak_requested;
+    r->peak_reserved = st.peak_reserved == AB_PEAK_REQUESTED ? r->peak_requested : st.peak_reserved;
+    r->peak_allocated = st.peak_allocated == AB_PEAK_REQUESTED ? r->peak_requested : st.peak_allocated;
     r->device_allocs = st.device_allocs;
   }
   a->vt->close(a);
 }
 
-/* Frees what ops[0..done) left live (after a failed pass), so the device is clean for the next rows. */
+/* Frees what ops[0..done) left live (after a failed pass), so the device is clean for the next rows;
+ * streams NULL: the host workload's pinned memory. */
 static void undo(ab_alloc *a, void *const *streams, const ab_seq *s, size_t done, void **slots) {
   ab_seq u;
   char err[AB_ERR_LEN];
   size_t d;
-  if (ab_seq_undo(s, done, &u, err) == 0)
-    (void)a->vt->run(a, streams, u.ops, u.n, slots, &d, err);
+  uint64_t ns;
+  if (ab_seq_undo(s, done, &u, err) == 0 && u.n > 0) {
+    if (streams != NULL)
+      (void)a->vt->run(a, streams, u.ops, u.n, slots, &d, err);
+    else
+      (void)a->vt->host_run(a, u.ops, u.n, slots, &d, &ns, err);
+  }
   ab_seq_free(&u);
 }
 
@@ -171,9 +180,44 @@ static void run_single(ab_results *res, const config *c, int idx, const char *na
   if (r->status == AB_ROW_OK)
     set_times(r, t, c->repeat);
   if (r->status == AB_ROW_OK)
-    finish(a, false, &r, 1);
+    finish(a, KIND_DEVICE, &r, 1);
   else
     vt->close(a);
+  free(slots);
+  free(t);
+}
+
+/* ---- host: pinned host memory, one thread; the allocator times its loop itself ---- */
+
+static void run_host(ab_results *res, const config *c, int idx, const char *name, const ab_seq *s) {
+  const ab_allocator *vt = c->alloc[idx];
+  ab_row *r = new_row(res, name, vt, "ns/pair", s->n_allocs, c);
+  r->peak_requested = (int64_t)s->peak_requested;
+  ab_alloc *a;
+  if (!open_row(c, idx, vt, 1, &r, 1, &a))
+    return;
+  snprintf(r->note, sizeof r->note, "%s", a->note);
+  char err[AB_ERR_LEN];
+  void **slots = calloc(s->n_slots ? s->n_slots : 1, sizeof *slots);
+  double *t = calloc((size_t)c->repeat, sizeof *t);
+  if (slots == NULL || t == NULL)
+    row_error(r, "", "out of host memory");
+  for (int pass = 0; r->status == AB_ROW_OK && pass <= c->repeat; pass++) {
+    size_t done = 0;
+    uint64_t ns = 0;
+    if (vt->host_run(a, s->ops, s->n, slots, &done, &ns, err) != 0) {
+      row_error(r, pass == 0 ? "warm-up pass" : "timed pass", err);
+      undo(a, NULL, s, done, slots);
+    } else if (pass > 0) {
+      t[pass - 1] = (double)ns / (double)s->n_allocs;
+    }
+  }
+  if (r->status == AB_ROW_OK) {
+    set_times(r, t, c->repeat);
+    finish(a, KIND_HOST, &r, 1);
+  } else {
+    vt->close(a);
+  }
   free(slots);
   free(t);
 }
@@ -277,7 +321,7 @@ static void run_mt(ab_results *res, const config *c, int idx, int threads, const
   }
   if (r->status == AB_ROW_OK) {
     set_times(r, t, c->repeat);
-    finish(a, false, &r, 1);
+    finish(a, KIND_DEVICE, &r, 1);
   } else {
     vt->close(a);
   }
@@ -349,7 +393,7 @@ static void run_graph(ab_results *res, const config *c, int idx, const ab_seq *s
   if (ok) {
     set_times(rows[0], tc, c->repeat);
     set_times(rows[1], tr, c->repeat);
-    finish(a, true, rows, 2);
+    finish(a, KIND_GRAPH, rows, 2);
   } else {
     vt->close(a);
   }
@@ -503,7 +547,35 @@ static void workload_graph(ab_results *res, const config *c) {
   ab_seq_free(&s);
 }
 
-void ab_run_workloads(ab_results *res, const config *c) {
+/* The host workload's sizes: pinned blocks from one 4 KiB page to 64 MiB, the range that pin_memory() and
+ * the staging buffers of host<->device copies ask for. Pairs, as in the pair workload, each block freed
+ * before the next is asked for: after the warm-up pass a caching allocator serves every request from its
+ * cache, so its rows are its warm path, and cudaHostAlloc's row what each request costs without a cache. */
+static void workload_host(ab_results *res, const config *c) {
+  ab_seq s;
+  char err[AB_ERR_LEN];
+  seq_or_die(ab_seq_host(&s, 4 << 10, 64 << 20, c->host_ops, c->seed, err), "host", err);
+  for (int i = 0; i < c->n_alloc; i++)
+    run_host(res, c, i, "host-4KiB-64MiB", &s);
+  ab_seq_free(&s);
+}
+
+/* c with only the allocators that have rows in the workloads of `kind` (their skip reasons with them). */
+static config only(const config *c, unsigned kind) {
+  config v = *c;
+  v.n_alloc = 0;
+  for (int i = 0; i < c->n_alloc; i++)
+    if (c->alloc[i]->kinds & kind) {
+      v.alloc[v.n_alloc] = c->alloc[i];
+      memcpy(v.skip[v.n_alloc], c->skip[i], sizeof v.skip[0]);
+      v.n_alloc++;
+    }
+  return v;
+}
+
+void ab_run_workloads(ab_results *res, const config *all) {
+  const config dev = only(all, AB_DEVICE), host = only(all, AB_HOST);
+  const config *c = &dev;
   if (c->workload[WL_PAIR])
     workload_pair(res, c);
   if (c->workload[WL_RANDOM])
@@ -514,4 +586,6 @@ void ab_run_workloads(ab_results *res, const config *c) {
     workload_replay(res, c);
   if (c->workload[WL_GRAPH])
     workload_graph(res, c);
+  if (host.workload[WL_HOST])
+    workload_host(res, &host);
 }

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""alloc_bench's PyTorch row of the host workload (docs/benchmarks.md): PyTorch's caching host allocator,
+the allocator that pin_memory=True uses, on the sequence alloc_bench sends. alloc_bench runs this script;
+its loop is C++ in cachalot's PyTorch backend library (src/torch/bench.cpp, reached with ctypes), so that
+the time is the allocator's alone, not Python's or a tensor's. The row needs the cachalot package installed
+with its backend, against this torch; it does not make cachalot PyTorch's allocator.
+
+usage: torch_host.py probe   prints "ok TORCH_VERSION" when the row can run here, else "no REASON"
+       torch_host.py serve   alloc_bench's child: one command a line on stdin, one reply a line on stdout
+                             (alloc_torch.c describes the protocol)
+"""
+import ctypes
+import os
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def one_line(text, limit=300):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load():
+    """torch, with CUDA initialised, and the loop's extension; raises RuntimeError saying why the row
+    cannot run here."""
+    warnings.filterwarnings("ignore")  # an import's warnings would land in the middle of alloc_bench's table
+    try:
+        import torch
+    except ImportError as e:
+        raise RuntimeError(f"python3 has no torch ({one_line(e)})") from e
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)")
+    torch.cuda.init()
+    try:
+        import cachalot
+        import cachalot.torch as ct
+    except ImportError as e:
+        raise RuntimeError(f"the cachalot package is not installed ({one_line(e)})") from e
+    why = ct.backend_unavailable()
+    if why:
+        raise RuntimeError(f"cachalot's PyTorch backend cannot be used: {why}")
+    ext = Loop(ctypes.CDLL(cachalot.library_path("cachalot_torch_backend")))
+    return torch, ext
+
+
+class Loop:
+    """The timed loop of src/torch/bench.cpp."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        lib.cachalot_torch_bench_host_load.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                                                       ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+        lib.cachalot_torch_bench_host_run.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
+        lib.cachalot_torch_bench_host_run.restype = ctypes.c_int64
+        self.err = ctypes.create_string_buffer(1024)
+
+    def load(self, sizes, slots):
+        n = len(sizes)
+        arr = ctypes.c_int64 * n
+        if self.lib.cachalot_torch_bench_host_load(arr(*sizes), arr(*slots), n, self.err, len(self.err)) != 0:
+            raise RuntimeError(self.err.value.decode())
+
+    def run(self):
+        done = ctypes.c_int64()
+        ns = self.lib.cachalot_torch_bench_host_run(ctypes.byref(done), self.err, len(self.err))
+        return ns, done.value, self.err.value.decode() if ns < 0 else ""
+
+    def release(self):
+        self.lib.cachalot_torch_bench_host_release()
+
+
+def host_stats(torch):
+    """(pinned bytes: peak, now; handed-out bytes: peak, now; pinnings) from torch.cuda.host_memory_stats(),
+    -1 for what this torch does not say. Its names changed: later torch says allocated_bytes for the
+    pinned blocks (cached or handed out) and active_bytes for those handed out, as cachalot does; earlier
+    torch said reserved_bytes and allocated_bytes."""
+    get = getattr(torch.cuda, "host_memory_stats", None)
+    try:
+        st = get() if get is not None else {}
+    except Exception:  # noqa: BLE001 - a torch whose host allocator keeps no stats
+        st = {}
+    pinned, handed = ("allocated_bytes", "active_bytes") if "active_bytes.peak" in st else \
+        ("reserved_bytes", "allocated_bytes")
+    return (st.get(pinned + ".peak", -1), st.get(pinned + ".current", -1), st.get(handed + ".peak", -1),
+            st.get(handed + ".current", -1), st.get("num_host_alloc", -1))
+
+
+def stats_reply(torch):
+    """The 'stats' reply, asked once everything was freed. torch 2.11.0 lowers its handed-out figures
+    where a block's events complete, and a block freed without events (no record_event, as here) has
+    none: they only grow (after 6000 pairs, 6000 blocks "handed out" and a peak of the 6000 sizes summed).
+    A handed-out figure that is not 0 now is such a count, so its peak is reported as unknown."""
+    pinned, _, handed, handed_now, pinnings = host_stats(torch)
+    return f"stats {pinned} {handed if handed_now == 0 else -1} {pinnings}"
+
+
+def check_reply(torch):
+    """The 'check' reply: every block came back to the cache, so that emptying it leaves nothing pinned.
+    (The handed-out figures cannot say so: stats_reply says why.)"""
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is None:
+        return "ok"  # a torch that cannot empty its host cache from Python: nothing to check with
+    empty()
+    pinned_now = host_stats(torch)[1]
+    if pinned_now > 0:
+        return f"error everything was freed, yet {pinned_now} pinned bytes stay after emptying the host cache"
+    return "ok"
+
+
+def probe():
+    try:
+        torch, ext = load()
+        ext.load([4096, 0], [0, 0])  # one pinned block, so that a pinning that fails says so now
+        ns, _, error = ext.run()
+        if ns < 0:
+            raise RuntimeError(f"a 4 KiB pinned allocation failed: {one_line(error)}")
+    except Exception as e:  # noqa: BLE001
+        print("no " + one_line(e), flush=True)
+        return 0
+    print("ok " + torch.__version__, flush=True)
+    return 0
+
+
+def serve():
+    def reply(text):
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    try:
+        torch, ext = load()
+    except Exception as e:  # noqa: BLE001
+        reply("error " + one_line(e))
+        return 1
+    reply("ready " + torch.__version__)
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "ops":
+            n = int(words[1])
+            sizes, slots = [0] * n, [0] * n
+            for i in range(n):
+                size, slot = sys.stdin.readline().split()
+                sizes[i], slots[i] = int(size), int(slot)
+            ext.load(sizes, slots)
+            reply("loaded")
+        elif words[0] == "pass":
+            ns, done, error = ext.run()
+            reply(f"ok {ns}" if ns >= 0 else f"error {done} {one_line(error)}")
+        elif words[0] == "stats":
+            reply(stats_reply(torch))
+        elif words[0] == "check":
+            reply(check_reply(torch))
+        else:
+            reply(f"error unknown command {words[0]!r}")
+    ext.release()
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("probe", "serve"):
+        sys.exit(__doc__)
+    sys.exit(probe() if sys.argv[1] == "probe" else serve())
