@@ -45,6 +45,12 @@ if [[ $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_a
     tee "$out/package.log" || rc=1
   (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/torch_backend_test.py" "$out/backend") 2>&1 |
     tee "$out/torch-backend.log" || rc=1
+  # Pinned host memory side by side: alloc_bench's host workload (cachalot, cudaHostAlloc, PyTorch) and the
+  # H2D pipeline through PyTorch, native against cachalot's host cache.
+  (cd /tmp && "$root/build-gpu/tools/alloc_bench" -w host -a cachalot,cudaHostAlloc,PyTorch --pin 2 \
+    --csv "$out/alloc-bench-host.csv") 2>&1 | tee "$out/alloc-bench-host.log" || rc=1
+  (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/host_bench.py" "$out/host-bench.json") 2>&1 |
+    tee "$out/host-bench.log" || rc=1
   # PyTorch as the reference: the same allocation sequence must give the same memory_stats.
   PYTHONUNBUFFERED=1 python3 tests/gpu/torch_compare.py build-gpu/libcachalot.so.0 "${TORCH_COMPARE_OPS:-3000}" 2>&1 |
     tee "$out/torch-compare.log" || rc=1
