@@ -211,10 +211,12 @@ static cachalot_status unpin_block(cl_host *h, host_block *b) {
   } else { /* still pinned: back to the cache, free */
     bool hash_oom = false;
     HASH_ADD_PTR(h->blocks, ptr, b);
-    if (!hash_oom) {
+    if (!hash_oom) { /* take_free_locked's decrease undone: nothing was pinned again */
       bin_push(h, b);
-      stat_add(&h->stats.allocations, 1);
-      stat_add(&h->stats.allocated_bytes, (int64_t)b->size);
+      h->stats.allocations.current++;
+      h->stats.allocations.freed--;
+      h->stats.allocated_bytes.current += (int64_t)b->size;
+      h->stats.allocated_bytes.freed -= (int64_t)b->size;
     } /* else the host cannot even track it: it stays pinned, forgotten, rather than freed pinned */
   }
   pthread_mutex_unlock(&h->lock);

@@ -6,7 +6,7 @@
 Needs the cachalot package installed with its PyTorch backend. Each allocator runs in a fresh process
 (PyTorch's host allocator is chosen before the first pinning). Rows:
   pair      ns per alloc+free of one pinned block, per size from 4 KiB to 64 MiB, with a warm cache
-            (median of 5 passes of 200 pairs; bare cudaHostAlloc: 5 passes of 5 pairs)
+            (median of 5 passes of 2000 pairs; bare cudaHostAlloc: 5 passes of 5 pairs)
   pipeline  GB/s of a loop that pins a 64 MiB batch, copies it to the device on a side stream
             (non_blocking) and frees it at once, 48 batches; and the same copies from one pinned buffer
             kept for the whole loop, the bandwidth ceiling
@@ -89,7 +89,7 @@ def child(mode):
             return af
 
         for size in SIZES:
-            rows[str(size)] = timed_pairs(direct(size), 200)
+            rows[str(size)] = timed_pairs(direct(size), 2000)
         return {"pair": rows}
 
     def via_torch(size):
@@ -99,7 +99,7 @@ def child(mode):
         return af
 
     for size in SIZES:
-        rows[str(size)] = timed_pairs(via_torch(size), 200)
+        rows[str(size)] = timed_pairs(via_torch(size), 2000)
     out = {"pair": rows, "pipeline": pipeline(torch)}
     st = torch.cuda.host_memory_stats()
     out["num_host_alloc"] = st.get("num_host_alloc")

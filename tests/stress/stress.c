@@ -15,10 +15,13 @@
  * With contexts (what the PyTorch backend does while history is on): every malloc and free carries a
  * counted context, one thread in eight takes C-structure snapshots while the others run, and at the end
  * every reference must be back (history off), then none after destroy.
+ *
+ * Last, the pinned-host cache, whose blocks every thread shares (host_stress below).
  */
 #include <cachalot/cachalot.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -366,6 +369,267 @@ static void warning_handlers(void) {
   cachalot_backend_destroy(b);
 }
 
+/* ---- the pinned-host cache under threads ----
+ * HOST_WORKERS threads allocate pinned blocks (1 B to 64 KiB), fill each with a pattern of their own, mark
+ * some with streams (their own, one shared per device, the default streams), launch work there, check the
+ * pattern before every free, and complete their own stream now and then; worker 0 also empties the cache.
+ * Two more threads complete any of the streams meanwhile. Every sequence is seeded; only the interleaving
+ * varies. A shadow set of the blocks handed out or freed with events outstanding catches a block handed
+ * out twice or before the streams it was marked with have completed: an entry is marked pending before
+ * its free (so that a completion racing with the free can only drop it early, weakening the check, never
+ * report a false reuse), and completions clear their stream from the entries in the same critical
+ * section. Between rounds the workers stop at a barrier, and cachalot_check, the active blocks and the
+ * pinned bytes are compared with what the threads hold. */
+enum { HOST_WORKERS = 6, HOST_ROUNDS = 4, HOST_OPS = 2500, HOST_LIVE = 24, HOST_MAX = 64 << 10,
+       HOST_COMPLETIONS = 3000, HOST_SHADOW = 8192 };
+/* stream indices: 0 and 1 the default streams of devices 0 and 1, 2 and 3 shared streams of devices 0 and
+ * 1, 4 + i worker i's own */
+enum { HS_SHARED = 2, HS_OWN = 4, HS_STREAMS = HS_OWN + HOST_WORKERS };
+
+typedef struct {
+  uintptr_t lo, hi;
+  unsigned pending; /* freed: the streams whose events its free recorded and that have not completed since */
+  bool freed;
+} host_range;
+
+static struct {
+  pthread_mutex_t lock;
+  host_range r[HOST_SHADOW];
+  int n;
+} hshadow = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_backend *b;
+  cachalot_stream streams[HS_STREAMS];
+  bool registered; /* blocks are registered: giving one back does not synchronize the device */
+  pthread_barrier_t barrier;
+} host_shared;
+
+typedef struct {
+  host_shared *sh;
+  int id;
+  uint64_t rng;
+  struct {
+    unsigned char *p;
+    size_t n;
+    unsigned char tag;
+    unsigned marks;
+  } live[HOST_LIVE];
+  int n_live;
+  unsigned char pattern[HOST_MAX];
+} host_worker;
+
+static int hshadow_find_locked(uintptr_t lo) {
+  for (int i = 0; i < hshadow.n; i++)
+    if (hshadow.r[i].lo == lo)
+      return i;
+  return -1;
+}
+
+static void hshadow_remove_locked(int i) { hshadow.r[i] = hshadow.r[--hshadow.n]; }
+
+static void hshadow_insert(uintptr_t lo, size_t n) {
+  pthread_mutex_lock(&hshadow.lock);
+  for (int i = 0; i < hshadow.n; i++)
+    CHECK(lo >= hshadow.r[i].hi || hshadow.r[i].lo >= lo + n,
+          "pinned block %p+%zu handed out over %p+%zu, %s", (void *)lo, n, (void *)hshadow.r[i].lo,
+          (size_t)(hshadow.r[i].hi - hshadow.r[i].lo),
+          hshadow.r[i].freed ? "freed with events on its streams not yet complete" : "still handed out");
+  CHECK(hshadow.n < HOST_SHADOW, "host shadow full");
+  hshadow.r[hshadow.n++] = (host_range){lo, lo + n, 0, false};
+  pthread_mutex_unlock(&hshadow.lock);
+}
+
+/* Before the free: a block without marks leaves the shadow; a marked one waits for its streams. */
+static void hshadow_freeing(uintptr_t lo, unsigned marks) {
+  pthread_mutex_lock(&hshadow.lock);
+  const int i = hshadow_find_locked(lo);
+  CHECK(i >= 0 && !hshadow.r[i].freed, "freeing a pinned block the shadow does not hold");
+  if (marks) {
+    hshadow.r[i].freed = true;
+    hshadow.r[i].pending = marks;
+  } else {
+    hshadow_remove_locked(i);
+  }
+  pthread_mutex_unlock(&hshadow.lock);
+}
+
+/* Completes stream k (0 or 1: the default streams of both devices) and clears it from the shadow, in one
+ * critical section: no block can be reused between the two. */
+static void host_complete(host_shared *sh, int k) {
+  pthread_mutex_lock(&hshadow.lock);
+  CHECK(cachalot_sim_stream_complete(sh->b, k < HS_SHARED ? NULL : sh->streams[k]) == CACHALOT_OK, "complete");
+  const unsigned done = k < HS_SHARED ? 3u : 1u << k;
+  for (int i = hshadow.n - 1; i >= 0; i--) {
+    hshadow.r[i].pending &= ~done;
+    if (hshadow.r[i].freed && !hshadow.r[i].pending)
+      hshadow_remove_locked(i);
+  }
+  pthread_mutex_unlock(&hshadow.lock);
+}
+
+static void host_empty(host_shared *sh) {
+  pthread_mutex_lock(&hshadow.lock);
+  cachalot_host_stats before, after;
+  CHECK(cachalot_host_memory_stats(sh->a, &before) == CACHALOT_OK, "host stats");
+  CHECK(cachalot_host_empty_cache(sh->a) == CACHALOT_OK, "host empty_cache");
+  CHECK(cachalot_host_memory_stats(sh->a, &after) == CACHALOT_OK, "host stats");
+  /* cudaFreeHost synchronizes the device: every stream may have completed */
+  if (!sh->registered && after.num_host_free > before.num_host_free)
+    for (int i = hshadow.n - 1; i >= 0; i--)
+      if (hshadow.r[i].freed)
+        hshadow_remove_locked(i);
+  pthread_mutex_unlock(&hshadow.lock);
+}
+
+static void host_free_one(host_worker *w, int k) {
+  memset(w->pattern, w->live[k].tag, w->live[k].n);
+  CHECK(memcmp(w->live[k].p, w->pattern, w->live[k].n) == 0, "worker %d: pinned block %p (%zu B) was written by "
+        "another holder", w->id, (void *)w->live[k].p, w->live[k].n);
+  hshadow_freeing((uintptr_t)w->live[k].p, w->live[k].marks);
+  CHECK(cachalot_host_free(w->sh->a, w->live[k].p) == CACHALOT_OK, "host free");
+  w->live[k] = w->live[--w->n_live];
+}
+
+static void *host_run(void *arg) {
+  host_worker *w = arg;
+  host_shared *sh = w->sh;
+  const int own = HS_OWN + w->id;
+  unsigned char counter = 0;
+  for (int round = 0; round < HOST_ROUNDS; round++) {
+    for (int op = 0; op < HOST_OPS; op++) {
+      const uint64_t r = next_rand(&w->rng) % 100;
+      if (r < 45 && w->n_live < HOST_LIVE) {
+        const unsigned bits = (unsigned)(next_rand(&w->rng) % 17); /* log-uniform, 1 B to 64 KiB */
+        const size_t n = (size_t)(next_rand(&w->rng) % ((uint64_t)1 << bits)) + 1;
+        void *p = NULL;
+        CHECK(cachalot_host_malloc(sh->a, n, &p) == CACHALOT_OK && p, "host malloc(%zu)", n);
+        hshadow_insert((uintptr_t)p, n);
+        const unsigned char tag = (unsigned char)(w->id * 40 + ++counter % 37 + 1);
+        memset(p, tag, n);
+        w->live[w->n_live].p = p;
+        w->live[w->n_live].n = n;
+        w->live[w->n_live].tag = tag;
+        w->live[w->n_live].marks = 0;
+        w->n_live++;
+      } else if (r < 78 && w->n_live > 0) {
+        host_free_one(w, (int)(next_rand(&w->rng) % (uint64_t)w->n_live));
+      } else if (r < 92 && w->n_live > 0) { /* a copy from the block on a stream */
+        const int k = (int)(next_rand(&w->rng) % (uint64_t)w->n_live);
+        const uint64_t c = next_rand(&w->rng) % 4;
+        const int s = c == 0 ? own : c == 1 ? HS_SHARED + (int)(next_rand(&w->rng) % 2) : (int)(c - 2);
+        /* a default stream is named by its device; any other by itself, with either device's number */
+        const int device = s < HS_SHARED ? s : (int)(next_rand(&w->rng) % DEVICES);
+        CHECK(cachalot_host_record_event(sh->a, w->live[k].p, device, sh->streams[s]) == CACHALOT_OK,
+              "host record_event");
+        w->live[k].marks |= 1u << s;
+        if (s != 1) /* (work on device 1's default stream cannot be launched: NULL is device 0's) */
+          CHECK(cachalot_sim_launch(sh->b, sh->streams[s]) == CACHALOT_OK, "launch");
+      } else if (r < 97) {
+        host_complete(sh, own);
+      } else if (r < 98 && w->id == 0) {
+        host_empty(sh);
+      } else {
+        cachalot_host_stats st;
+        CHECK(cachalot_host_memory_stats(sh->a, &st) == CACHALOT_OK, "host stats");
+        CHECK(st.active_requests.current >= w->n_live, "fewer active pinned blocks than worker %d holds", w->id);
+      }
+    }
+    pthread_barrier_wait(&sh->barrier);
+    pthread_barrier_wait(&sh->barrier);
+  }
+  while (w->n_live > 0)
+    host_free_one(w, w->n_live - 1);
+  return NULL;
+}
+
+typedef struct {
+  host_shared *sh;
+  uint64_t rng;
+} host_completer;
+
+static void *host_complete_run(void *arg) {
+  host_completer *c = arg;
+  for (int i = 0; i < HOST_COMPLETIONS; i++) {
+    host_complete(c->sh, (int)(next_rand(&c->rng) % HS_STREAMS));
+    sched_yield();
+  }
+  return NULL;
+}
+
+static void host_stress(const char *conf) {
+  cachalot_sim_options opt = {.device_count = DEVICES, .capacity_bytes = (size_t)1 << 30,
+                              .complete_immediately = false};
+  static host_shared sh;
+  static host_worker w[HOST_WORKERS];
+  memset(&sh, 0, sizeof sh);
+  CHECK(cachalot_backend_sim(&opt, &sh.b) == CACHALOT_OK, "backend");
+  CHECK(cachalot_create(sh.b, conf, &sh.a) == CACHALOT_OK, "create");
+  sh.registered = strstr(conf, "pinned_use_cuda_host_register:True") != NULL;
+  for (int i = HS_SHARED; i < HS_STREAMS; i++)
+    CHECK(cachalot_sim_stream_create(sh.b, i % DEVICES, &sh.streams[i]) == CACHALOT_OK, "stream");
+  pthread_barrier_init(&sh.barrier, NULL, HOST_WORKERS + 1);
+  pthread_t t[HOST_WORKERS + 2];
+  host_completer comp[2];
+  for (int i = 0; i < HOST_WORKERS; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].sh = &sh;
+    w[i].id = i;
+    w[i].rng = 0xD1B54A32D192ED03ull * (uint64_t)(i + 1);
+    pthread_create(&t[i], NULL, host_run, &w[i]);
+  }
+  for (int i = 0; i < 2; i++) {
+    comp[i] = (host_completer){&sh, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 11)};
+    pthread_create(&t[HOST_WORKERS + i], NULL, host_complete_run, &comp[i]);
+  }
+  for (int round = 0; round < HOST_ROUNDS; round++) {
+    pthread_barrier_wait(&sh.barrier);
+    CHECK(cachalot_check(sh.a) == CACHALOT_OK, "cachalot_check after host round %d", round);
+    int64_t live = 0, live_bytes = 0;
+    for (int i = 0; i < HOST_WORKERS; i++)
+      for (int k = 0; k < w[i].n_live; k++) {
+        live++;
+        size_t b = 1;
+        while (b < w[i].live[k].n)
+          b <<= 1;
+        live_bytes += (int64_t)b;
+      }
+    cachalot_host_stats st;
+    size_t by_alloc = 0, by_register = 0;
+    CHECK(cachalot_host_memory_stats(sh.a, &st) == CACHALOT_OK, "host stats");
+    CHECK(cachalot_sim_host_pinned(sh.b, &by_alloc, &by_register) == CACHALOT_OK, "pinned");
+    CHECK(st.active_requests.current == live && st.active_bytes.current == live_bytes,
+          "%lld pinned blocks active (%lld B), the workers hold %lld (%lld B)", (long long)st.active_requests.current,
+          (long long)st.active_bytes.current, (long long)live, (long long)live_bytes);
+    CHECK(st.allocated_bytes.current == (int64_t)(by_alloc + by_register) &&
+              (sh.registered ? by_alloc : by_register) == 0,
+          "the host cache holds %lld bytes pinned, the backend %zu + %zu registered",
+          (long long)st.allocated_bytes.current, by_alloc, by_register);
+    pthread_barrier_wait(&sh.barrier);
+  }
+  for (int i = 0; i < HOST_WORKERS + 2; i++)
+    pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&sh.barrier);
+  host_complete(&sh, 0);
+  for (int k = HS_SHARED; k < HS_STREAMS; k++)
+    host_complete(&sh, k);
+  host_empty(&sh);
+  cachalot_host_stats st;
+  size_t by_alloc = 1, by_register = 1;
+  CHECK(cachalot_check(sh.a) == CACHALOT_OK, "final check");
+  CHECK(cachalot_host_memory_stats(sh.a, &st) == CACHALOT_OK, "host stats");
+  CHECK(cachalot_sim_host_pinned(sh.b, &by_alloc, &by_register) == CACHALOT_OK, "pinned");
+  CHECK(st.allocations.current == 0 && by_alloc + by_register == 0 && hshadow.n == 0,
+        "after freeing everything: %lld pinned blocks, %zu + %zu bytes pinned, %d shadow entries",
+        (long long)st.allocations.current, by_alloc, by_register, hshadow.n);
+  printf("stress: pinned host cache, conf '%s': %d threads x %d ops, 2 completing streams: %lld mallocs, "
+         "%lld pinnings, %lld given back: ok\n", conf, HOST_WORKERS, HOST_ROUNDS * HOST_OPS,
+         (long long)st.active_requests.allocated, (long long)st.num_host_alloc, (long long)st.num_host_free);
+  cachalot_destroy(sh.a);
+  cachalot_backend_destroy(sh.b);
+}
+
 int main(void) {
   run_config((size_t)64 << 30, true, "");
   run_config((size_t)64 << 30, true, "max_split_size_mb:20,roundup_power2_divisions:4");
@@ -384,6 +648,9 @@ int main(void) {
   /* contexts, as the PyTorch backend passes them while history is on */
   run_config_ctx((size_t)64 << 30, true, "", true);
   run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", true);
+  /* the pinned-host cache: blocks shared by every thread, reuse gated by events on many streams */
+  host_stress("");
+  host_stress("pinned_use_cuda_host_register:True,pinned_num_register_threads:2");
   printf("1 passed, 0 failed\n");
   return 0;
 }

@@ -3,7 +3,9 @@
  * release-all retries, event records that fail at free(), and a campaign over a seeded sequence with
  * captures in four configs (page maps of expandable segments among the failures). After each failure: the documented status
  * and message, cachalot_check passes, every live allocation is intact, cachalot's reserved bytes equal the
- * device's own count, and after freeing everything and empty_cache both are 0. */
+ * device's own count, and after freeing everything and empty_cache both are 0. The pinned-host cache
+ * gets the same treatment (its section below): pinnings and event records failing at every step of a
+ * sequence, refused unpinnings, exact stats and pinned bytes after every step. */
 #include "helpers.h"
 
 #include "allocator/backend/ops.h"
@@ -922,6 +924,587 @@ static void test_campaign_every_malloc(void **state) {
   EQ(total_broken >= 20, 1);
 }
 
+/* ---- the pinned-host cache (include/cachalot/host.h) under injected pinning and event failures ----
+ * A small model of the cache says, after every step, exactly which block a malloc gets (the most recently
+ * freed free block of its power of two, else a new pinning), how many blocks and bytes are pinned and of
+ * which kind, and how many pinnings and unpinnings were made. A failed pinning gives the free blocks back
+ * and tries once more; giving back a block of cudaHostAlloc's kind synchronizes the device (the simulated
+ * one completes every stream), cudaHostUnregister does not. */
+enum { HM_BLOCKS = 160, HM_REFS = 3 }; /* refs: device 0's default stream, two streams of device 0 */
+
+typedef enum { HB_GONE, HB_ALLOCATED, HB_WAITING, HB_FREE } hb_state;
+
+typedef struct {
+  char *ptr;
+  size_t size;
+  bool registered;
+  hb_state state;
+  unsigned marks;          /* refs record_event named since it was handed out */
+  uint64_t need[HM_REFS];  /* WAITING: reusable once epoch[r] > need[r] for every r it was marked with */
+  unsigned waits;          /* WAITING: the marks it was freed with */
+  uint64_t stamp;          /* WAITING: when freed; FREE: when it joined its free list */
+} hblock;
+
+typedef struct {
+  hblock b[HM_BLOCKS];
+  int n;
+  uint64_t epoch[HM_REFS]; /* completions of each ref so far */
+  uint64_t clock;
+  bool registered;         /* how the next pinning is made */
+  int pin_fails;           /* injected pinning failures left, as the simulated backend counts them */
+  int64_t pins, unpins;
+} hmodel;
+
+static size_t hm_round(size_t n) {
+  size_t r = 1;
+  while (r < n)
+    r <<= 1;
+  return r;
+}
+
+/* The cache polls the events of waiting blocks (at malloc and empty_cache): those whose streams are done
+ * join their free lists in the order they were freed, so the last of them is the first reused. */
+static void hm_process(hmodel *m) {
+  for (;;) {
+    int next = -1;
+    for (int i = 0; i < m->n; i++) {
+      const hblock *b = &m->b[i];
+      if (b->state != HB_WAITING || (next >= 0 && b->stamp > m->b[next].stamp))
+        continue;
+      bool done = true;
+      for (int r = 0; r < HM_REFS; r++)
+        if ((b->waits >> r & 1) && m->epoch[r] <= b->need[r])
+          done = false;
+      if (done)
+        next = i;
+    }
+    if (next < 0)
+      return;
+    m->b[next].state = HB_FREE;
+    m->b[next].stamp = ++m->clock;
+  }
+}
+
+static int hm_head(const hmodel *m, size_t size) {
+  int head = -1;
+  for (int i = 0; i < m->n; i++)
+    if (m->b[i].state == HB_FREE && m->b[i].size == size && (head < 0 || m->b[i].stamp > m->b[head].stamp))
+      head = i;
+  return head;
+}
+
+/* Gives every free block back; returns how many. */
+static int hm_release_free(hmodel *m) {
+  int n = 0;
+  bool synced = false;
+  for (int i = 0; i < m->n; i++)
+    if (m->b[i].state == HB_FREE) {
+      m->b[i].state = HB_GONE;
+      synced |= !m->b[i].registered;
+      n++;
+    }
+  m->unpins += n;
+  if (synced) /* cudaFreeHost synchronizes the device */
+    for (int r = 0; r < HM_REFS; r++)
+      m->epoch[r]++;
+  return n;
+}
+
+static bool hm_pin_fails(hmodel *m) {
+  if (m->pin_fails <= 0)
+    return false;
+  m->pin_fails--;
+  return true;
+}
+
+/* The model's malloc of `req` bytes: the block it hands out (-1: a new pinning, -2: out of memory). */
+static int hm_malloc(hmodel *m, size_t req, int *released) {
+  const size_t size = hm_round(req);
+  *released = 0;
+  hm_process(m);
+  const int head = hm_head(m, size);
+  if (head >= 0) {
+    m->b[head].state = HB_ALLOCATED;
+    m->b[head].marks = 0;
+    return head;
+  }
+  if (hm_pin_fails(m)) {
+    hm_process(m);
+    *released = hm_release_free(m);
+    if (*released == 0 || hm_pin_fails(m))
+      return -2;
+  }
+  return -1;
+}
+
+static int hm_find(const hmodel *m, const void *p) {
+  for (int i = 0; i < m->n; i++)
+    if (m->b[i].state != HB_GONE && m->b[i].ptr == p)
+      return i;
+  return -1;
+}
+
+/* Expected stats and pinned bytes, from the model. */
+static void hm_expect_(const hmodel *m, env *e, const char *file, int line) {
+  int64_t blocks = 0, bytes = 0, active = 0, active_b = 0;
+  size_t pinned[2] = {0, 0};
+  for (int i = 0; i < m->n; i++) {
+    const hblock *b = &m->b[i];
+    if (b->state == HB_GONE)
+      continue;
+    blocks++;
+    bytes += (int64_t)b->size;
+    pinned[b->registered] += b->size;
+    if (b->state == HB_ALLOCATED) {
+      active++;
+      active_b += (int64_t)b->size;
+    }
+  }
+  cachalot_host_stats s;
+  status_is_(cachalot_host_memory_stats(e->a, &s), CACHALOT_OK, "cachalot_host_memory_stats", file, line);
+  eq_i64_(s.allocations.current, blocks, "host allocations.current", file, line);
+  eq_i64_(s.allocated_bytes.current, bytes, "host allocated_bytes.current", file, line);
+  eq_i64_(s.active_requests.current, active, "host active_requests.current", file, line);
+  eq_i64_(s.active_bytes.current, active_b, "host active_bytes.current", file, line);
+  eq_i64_(s.num_host_alloc, m->pins, "num_host_alloc", file, line);
+  eq_i64_(s.num_host_free, m->unpins, "num_host_free", file, line);
+  eq_i64_(s.host_alloc_time.count, m->pins, "host_alloc_time.count", file, line);
+  eq_i64_(s.host_free_time.count, m->unpins, "host_free_time.count", file, line);
+  size_t by_alloc = 1, by_register = 1;
+  status_is_(cachalot_sim_host_pinned(e->b, &by_alloc, &by_register), CACHALOT_OK, "cachalot_sim_host_pinned", file,
+             line);
+  eq_i64_((int64_t)by_alloc, (int64_t)pinned[0], "pinned bytes of cudaHostAlloc's kind", file, line);
+  eq_i64_((int64_t)by_register, (int64_t)pinned[1], "pinned bytes of cudaHostRegister's kind", file, line);
+  check_(e->a, file, line);
+}
+#define HM_EXPECT(m, e) hm_expect_((m), (e), __FILE__, __LINE__)
+
+/* A seeded sequence of host-cache calls, replayed with one fault injected at one step. */
+enum { HC_OPS = 120, HC_SLOTS = 6 };
+enum { HC_MALLOC, HC_FREE, HC_RECORD, HC_COMPLETE, HC_LAUNCH, HC_EMPTY, HC_TOGGLE };
+
+typedef struct {
+  int op, slot, ref;
+  size_t size;
+} hc_step;
+
+static void hc_script(uint64_t seed, hc_step *out) {
+  /* few sizes, so that freed blocks are asked for again: 1 B, 128 B, 4 KiB, 8 KiB, 64 KiB, 2 MiB blocks */
+  static const size_t sizes[] = {1, 100, 3000, 4096, 5 * KiB, 64 * KiB, MiB + 1};
+  uint64_t x = seed;
+  for (int i = 0; i < HC_OPS; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const unsigned k = (unsigned)(x % 100);
+    hc_step st = {HC_MALLOC, (int)((x >> 8) % HC_SLOTS), (int)((x >> 16) % HM_REFS),
+                  sizes[(x >> 24) % (sizeof sizes / sizeof sizes[0])]};
+    st.op = k < 36   ? HC_MALLOC
+            : k < 58 ? HC_FREE
+            : k < 78 ? HC_RECORD
+            : k < 88 ? HC_COMPLETE
+            : k < 93 ? HC_LAUNCH
+            : k < 97 ? HC_EMPTY
+                     : HC_TOGGLE;
+    out[i] = st;
+  }
+}
+
+typedef struct {
+  int64_t ooms, retried, event_failures;
+} hc_counts;
+
+typedef enum { HC_NO_FAULT, HC_PIN_ONCE, HC_PIN_TWICE, HC_EVENT } hc_fault;
+
+/* The tag a live slot's block carries at both ends of its request. */
+static unsigned char hc_tag(int slot) { return (unsigned char)(0x61 + slot); }
+
+/* Runs the script in config `conf`, with `fault` injected just before step `at`; the model checks every
+ * step. `toggle`: HC_TOGGLE steps switch the pinning way at run time (else they do nothing). */
+static void hc_run(const hc_step *script, const char *conf, bool toggle, hc_fault fault, int at, hc_counts *n) {
+  env e = ENV(1, 0, conf);
+  cachalot_stream st[HM_REFS] = {NULL, STREAM(e.b, 0), STREAM(e.b, 0)};
+  hmodel *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  m->registered = strstr(conf, "pinned_use_cuda_host_register:True") != NULL;
+  char *ptr[HC_SLOTS] = {0};
+  size_t req[HC_SLOTS] = {0};
+  for (int i = 0; i < HC_OPS; i++) {
+    const hc_step *s = &script[i];
+    if (i == at && fault == HC_PIN_ONCE) {
+      OK(cachalot_sim_fail_host_pins(e.b, 1));
+      m->pin_fails = 1;
+    } else if (i == at && fault == HC_PIN_TWICE) {
+      OK(cachalot_sim_fail_host_pins(e.b, 2));
+      m->pin_fails = 2;
+    } else if (i == at && fault == HC_EVENT) {
+      OK(cachalot_sim_fail_events(e.b, 1));
+    }
+    switch (s->op) {
+    case HC_MALLOC: {
+      if (ptr[s->slot])
+        break;
+      int released = 0;
+      const int64_t unpins_before = m->unpins;
+      const int want = hm_malloc(m, s->size, &released);
+      void *p = (void *)(uintptr_t)0x1;
+      const cachalot_status rc = cachalot_host_malloc(e.a, s->size, &p);
+      if (want == -2) {
+        if (rc != CACHALOT_ERROR_OUT_OF_MEMORY)
+          fail_msg("'%s', step %d (fault %d at %d): host_malloc(%zu) returned %s, the model says out of memory",
+                   conf, i, (int)fault, at, s->size, cachalot_status_name(rc));
+        assert_null(p);
+        CONTAINS(cachalot_last_error(), "cachalot_host_malloc: pinning ");
+        CONTAINS(cachalot_last_error(), m->registered ? "injected host register failure"
+                                                      : "injected host allocation failure");
+        n->ooms++;
+        break;
+      }
+      if (rc != CACHALOT_OK)
+        fail_msg("'%s', step %d (fault %d at %d): host_malloc(%zu): %s: %s", conf, i, (int)fault, at, s->size,
+                 cachalot_status_name(rc), cachalot_last_error());
+      if (want >= 0 && p != m->b[want].ptr)
+        fail_msg("'%s', step %d: host_malloc(%zu) gave %p, the model the free block %p", conf, i, s->size, p,
+                 (void *)m->b[want].ptr);
+      if (want == -1) {
+        if (hm_find(m, p) >= 0)
+          fail_msg("'%s', step %d: a new pinning at %p, a block the cache still holds", conf, i, p);
+        assert_true(m->n < HM_BLOCKS);
+        m->b[m->n++] = (hblock){.ptr = p, .size = hm_round(s->size), .registered = m->registered,
+                                .state = HB_ALLOCATED};
+        m->pins++;
+        n->retried += m->unpins > unpins_before;
+      }
+      ptr[s->slot] = p;
+      req[s->slot] = s->size;
+      ptr[s->slot][0] = (char)hc_tag(s->slot);
+      ptr[s->slot][s->size - 1] = (char)hc_tag(s->slot);
+      break;
+    }
+    case HC_FREE: {
+      if (!ptr[s->slot])
+        break;
+      hblock *b = &m->b[hm_find(m, ptr[s->slot])];
+      const bool fails = i == at && fault == HC_EVENT && b->marks;
+      const cachalot_status rc = cachalot_host_free(e.a, ptr[s->slot]);
+      if (fails) { /* the block stays allocated, marked; nothing else changes */
+        STATUS(rc, CACHALOT_ERROR_DEVICE);
+        CONTAINS(cachalot_last_error(), "cachalot_host_free: recording an event on stream");
+        CONTAINS(cachalot_last_error(), "injected event failure");
+        n->event_failures++;
+        break;
+      }
+      OK(rc);
+      if (b->marks) {
+        b->state = HB_WAITING;
+        b->waits = b->marks;
+        for (int r = 0; r < HM_REFS; r++)
+          b->need[r] = m->epoch[r];
+      } else {
+        b->state = HB_FREE;
+      }
+      b->marks = 0;
+      b->stamp = ++m->clock;
+      ptr[s->slot] = NULL;
+      break;
+    }
+    case HC_RECORD:
+      if (ptr[s->slot]) {
+        OK(cachalot_host_record_event(e.a, ptr[s->slot], 0, st[s->ref]));
+        m->b[hm_find(m, ptr[s->slot])].marks |= 1u << s->ref;
+      }
+      break;
+    case HC_COMPLETE:
+      OK(cachalot_sim_stream_complete(e.b, st[s->ref]));
+      m->epoch[s->ref]++;
+      break;
+    case HC_LAUNCH: /* work that a later event waits for; a free's event waits either way */
+      OK(cachalot_sim_launch(e.b, st[s->ref]));
+      break;
+    case HC_EMPTY:
+      OK(cachalot_host_empty_cache(e.a));
+      hm_process(m);
+      (void)hm_release_free(m);
+      break;
+    default:
+      if (toggle) {
+        m->registered = !m->registered;
+        OK(cachalot_set_settings(e.a, m->registered ? "pinned_use_cuda_host_register:True"
+                                                    : "pinned_use_cuda_host_register:False"));
+      }
+      break;
+    }
+    if (i == at) { /* the fault was for this step only */
+      OK(cachalot_sim_fail_host_pins(e.b, 0));
+      OK(cachalot_sim_fail_events(e.b, 0));
+      m->pin_fails = 0;
+    }
+    HM_EXPECT(m, &e);
+    for (int k = 0; k < HC_SLOTS; k++)
+      if (ptr[k] && ((unsigned char)ptr[k][0] != hc_tag(k) || (unsigned char)ptr[k][req[k] - 1] != hc_tag(k)))
+        fail_msg("'%s', step %d (fault %d at %d): slot %d's block was written by someone else", conf, i, (int)fault,
+                 at, k);
+  }
+  /* after the faults the cache works: everything goes back, then new blocks are pinned and reused */
+  for (int k = 0; k < HC_SLOTS; k++)
+    if (ptr[k]) {
+      OK(cachalot_host_free(e.a, ptr[k]));
+      m->b[hm_find(m, ptr[k])].state = HB_FREE;
+    }
+  OK(cachalot_sim_stream_complete(e.b, NULL));
+  for (int r = 1; r < HM_REFS; r++)
+    OK(cachalot_sim_stream_complete(e.b, st[r]));
+  OK(cachalot_host_empty_cache(e.a));
+  for (int i = 0; i < m->n; i++)
+    if (m->b[i].state != HB_GONE) {
+      m->b[i].state = HB_GONE;
+      m->unpins++;
+    }
+  HM_EXPECT(m, &e);
+  EQ(m->pins, m->unpins);
+  char *p1 = NULL, *p2 = NULL;
+  OK(cachalot_host_malloc(e.a, 3 * KiB, (void **)&p1));
+  memset(p1, 0x5a, 3 * KiB);
+  OK(cachalot_host_free(e.a, p1));
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&p2));
+  assert_ptr_equal(p2, p1);
+  OK(cachalot_host_free(e.a, p2));
+  CHECK(e.a);
+  free(m);
+  env_free(&e);
+}
+
+static void test_host_campaign(void **state) {
+  (void)state;
+  static const struct {
+    const char *conf;
+    bool toggle;
+  } confs[] = {{"", false},
+               {"pinned_use_cuda_host_register:True", false},
+               {"pinned_use_cuda_host_register:True,pinned_num_register_threads:4", false},
+               {"pinned_num_register_threads:2", true}};
+  hc_step script[HC_OPS];
+  for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
+    hc_script(0x2545F4914F6CDD1Dull * (c + 3), script);
+    hc_counts n = {0}, base = {0};
+    hc_run(script, confs[c].conf, confs[c].toggle, HC_NO_FAULT, -1, &base);
+    EQ(base.ooms, 0);
+    int runs = 0;
+    for (int k = 0; k < HC_OPS; k++) {
+      if (script[k].op == HC_MALLOC) {
+        hc_run(script, confs[c].conf, confs[c].toggle, HC_PIN_ONCE, k, &n);
+        hc_run(script, confs[c].conf, confs[c].toggle, HC_PIN_TWICE, k, &n);
+        runs += 2;
+      } else if (script[k].op == HC_FREE) {
+        hc_run(script, confs[c].conf, confs[c].toggle, HC_EVENT, k, &n);
+        runs++;
+      }
+    }
+    print_message("host cache, %s%s: %d runs with a fault: %lld mallocs out of memory, %lld pinned after giving "
+                  "free blocks back, %lld frees refused\n", confs[c].conf[0] ? confs[c].conf : "defaults",
+                  confs[c].toggle ? " (the pinning way toggled)" : "", runs, (long long)n.ooms,
+                  (long long)n.retried, (long long)n.event_failures);
+    /* each outcome is reached: the faults bite where the cache pins and where a marked block is freed */
+    EQ(n.ooms >= 5, 1);
+    EQ(n.retried >= 3, 1);
+    EQ(n.event_failures >= 3, 1);
+  }
+}
+
+/* An event that cannot be recorded at the second marked stream: the first one's event is given back, the
+ * block stays allocated and marked, and a later free records both. The second stream's capture, broken
+ * by a synchronization, is what refuses the record. */
+static void test_host_event_failure_after_one_recorded(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0);
+  char *p = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&p));
+  OK(cachalot_host_record_event(e.a, p, 0, s1));
+  OK(cachalot_host_record_event(e.a, p, 0, s2));
+  OK(cachalot_sim_capture_begin(e.b, s2, CACHALOT_CAPTURE_RELAXED));
+  STATUS(e.b->ops->stream_sync(e.b, 0, s2), CACHALOT_ERROR_DEVICE);
+  uint64_t n1 = 0, m1 = 0;
+  OK(cachalot_sim_stream_submitted(e.b, s1, &n1));
+  STATUS(cachalot_host_free(e.a, p), CACHALOT_ERROR_DEVICE);
+  CONTAINS(cachalot_last_error(), "cachalot_host_free: recording an event on stream");
+  OK(cachalot_sim_stream_submitted(e.b, s1, &m1));
+  EQ(m1, n1 + 1); /* s1's event was recorded, then given back with the free refused */
+  hmodel *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  m->b[m->n++] = (hblock){.ptr = p, .size = 4 * KiB, .state = HB_ALLOCATED};
+  m->pins = 1;
+  HM_EXPECT(m, &e);
+  STATUS(cachalot_sim_capture_end(e.b, s2), CACHALOT_ERROR_DEVICE);
+  OK(cachalot_host_free(e.a, p)); /* both marks still there: two events */
+  OK(cachalot_sim_stream_submitted(e.b, s1, &n1));
+  EQ(n1, m1 + 1);
+  char *q = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&q));
+  assert_true(q != p);
+  OK(cachalot_sim_stream_complete(e.b, s1));
+  char *r = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&r)); /* s2 still holds p */
+  assert_true(r != p && r != q);
+  OK(cachalot_sim_stream_complete(e.b, s2));
+  char *t = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&t));
+  assert_ptr_equal(t, p);
+  m->pins = 3;
+  m->b[m->n++] = (hblock){.ptr = q, .size = 4 * KiB, .state = HB_ALLOCATED};
+  m->b[m->n++] = (hblock){.ptr = r, .size = 4 * KiB, .state = HB_ALLOCATED};
+  HM_EXPECT(m, &e);
+  OK(cachalot_host_free(e.a, q));
+  OK(cachalot_host_free(e.a, r));
+  OK(cachalot_host_free(e.a, t));
+  OK(cachalot_host_empty_cache(e.a));
+  for (int i = 0; i < m->n; i++)
+    m->b[i].state = HB_GONE;
+  m->unpins = 3;
+  HM_EXPECT(m, &e);
+  free(m);
+  env_free(&e);
+}
+
+/* Pinning failures of both ways, step by step with exact bytes: one failure with free blocks cached gives
+ * them all back (of both kinds, each its own way) and the retry succeeds; two failures make the call an
+ * out-of-memory error that leaves nothing pinned but what is handed out; with nothing cached there is one
+ * try only. Then the faults stop and the cache pins and reuses again. */
+static void test_host_pin_failures_both_ways(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  size_t pa = 0, pr = 0;
+  char *a = NULL, *b = NULL, *c = NULL, *d = NULL, *x = NULL;
+  OK(cachalot_host_malloc(e.a, 8 * KiB, (void **)&a)); /* cudaHostAlloc's kind */
+  OK(cachalot_set_settings(e.a, "pinned_use_cuda_host_register:True,pinned_num_register_threads:4"));
+  OK(cachalot_host_malloc(e.a, 64 * KiB, (void **)&b)); /* registered, 16 pages touched by 4 threads */
+  OK(cachalot_host_malloc(e.a, 100, (void **)&c));      /* registered, 128 B */
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa, 8 * KiB);
+  EQ(pr, 64 * KiB + 128);
+  OK(cachalot_host_free(e.a, a));
+  OK(cachalot_host_free(e.a, b));
+  CHECK(e.a);
+  /* one failure: a and b go back, each its own way; the 1 MiB block is registered at the retry */
+  OK(cachalot_sim_fail_host_pins(e.b, 1));
+  OK(cachalot_host_malloc(e.a, MiB, (void **)&d));
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa, 0);
+  EQ(pr, MiB + 128);
+  cachalot_host_stats s;
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.current, 2);
+  EQ(s.allocated_bytes.current, MiB + 128);
+  EQ(s.active_requests.current, 2);
+  EQ(s.num_host_alloc, 4);
+  EQ(s.num_host_free, 2);
+  CHECK(e.a);
+  /* two failures with c freed: c goes back, the call fails, d stays */
+  OK(cachalot_host_free(e.a, c));
+  OK(cachalot_sim_fail_host_pins(e.b, 2));
+  x = (char *)(uintptr_t)0x1;
+  STATUS(cachalot_host_malloc(e.a, 2 * MiB, (void **)&x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  assert_null(x);
+  CONTAINS(cachalot_last_error(), "cachalot_host_malloc: pinning 2097152 bytes: injected host register failure");
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa, 0);
+  EQ(pr, MiB);
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.current, 1);
+  EQ(s.allocated_bytes.current, MiB);
+  EQ(s.num_host_alloc, 4);
+  EQ(s.num_host_free, 3);
+  CHECK(e.a);
+  /* nothing cached: one try, one injected failure left over for the next pinning */
+  OK(cachalot_set_settings(e.a, "pinned_use_cuda_host_register:False"));
+  OK(cachalot_sim_fail_host_pins(e.b, 2));
+  STATUS(cachalot_host_malloc(e.a, 2 * MiB, (void **)&x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  CONTAINS(cachalot_last_error(), "injected host allocation failure");
+  STATUS(cachalot_host_malloc(e.a, 2 * MiB, (void **)&x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.num_host_alloc, 4);
+  EQ(s.num_host_free, 3);
+  CHECK(e.a);
+  /* the faults stopped: pinning and reuse work again */
+  OK(cachalot_host_malloc(e.a, 2 * MiB, (void **)&x));
+  memset(x, 0x3c, 2 * MiB);
+  OK(cachalot_host_free(e.a, x));
+  char *y = NULL;
+  OK(cachalot_host_malloc(e.a, 2 * MiB - 1, (void **)&y));
+  assert_ptr_equal(y, x);
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa, 2 * MiB);
+  EQ(pr, MiB);
+  OK(cachalot_host_free(e.a, y));
+  OK(cachalot_host_free(e.a, d));
+  OK(cachalot_host_empty_cache(e.a));
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa + pr, 0);
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.current, 0);
+  EQ(s.num_host_alloc, 5);
+  EQ(s.num_host_free, 5);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* cudaFreeHost refused (the simulated device refuses it during a global capture, as CUDA refuses calls that
+ * would synchronize a capturing device): empty_cache reports it and the blocks stay cached, pinned and
+ * counted, reusable; a failed pinning's give-back is refused the same way and the retry still pins; after
+ * the capture everything goes back. */
+static void test_host_unpin_refused(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream cap = STREAM(e.b, 0);
+  hmodel *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  char *p = NULL, *q = NULL, *r = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&p));
+  OK(cachalot_host_malloc(e.a, 8 * KiB, (void **)&q));
+  OK(cachalot_host_free(e.a, p));
+  OK(cachalot_host_free(e.a, q));
+  m->b[m->n++] = (hblock){.ptr = p, .size = 4 * KiB, .state = HB_FREE};
+  m->b[m->n++] = (hblock){.ptr = q, .size = 8 * KiB, .state = HB_FREE};
+  m->pins = 2;
+  OK(cachalot_sim_capture_begin(e.b, cap, CACHALOT_CAPTURE_GLOBAL));
+  STATUS(cachalot_host_empty_cache(e.a), CACHALOT_ERROR_DEVICE);
+  CONTAINS(cachalot_last_error(), "cachalot_host_empty_cache: ");
+  HM_EXPECT(m, &e);
+  cachalot_host_stats s;
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.allocated, 2); /* a refused give-back counts nothing: no pinning, no unpinning */
+  EQ(s.allocations.freed, 0);
+  EQ(s.allocated_bytes.allocated, 12 * KiB);
+  EQ(s.allocated_bytes.freed, 0);
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&r)); /* still cached: reused */
+  assert_ptr_equal(r, p);
+  m->b[0].state = HB_ALLOCATED;
+  HM_EXPECT(m, &e);
+  /* a failed pinning: q's give-back is refused, q stays cached, the retry pins */
+  OK(cachalot_sim_fail_host_pins(e.b, 1));
+  char *t = NULL;
+  OK(cachalot_host_malloc(e.a, 16 * KiB, (void **)&t));
+  m->b[m->n++] = (hblock){.ptr = t, .size = 16 * KiB, .state = HB_ALLOCATED};
+  m->pins = 3;
+  HM_EXPECT(m, &e);
+  OK(cachalot_sim_capture_end(e.b, cap));
+  OK(cachalot_host_free(e.a, r));
+  OK(cachalot_host_free(e.a, t));
+  OK(cachalot_host_empty_cache(e.a));
+  for (int i = 0; i < m->n; i++)
+    m->b[i].state = HB_GONE;
+  m->unpins = 3;
+  HM_EXPECT(m, &e);
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.allocated, 3); /* as many as were pinned */
+  EQ(s.allocations.freed, 3);
+  EQ(s.allocated_bytes.allocated, 28 * KiB);
+  EQ(s.allocated_bytes.freed, 28 * KiB);
+  free(m);
+  env_free(&e);
+}
+
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_campaign_every_malloc),
@@ -933,6 +1516,10 @@ int main(void) {
       cmocka_unit_test(test_fail_events),
       cmocka_unit_test(test_failed_device_free_keeps_segment),
       cmocka_unit_test(test_random_ops_with_faults),
+      cmocka_unit_test(test_host_campaign),
+      cmocka_unit_test(test_host_event_failure_after_one_recorded),
+      cmocka_unit_test(test_host_pin_failures_both_ways),
+      cmocka_unit_test(test_host_unpin_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -353,10 +353,289 @@ static void test_stream_order_holds(void **state) {
     run_stream_seed(seed * 0x2545F4914F6CDD1Dull, confs[seed % 4], 1500);
 }
 
+/* ---- stream order of the pinned-host cache (include/cachalot/host.h): a third model ----
+ * Blocks, not ranges: each pinning is a block of a power of two, handed out whole. The model keeps every
+ * block's state (allocated, waiting for the events recorded at its free, free, given back) and, per
+ * stream, how many times the stream has completed; the events recorded at a free complete at the
+ * stream's next completion. Seeded sequences of host malloc (size 0 among them), free,
+ * cachalot_host_record_event on five streams of two devices (the default streams too, and streams named
+ * with another device's number), kernel launches, stream completion, empty_cache, settings changed
+ * between the two ways of pinning, and misuse that must change nothing. After every malloc:
+ *   - safety: the block handed out is not allocated, and not one whose marked streams had work still to
+ *     complete at its free (an event recorded then that has not completed);
+ *   - liveness: when a free block of the size exists, one is handed out, and exactly the one most recently
+ *     freed (a waiting block counts as freed when the cache sees its events complete, polling at malloc
+ *     and empty_cache, in the order the blocks were freed); else a new pinning;
+ * and after every call the host stats and the pinned bytes of each kind are the model's. Giving back a
+ * block of cudaHostAlloc's kind synchronizes the device (every stream completes), registered ones not. */
+enum { HREFS = 5, HSLOTS = 24, HBLOCKS = 1024 };
+
+typedef enum { HM_GONE, HM_ALLOCATED, HM_WAITING, HM_FREE } hm_state;
+
+typedef struct {
+  char *p;
+  size_t size;
+  bool registered;
+  hm_state state;
+  unsigned marks, waits;  /* refs marked since handed out; refs whose events its free recorded */
+  uint64_t need[HREFS];   /* waiting until completions[r] > need[r] for each r in waits */
+  uint64_t stamp;         /* waiting: when freed; free: when it joined its free list */
+} hm_block;
+
+typedef struct {
+  hm_block b[HBLOCKS];
+  int n;
+  uint64_t completions[HREFS], clock;
+  bool registered;
+  int64_t pins, unpins;
+} host_model;
+
+static bool hm_events_done(const host_model *m, const hm_block *b) {
+  for (int r = 0; r < HREFS; r++)
+    if ((b->waits >> r & 1) && m->completions[r] <= b->need[r])
+      return false;
+  return true;
+}
+
+/* What the cache's poll does: waiting blocks whose events completed join their free lists, in the order
+ * they were freed. */
+static void hm_poll(host_model *m) {
+  for (;;) {
+    int first = -1;
+    for (int i = 0; i < m->n; i++)
+      if (m->b[i].state == HM_WAITING && hm_events_done(m, &m->b[i]) &&
+          (first < 0 || m->b[i].stamp < m->b[first].stamp))
+        first = i;
+    if (first < 0)
+      return;
+    m->b[first].state = HM_FREE;
+    m->b[first].stamp = ++m->clock;
+  }
+}
+
+static int hm_lookup(const host_model *m, const void *p) {
+  for (int i = 0; i < m->n; i++)
+    if (m->b[i].state != HM_GONE && m->b[i].p == p)
+      return i;
+  return -1;
+}
+
+static size_t pow2_up(size_t n) {
+  size_t r = 1;
+  while (r < n)
+    r <<= 1;
+  return r;
+}
+
+/* Few sizes, so that blocks are asked for again; 0 among them. */
+static size_t draw_host_size(uint64_t *r) {
+  const uint64_t k = rng_next(r) % 10, v = rng_next(r);
+  switch (k) {
+  case 0: return 0;
+  case 1: return 1 + v % 8;
+  case 2: return 65 + v % 64;          /* 128 B */
+  case 3: case 4: return 2049 + v % 2048; /* 4 KiB */
+  case 5: return 4097 + v % 4096;      /* 8 KiB */
+  case 6: return 60 * KiB + v % (4 * KiB);
+  case 7: return 1 + v % (256 * KiB);
+  default: return 4096;
+  }
+}
+
+static void hm_verify(const host_model *m, env *e, uint64_t seed, int op) {
+  int64_t blocks = 0, bytes = 0, active = 0, active_b = 0;
+  size_t kind[2] = {0, 0};
+  for (int i = 0; i < m->n; i++) {
+    if (m->b[i].state == HM_GONE)
+      continue;
+    blocks++;
+    bytes += (int64_t)m->b[i].size;
+    kind[m->b[i].registered] += m->b[i].size;
+    if (m->b[i].state == HM_ALLOCATED) {
+      active++;
+      active_b += (int64_t)m->b[i].size;
+    }
+  }
+  cachalot_host_stats s;
+  OK(cachalot_host_memory_stats(e->a, &s));
+  size_t by_alloc = 0, by_register = 0;
+  OK(cachalot_sim_host_pinned(e->b, &by_alloc, &by_register));
+  if (s.allocations.current != blocks || s.allocated_bytes.current != bytes || s.active_requests.current != active ||
+      s.active_bytes.current != active_b || s.num_host_alloc != m->pins || s.num_host_free != m->unpins ||
+      by_alloc != kind[0] || by_register != kind[1])
+    fail_msg("seed %llu op %d: host stats %lld blocks (%lld B), %lld active (%lld B), %lld pinnings, %lld unpinnings, "
+             "pinned %zu + %zu registered; the model %lld (%lld), %lld (%lld), %lld, %lld, %zu + %zu",
+             (unsigned long long)seed, op, (long long)s.allocations.current, (long long)s.allocated_bytes.current,
+             (long long)s.active_requests.current, (long long)s.active_bytes.current, (long long)s.num_host_alloc,
+             (long long)s.num_host_free, by_alloc, by_register, (long long)blocks, (long long)bytes,
+             (long long)active, (long long)active_b, (long long)m->pins, (long long)m->unpins, kind[0], kind[1]);
+  CHECK(e->a);
+}
+
+static void run_host_seed(uint64_t seed, const char *conf, int ops) {
+  env e = ENV(2, 0, conf);
+  /* refs 0 and 1: the default streams of devices 0 and 1; 2, 3 of device 0; 4 of device 1 */
+  const cachalot_stream st[HREFS] = {NULL, NULL, STREAM(e.b, 0), STREAM(e.b, 0), STREAM(e.b, 1)};
+  host_model *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  m->registered = strstr(conf, "pinned_use_cuda_host_register:True") != NULL;
+  char *slot[HSLOTS] = {0};
+  size_t req[HSLOTS] = {0};
+  int reused = 0, fresh = 0, held_back = 0;
+  uint64_t r = seed;
+  for (int op = 0; op < ops; op++) {
+    const uint64_t k = rng_next(&r) % 100;
+    const int sl = (int)(rng_next(&r) % HSLOTS);
+    const int ref = (int)(rng_next(&r) % HREFS);
+    if (k < 8) { /* work on a stream; an event recorded at a free waits for its stream's next completion
+                  * whether work was launched before it or not */
+      OK(cachalot_sim_launch(e.b, ref == 1 ? st[4] : st[ref]));
+    } else if (k < 18) {
+      OK(cachalot_sim_stream_complete(e.b, st[ref])); /* NULL: both default streams */
+      if (ref < 2) {
+        m->completions[0]++;
+        m->completions[1]++;
+      } else {
+        m->completions[ref]++;
+      }
+    } else if (k < 20) {
+      OK(cachalot_host_empty_cache(e.a));
+      hm_poll(m);
+      bool synced = false;
+      for (int i = 0; i < m->n; i++)
+        if (m->b[i].state == HM_FREE) {
+          m->b[i].state = HM_GONE;
+          synced |= !m->b[i].registered;
+          m->unpins++;
+        }
+      if (synced) /* cudaFreeHost synchronizes the device; events not polled yet are seen at the next poll */
+        for (int t = 0; t < HREFS; t++)
+          m->completions[t]++;
+    } else if (k < 22) {
+      static const char *const changes[] = {"pinned_use_cuda_host_register:True",
+                                            "pinned_use_cuda_host_register:False",
+                                            "pinned_use_cuda_host_register:True,pinned_num_register_threads:8",
+                                            "pinned_num_register_threads:1"};
+      const int c = (int)(rng_next(&r) % 4);
+      OK(cachalot_set_settings(e.a, changes[c]));
+      if (c < 3)
+        m->registered = c != 1;
+    } else if (k < 25) { /* misuse: nothing may change */
+      char *p = slot[sl];
+      if (p) {
+        STATUS(cachalot_host_free(e.a, p + 1), CACHALOT_ERROR_INVALID_POINTER);
+      } else {
+        int i = (int)(rng_next(&r) % (uint64_t)(m->n ? m->n : 1));
+        if (i < m->n && m->b[i].state != HM_ALLOCATED && m->b[i].state != HM_GONE) { /* freed already */
+          STATUS(cachalot_host_free(e.a, m->b[i].p), CACHALOT_ERROR_INVALID_POINTER);
+          STATUS(cachalot_host_record_event(e.a, m->b[i].p, 0, st[2]), CACHALOT_ERROR_INVALID_POINTER);
+        }
+      }
+    } else if (slot[sl] && k < 50) {
+      /* a stream of either device may be named with either device's number: the event goes on the stream */
+      const int device = ref == 1 ? 1 : ref == 0 ? 0 : (int)(rng_next(&r) % 2);
+      OK(cachalot_host_record_event(e.a, slot[sl], device, st[ref]));
+      m->b[hm_lookup(m, slot[sl])].marks |= 1u << ref;
+    } else if (slot[sl]) {
+      if ((unsigned char)slot[sl][0] != (unsigned char)sl || (unsigned char)slot[sl][req[sl] - 1] != (unsigned char)sl)
+        fail_msg("seed %llu op %d: slot %d's block was written by another holder", (unsigned long long)seed, op, sl);
+      OK(cachalot_host_free(e.a, slot[sl]));
+      hm_block *b = &m->b[hm_lookup(m, slot[sl])];
+      b->state = b->marks ? HM_WAITING : HM_FREE;
+      b->waits = b->marks;
+      b->marks = 0;
+      for (int t = 0; t < HREFS; t++)
+        b->need[t] = m->completions[t];
+      b->stamp = ++m->clock;
+      slot[sl] = NULL;
+    } else {
+      const size_t n = draw_host_size(&r);
+      void *p = (void *)(uintptr_t)0x1;
+      OK(cachalot_host_malloc(e.a, n, &p));
+      if (n == 0) {
+        assert_null(p);
+      } else {
+        hm_poll(m);
+        const size_t size = pow2_up(n);
+        int head = -1, waiting = 0;
+        for (int i = 0; i < m->n; i++) {
+          if (m->b[i].size != size)
+            continue;
+          waiting += m->b[i].state == HM_WAITING;
+          if (m->b[i].state == HM_FREE && (head < 0 || m->b[i].stamp > m->b[head].stamp))
+            head = i;
+        }
+        const int got = hm_lookup(m, p);
+        if (got >= 0 && m->b[got].state == HM_ALLOCATED)
+          fail_msg("seed %llu op %d: host_malloc(%zu) handed out %p, a block already handed out",
+                   (unsigned long long)seed, op, n, p);
+        if (got >= 0 && m->b[got].state == HM_WAITING)
+          fail_msg("seed %llu op %d: host_malloc(%zu) handed out %p, whose streams had work to complete at its "
+                   "free that has not completed", (unsigned long long)seed, op, n, p);
+        if (head >= 0 && got < 0)
+          fail_msg("seed %llu op %d: host_malloc(%zu) pinned a new block with %p free", (unsigned long long)seed, op,
+                   n, (void *)m->b[head].p);
+        if (head >= 0 && got != head)
+          fail_msg("seed %llu op %d: host_malloc(%zu) gave %p, the most recently freed block is %p",
+                   (unsigned long long)seed, op, n, p, (void *)m->b[head].p);
+        if (got >= 0 && m->b[got].size != size)
+          fail_msg("seed %llu op %d: host_malloc(%zu) gave a block of %zu", (unsigned long long)seed, op, n,
+                   m->b[got].size);
+        if (head >= 0) {
+          m->b[head].state = HM_ALLOCATED;
+          reused++;
+        } else {
+          assert_true(m->n < HBLOCKS);
+          m->b[m->n++] = (hm_block){.p = p, .size = size, .registered = m->registered, .state = HM_ALLOCATED};
+          m->pins++;
+          fresh++;
+          held_back += waiting > 0;
+        }
+        slot[sl] = p;
+        req[sl] = n;
+        memset(p, sl, n); /* the whole request is the caller's to write */
+      }
+    }
+    hm_verify(m, &e, seed, op);
+  }
+  for (int i = 0; i < HSLOTS; i++)
+    if (slot[i])
+      OK(cachalot_host_free(e.a, slot[i]));
+  OK(cachalot_sim_stream_complete(e.b, NULL));
+  for (int t = 2; t < HREFS; t++)
+    OK(cachalot_sim_stream_complete(e.b, st[t]));
+  OK(cachalot_host_empty_cache(e.a));
+  cachalot_host_stats s;
+  OK(cachalot_host_memory_stats(e.a, &s));
+  EQ(s.allocations.current, 0);
+  EQ(s.num_host_alloc, s.num_host_free);
+  size_t by_alloc = 1, by_register = 1;
+  OK(cachalot_sim_host_pinned(e.b, &by_alloc, &by_register));
+  EQ(by_alloc + by_register, 0);
+  /* every rule was exercised: blocks reused, new pinnings, and pinnings because a block of the size was
+   * still waiting for its streams */
+  print_message("host seed %llu, '%s': %d mallocs reused a block, %d pinned (%d while one of the size waited), "
+                "%lld given back\n", (unsigned long long)seed, conf, reused, fresh, held_back, (long long)m->unpins);
+  if (reused < 50 || fresh < 10 || held_back < 5)
+    fail_msg("seed %llu: %d reused, %d pinned, %d pinned while a block waited: too few", (unsigned long long)seed,
+             reused, fresh, held_back);
+  free(m);
+  env_free(&e);
+}
+
+static void test_host_stream_order_holds(void **state) {
+  (void)state;
+  static const char *confs[] = {"", "pinned_use_cuda_host_register:True",
+                                "pinned_use_cuda_host_register:True,pinned_num_register_threads:4"};
+  for (uint64_t seed = 1; seed <= 9; seed++)
+    run_host_seed(seed * 0xD1B54A32D192ED03ull, confs[seed % 3], 1500);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_sequences_match_the_model),
       cmocka_unit_test(test_stream_order_holds),
+      cmocka_unit_test(test_host_stream_order_holds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
