@@ -70,11 +70,11 @@ def install(conf=None, route="auto", pinned=True):
         err = ctypes.create_string_buffer(1024)
         if lib.cachalot_torch_backend_install(conf.encode() if conf is not None else None, err, len(err)) != 0:
             raise RuntimeError(err.value.decode())
+        _route, _handle = "backend", lib.cachalot_torch_backend_allocator  # installed, whatever follows
         if pinned:
             lib.cachalot_torch_host_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             if lib.cachalot_torch_host_install(err, len(err)) != 0:
                 raise RuntimeError(err.value.decode())
-        _route, _handle = "backend", lib.cachalot_torch_backend_allocator
         return _route
     if route == "backend":
         raise RuntimeError("cachalot: the PyTorch backend cannot be used: " + why)

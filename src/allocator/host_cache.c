@@ -20,8 +20,9 @@ typedef struct {
 
 /* One pinning of `size` bytes (a power of two), handed out whole.
  * Invariant: in the cache's `blocks` hash (by ptr) from its pinning until it is given back, and in
- * exactly one of three states: allocated (n_events == 0, in no bin); waiting (freed, n_events > 0
- * entries of the cache's `pend` name it, in no bin); free (n_events == 0, in bins[log2 size]).
+ * exactly one of four states: allocated (n_events == 0, in no bin); waiting (freed, n_events > 0
+ * entries of the cache's `pend` name it, in no bin); free (n_events == 0, in bins[log2 size]); kept
+ * (freed, `kept`, n_events == 0, in no bin: never reused, given back only by destroy).
  * uses[0..n_uses) are the distinct streams record_event named since it was handed out, only while
  * allocated. */
 typedef struct host_block {
@@ -29,6 +30,7 @@ typedef struct host_block {
   size_t size;
   bool allocated;
   bool registered; /* pinned by cudaHostRegister (host_pin.c), not cudaHostAlloc */
+  bool kept;       /* freed while a marked stream was being captured: a graph may read it at any replay */
   unsigned n_events;
   host_use *uses;
   unsigned n_uses, cap_uses;
@@ -151,6 +153,9 @@ void cl_host_destroy(cl_host *h) {
   }
   host_block *b, *tmp;
   HASH_ITER(hh, h->blocks, b, tmp) {
+    /* a block still handed out may still be copied from by the streams it was marked with */
+    for (unsigned i = 0; i < b->n_uses; i++)
+      (void)be->ops->stream_sync(be, b->uses[i].device, b->uses[i].s);
     HASH_DEL(h->blocks, b);
     (void)cl_host_unpin(be, b->ptr, b->registered);
     free(b->uses);
@@ -304,6 +309,7 @@ cachalot_status cachalot_host_malloc(cachalot_allocator *a, size_t size, void **
   bool hash_oom = false;
   HASH_ADD_PTR(h->blocks, ptr, b);
   if (hash_oom) {
+    h->stats.num_host_free++; /* the pinning counted, so does its undoing */
     pthread_mutex_unlock(&h->lock);
     (void)cl_host_unpin(h->backend, b->ptr, b->registered);
     free(b);
@@ -355,6 +361,24 @@ cachalot_status cachalot_host_free(cachalot_allocator *a, void *ptr) {
     }
     h->pend = p;
     h->cap_pend = cap;
+  }
+  /* An event recorded on a stream being captured stands for the graph, not for work, and CUDA refuses to
+   * query it: such a block is kept for good, as the graph may copy from it at any replay. */
+  bool captured = false;
+  for (unsigned i = 0; i < b->n_uses && !captured; i++) {
+    bool capturing = false;
+    uint64_t id = 0;
+    captured = be->ops->stream_capture_info(be, b->uses[i].device, b->uses[i].s, &capturing, &id) != CACHALOT_OK ||
+               capturing; /* a stream that cannot say (the legacy one beside a blocking capture) counts */
+  }
+  if (captured) {
+    b->kept = true;
+    b->n_uses = 0;
+    b->allocated = false;
+    stat_add(&h->stats.active_requests, -1);
+    stat_add(&h->stats.active_bytes, -(int64_t)b->size);
+    pthread_mutex_unlock(&h->lock);
+    return CACHALOT_OK;
   }
   unsigned n = 0;
   for (; n < b->n_uses; n++) {
@@ -492,7 +516,7 @@ cachalot_status cl_host_check(cl_host *h) {
     for (host_block *b = h->bins[k]; b; b = b->next_free) {
       host_block *found = NULL;
       HASH_FIND_PTR(h->blocks, &b->ptr, found);
-      if (found != b || b->allocated || b->n_events || log2_of(b->size) != (unsigned)k ||
+      if (found != b || b->allocated || b->n_events || b->kept || log2_of(b->size) != (unsigned)k ||
           (b->next_free && b->next_free->prev_free != b)) {
         rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "host cache: free list %d holds a block %p that is not a free "
                                                    "block of its size in the cache", k, b->ptr);
@@ -508,7 +532,7 @@ cachalot_status cl_host_check(cl_host *h) {
                    b->size);
       goto out;
     }
-    if ((b->allocated && b->n_events) || (!b->allocated && b->n_uses)) {
+    if ((b->allocated && (b->n_events || b->kept)) || (!b->allocated && b->n_uses) || (b->kept && b->n_events)) {
       rc = cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "host cache: block %p is %s with %u pending events and %u streams marked", b->ptr,
                    b->allocated ? "allocated" : "free", b->n_events, b->n_uses);
@@ -521,7 +545,7 @@ cachalot_status cl_host_check(cl_host *h) {
       alloc_bytes += (int64_t)b->size;
     }
     waiting += b->n_events;
-    if (!b->allocated && !b->n_events)
+    if (!b->allocated && !b->n_events && !b->kept)
       free_blocks++;
   }
   if (in_bins != free_blocks || (size_t)waiting != h->n_pend) {

@@ -9,8 +9,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-enum { TOUCH_PAGE = 4096 }; /* the pages touched: the host's base page */
+enum { TOUCH_PAGE = 4096 }; /* the pages touched: 4 KiB, PyTorch's (a larger page is touched more than once) */
 
 typedef struct {
   volatile char *base;
@@ -56,8 +57,10 @@ cachalot_status cl_host_pin(cachalot_backend *b, size_t size, bool use_register,
   if (!use_register)
     return b->ops->host_alloc(b, size, ptr);
   void *p = NULL;
-  /* page-aligned: registration locks whole pages, so the block shares none with other memory */
-  if (size > SIZE_MAX - TOUCH_PAGE || posix_memalign(&p, TOUCH_PAGE, size) != 0)
+  /* aligned to the host's page: registration locks whole pages, so the block shares none with other memory */
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t align = page > TOUCH_PAGE ? (size_t)page : TOUCH_PAGE;
+  if (size > SIZE_MAX - align || posix_memalign(&p, align, size) != 0)
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory: cannot allocate %zu bytes to register",
                    size);
   touch_pages(p, size, threads > CL_MAX_REGISTER_THREADS ? CL_MAX_REGISTER_THREADS : threads);

@@ -11,6 +11,8 @@
 #include "host.h"
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
@@ -85,9 +87,16 @@ class HostAllocator final : public at::HostAllocator {
       std::lock_guard<std::mutex> g(mu_);
       auto it = held_.find(p);
       if (it != held_.end()) { // a capture's: its graphs may replay a copy from it
-        pools_[it->second].held.push_back(p);
+        auto pool = pools_.find(it->second);
         held_.erase(it);
-        return;
+        if (pool != pools_.end()) {
+          try {
+            pool->second.held.push_back(p);
+          } catch (const std::exception&) { // a deleter must not throw: kept pinned for good instead
+            TORCH_WARN("cachalot: no host memory to keep a graph's pinned block; it stays pinned");
+          }
+          return;
+        }
       }
     }
     // a deleter must not throw: a failure here (an event cannot be recorded) leaves the block allocated
@@ -97,26 +106,32 @@ class HostAllocator final : public at::HostAllocator {
 
   // PyTorch calls this for every non_blocking copy between the host and a device, pinned or not: memory
   // that is not a block of cachalot's is the previous allocator's (pinned before the install) or nobody's.
+  // ptr is the copied tensor's data, which a slice places inside its block; ctx is what allocate() gave
+  // the DataPtr, the block's start, so the block is found by ctx first.
   bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
     const c10::cuda::CUDAStream s(stream);
+    void* block = ctx ? ctx : ptr;
+    const auto cs = reinterpret_cast<cachalot_stream>(s.stream());
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(s.stream(), &capturing) != cudaSuccess)
       (void)cudaGetLastError();
     if (capturing != cudaStreamCaptureStatusNone) {
-      // an event recorded now would stand for the graph, not for work: keep the block until its pool goes
+      // the copy is a graph's, which may replay it at any time: the block is kept until its pool goes
       std::lock_guard<std::mutex> g(mu_);
-      if (held_.count(ptr))
+      if (held_.count(block))
         return true;
       for (auto& c : captures_)
         if (c.second(stream)) {
-          if (!owns(ptr))
+          // the mark tells whether the block is cachalot's; its event is recorded at the pool's release
+          if (cachalot_host_record_event(a_, block, s.device_index(), cs) != CACHALOT_OK)
             break;
-          held_[ptr] = c.first;
+          held_[block] = c.first;
           return true;
         }
     }
-    const cachalot_status rc =
-        cachalot_host_record_event(a_, ptr, s.device_index(), reinterpret_cast<cachalot_stream>(s.stream()));
+    cachalot_status rc = cachalot_host_record_event(a_, block, s.device_index(), cs);
+    if (rc == CACHALOT_ERROR_INVALID_POINTER && block != ptr)
+      rc = cachalot_host_record_event(a_, ptr, s.device_index(), cs);
     if (rc == CACHALOT_ERROR_INVALID_POINTER)
       return prev_ ? prev_->record_event(ptr, ctx, stream) : false;
     check(rc, "recording a stream's use of pinned memory");
@@ -154,7 +169,9 @@ class HostAllocator final : public at::HostAllocator {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& c : captures_)
       TORCH_CHECK(c.first != pool, "cachalot: beginAllocateToPool: already recording to this pool");
-    pools_[pool].uses++;
+    Pool& p = pools_[pool];
+    if (p.uses++ == 0)
+      p.device = c10::cuda::current_device();
     captures_.emplace_back(pool, std::move(filter));
     n_captures_.store(captures_.size(), std::memory_order_relaxed);
   }
@@ -172,6 +189,8 @@ class HostAllocator final : public at::HostAllocator {
 
   void release_pool(MempoolId_t pool) override {
     std::vector<void*> back;
+    bool alive = false; // blocks of the pool still allocated: freed later, the usual way
+    c10::DeviceIndex device = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
       auto it = pools_.find(pool);
@@ -179,13 +198,32 @@ class HostAllocator final : public at::HostAllocator {
       if (--it->second.uses > 0)
         return;
       back.swap(it->second.held);
+      device = it->second.device;
       pools_.erase(it);
+      for (auto h = held_.begin(); h != held_.end();)
+        if (h->second == pool) {
+          alive = true;
+          h = held_.erase(h);
+        } else {
+          ++h;
+        }
     }
-    if (back.empty())
+    if (back.empty() && !alive)
       return;
-    // the last graph of the pool is gone, but its last replay may still be reading
-    if (cudaDeviceSynchronize() != cudaSuccess)
+    // The pool's last graph is going (PyTorch releases the pool before it destroys the instance), but its
+    // last replay may still be reading, on the capture's device: wait for it there. Without that wait the
+    // blocks stay pinned for good rather than be reused under a replay.
+    cudaError_t err;
+    {
+      c10::cuda::CUDAGuard guard(device);
+      err = cudaDeviceSynchronize();
+    }
+    if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      TORCH_WARN("cachalot: cannot wait for a released graph pool's replays (", cudaGetErrorString(err), "): its ",
+                 back.size(), " pinned blocks stay pinned");
+      return;
+    }
     for (void* p : back)
       if (cachalot_host_free(a_, p) != CACHALOT_OK)
         TORCH_WARN("cachalot: freeing pinned memory of a released graph pool: ", cachalot_last_error());
@@ -194,16 +232,11 @@ class HostAllocator final : public at::HostAllocator {
  private:
   struct Pool {
     int uses = 0;
-    std::vector<void*> held; // freed by the program, kept for the pool's graphs
+    c10::DeviceIndex device = 0; // where its captures ran
+    std::vector<void*> held;     // freed by the program, kept for the pool's graphs
   };
 
   bool captures_underway() const { return n_captures_.load(std::memory_order_relaxed) != 0; }
-
-  // Whether ptr is the start of an allocated block of cachalot's: recording the null stream's use
-  // of a block it does own changes nothing that matters (the block is kept out of the cache anyway).
-  bool owns(void* ptr) {
-    return cachalot_host_record_event(a_, ptr, 0, nullptr) == CACHALOT_OK;
-  }
 
   cachalot_allocator* a_;
   at::HostAllocator* prev_;

@@ -17,8 +17,8 @@
  *   - the host cache's pinned bytes are what the simulated backend holds pinned, its active blocks are the
  *     ones the program holds, each still carrying its own tags (no block handed out twice).
  * At the end everything is freed and empty_cache must give the device all of its memory back, and the
- * host all of its pinned memory (unless a block's event was recorded into a capture, which cannot be
- * queried: that block stays cached until destroy); with history off every context reference is given
+ * host all of its pinned memory (unless a block was freed while a marked stream was captured: a graph may
+ * read it, so it is kept until destroy); with history off every context reference is given
  * back, and destroy leaves none. */
 #include <cachalot/cachalot.h>
 

@@ -25,9 +25,10 @@ route. Each child prints one JSON line; the parent compares.
   fraction       set_per_process_memory_fraction: torch.OutOfMemoryError where native raises it
   train          a small transformer trains bit-identically to native
   pinned         pin_memory() comes from cachalot's host cache (its own stats count the blocks), with
-                 torch.cuda.host_memory_stats() exact; a copy pipeline whose pinned sources are freed while
-                 the copies wait behind a slow kernel reads no overwritten block (as native); a CUDA graph
-                 captures a copy from pinned memory and replays it
+                 torch.cuda.host_memory_stats() exact; a copy pipeline whose pinned sources (whole tensors,
+                 and a slice) are freed while the copies wait behind a slow kernel reads no overwritten
+                 block (as native); a CUDA graph captures a copy from pinned memory and replays it, and a
+                 pinned tensor it copied from goes back once the graph and the tensor are gone
 Prints 'N passed, N failed' last.
 """
 import gc
@@ -385,6 +386,30 @@ def c_pinned(torch, mode):
         del h
     torch.cuda.synchronize()
     out["pipeline_wrong"] = sum(int((d != k + 1).sum()) for k, d in enumerate(dsts))
+    # a slice: the copy's record_event names the slice's data, inside its block
+    hs = torch.full((2, n), 9, dtype=torch.int32, pin_memory=True)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(300_000_000)
+        ds = hs[1].to("cuda", non_blocking=True)
+    del hs
+    h2 = torch.empty((2, n), dtype=torch.int32, pin_memory=True)
+    h2.fill_(-1)
+    torch.cuda.synchronize()
+    out["slice_wrong"] = int((ds != 9).sum())
+    del h2
+    # a pinned tensor a graph copies from, freed after the graph: it goes back (native: stats say nothing)
+    buf = torch.full((1 << 16,), 1.0, pin_memory=True)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        o2 = buf.to("cuda", non_blocking=True)
+    g2.replay()
+    torch.cuda.synchronize()
+    before = host()["active_requests.current"]
+    del g2, o2
+    gc.collect()
+    del buf
+    gc.collect()
+    out["graph_buf_returned"] = host()["active_requests.current"] == before - 1
     # a graph that copies from pinned memory, replayed twice with new data
     src = torch.full((1 << 16,), 3.0, pin_memory=True)
     g = torch.cuda.CUDAGraph()
@@ -479,6 +504,7 @@ def main():
               c["reused"] and n["reused"] and c["cachalot_own"]["allocations.current"] == 2 and
               c["cachalot_own"]["active_requests.current"] == 2 and
               c["pipeline_wrong"] == 0 and n["pipeline_wrong"] == 0 and c["graph_replay"] and n["graph_replay"] and
+              c["slice_wrong"] == 0 and n["slice_wrong"] == 0 and c["graph_buf_returned"] and
               c["after_empty"]["allocations.current"] <= n["after_empty"]["allocations.current"])
         result("pinned", ok, {"native": n, "cachalot": c})
     if want("train"):

@@ -1311,10 +1311,10 @@ static void test_host_campaign(void **state) {
   }
 }
 
-/* An event that cannot be recorded at the second marked stream: the first one's event is given back, the
- * block stays allocated and marked, and a later free records both. The second stream's capture, broken
- * by a synchronization, is what refuses the record. */
-static void test_host_event_failure_after_one_recorded(void **state) {
+/* A block freed while a stream it is marked with is being captured: no event is recorded (it would stand
+ * for the graph, and CUDA refuses to query such an event); the block is kept, never reused and never
+ * given back but by destroy, since the graph may copy from it at every replay. */
+static void test_host_free_during_capture_keeps(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
   cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0);
@@ -1323,53 +1323,37 @@ static void test_host_event_failure_after_one_recorded(void **state) {
   OK(cachalot_host_record_event(e.a, p, 0, s1));
   OK(cachalot_host_record_event(e.a, p, 0, s2));
   OK(cachalot_sim_capture_begin(e.b, s2, CACHALOT_CAPTURE_RELAXED));
-  STATUS(e.b->ops->stream_sync(e.b, 0, s2), CACHALOT_ERROR_DEVICE);
   uint64_t n1 = 0, m1 = 0;
   OK(cachalot_sim_stream_submitted(e.b, s1, &n1));
-  STATUS(cachalot_host_free(e.a, p), CACHALOT_ERROR_DEVICE);
-  CONTAINS(cachalot_last_error(), "cachalot_host_free: recording an event on stream");
+  OK(cachalot_host_free(e.a, p));
+  CHECK(e.a);
   OK(cachalot_sim_stream_submitted(e.b, s1, &m1));
-  EQ(m1, n1 + 1); /* s1's event was recorded, then given back with the free refused */
-  hmodel *m = calloc(1, sizeof *m);
-  assert_non_null(m);
-  m->b[m->n++] = (hblock){.ptr = p, .size = 4 * KiB, .state = HB_ALLOCATED};
-  m->pins = 1;
-  HM_EXPECT(m, &e);
-  STATUS(cachalot_sim_capture_end(e.b, s2), CACHALOT_ERROR_DEVICE);
-  OK(cachalot_host_free(e.a, p)); /* both marks still there: two events */
-  OK(cachalot_sim_stream_submitted(e.b, s1, &n1));
-  EQ(n1, m1 + 1);
-  char *q = NULL;
-  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&q));
-  assert_true(q != p);
+  EQ(m1, n1); /* no event on s1 either: the block waits for nothing, it is kept */
+  cachalot_host_stats st;
+  OK(cachalot_host_memory_stats(e.a, &st));
+  EQ(st.allocations.current, 1);
+  EQ(st.active_requests.current, 0);
+  EQ(st.active_bytes.current, 0);
+  STATUS(cachalot_host_free(e.a, p), CACHALOT_ERROR_INVALID_POINTER); /* freed already */
+  STATUS(cachalot_host_record_event(e.a, p, 0, s1), CACHALOT_ERROR_INVALID_POINTER);
+  OK(cachalot_sim_capture_end(e.b, s2));
   OK(cachalot_sim_stream_complete(e.b, s1));
-  char *r = NULL;
-  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&r)); /* s2 still holds p */
-  assert_true(r != p && r != q);
   OK(cachalot_sim_stream_complete(e.b, s2));
-  char *t = NULL;
-  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&t));
-  assert_ptr_equal(t, p);
-  m->pins = 3;
-  m->b[m->n++] = (hblock){.ptr = q, .size = 4 * KiB, .state = HB_ALLOCATED};
-  m->b[m->n++] = (hblock){.ptr = r, .size = 4 * KiB, .state = HB_ALLOCATED};
-  HM_EXPECT(m, &e);
+  char *q = NULL;
+  OK(cachalot_host_malloc(e.a, 4 * KiB, (void **)&q)); /* never p */
+  assert_true(q != p);
   OK(cachalot_host_free(e.a, q));
-  OK(cachalot_host_free(e.a, r));
-  OK(cachalot_host_free(e.a, t));
-  OK(cachalot_host_empty_cache(e.a));
-  for (int i = 0; i < m->n; i++)
-    m->b[i].state = HB_GONE;
-  m->unpins = 3;
-  HM_EXPECT(m, &e);
-  free(m);
-  env_free(&e);
+  OK(cachalot_host_empty_cache(e.a)); /* q goes back, p stays */
+  CHECK(e.a);
+  size_t pa = 0, pr = 0;
+  OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+  EQ(pa, 4 * KiB);
+  OK(cachalot_host_memory_stats(e.a, &st));
+  EQ(st.allocations.current, 1);
+  EQ(st.num_host_free, 1);
+  env_free(&e); /* destroy gives p back (ASan: nothing leaked) */
 }
 
-/* Pinning failures of both ways, step by step with exact bytes: one failure with free blocks cached gives
- * them all back (of both kinds, each its own way) and the retry succeeds; two failures make the call an
- * out-of-memory error that leaves nothing pinned but what is handed out; with nothing cached there is one
- * try only. Then the faults stop and the cache pins and reuses again. */
 static void test_host_pin_failures_both_ways(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
@@ -1517,7 +1501,7 @@ int main(void) {
       cmocka_unit_test(test_failed_device_free_keeps_segment),
       cmocka_unit_test(test_random_ops_with_faults),
       cmocka_unit_test(test_host_campaign),
-      cmocka_unit_test(test_host_event_failure_after_one_recorded),
+      cmocka_unit_test(test_host_free_during_capture_keeps),
       cmocka_unit_test(test_host_pin_failures_both_ways),
       cmocka_unit_test(test_host_unpin_refused),
   };
