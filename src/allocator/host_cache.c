@@ -474,15 +474,23 @@ cachalot_status cachalot_host_memory_stats(cachalot_allocator *a, cachalot_host_
   return CACHALOT_OK;
 }
 
+/* The four counted stats, for the resets. */
+static void stats_of(cl_host *h, cachalot_stat *s[4]) {
+  s[0] = &h->stats.allocations;
+  s[1] = &h->stats.allocated_bytes;
+  s[2] = &h->stats.active_requests;
+  s[3] = &h->stats.active_bytes;
+}
+
 cachalot_status cachalot_host_reset_peak_stats(cachalot_allocator *a) {
   cl_host *h;
   cachalot_status rc = enter(a, "cachalot_host_reset_peak_stats", &h);
   if (rc != CACHALOT_OK)
     return rc;
   pthread_mutex_lock(&h->lock);
-  cachalot_stat *s[] = {&h->stats.active_requests, &h->stats.allocations, &h->stats.active_bytes,
-                        &h->stats.allocated_bytes};
-  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+  cachalot_stat *s[4];
+  stats_of(h, s);
+  for (int i = 0; i < 4; i++)
     s[i]->peak = s[i]->current;
   cachalot_duration_stat *d[] = {&h->stats.host_alloc_time, &h->stats.host_free_time};
   for (size_t i = 0; i < 2; i++) /* PyTorch's: the extremes start again too (0: none since) */
@@ -497,9 +505,9 @@ cachalot_status cachalot_host_reset_accumulated_stats(cachalot_allocator *a) {
   if (rc != CACHALOT_OK)
     return rc;
   pthread_mutex_lock(&h->lock);
-  cachalot_stat *s[] = {&h->stats.active_requests, &h->stats.allocations, &h->stats.active_bytes,
-                        &h->stats.allocated_bytes};
-  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+  cachalot_stat *s[4];
+  stats_of(h, s);
+  for (int i = 0; i < 4; i++)
     s[i]->allocated = s[i]->freed = 0;
   memset(&h->stats.host_alloc_time, 0, sizeof h->stats.host_alloc_time);
   memset(&h->stats.host_free_time, 0, sizeof h->stats.host_free_time);

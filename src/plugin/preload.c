@@ -377,20 +377,9 @@ static struct {
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static void *driver_fn(const char *name) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return fn;
-}
-
 static void find_driver(void) {
-  drv.device_get = (CUresult(*)(CUdevice *, int))driver_fn("cuDeviceGet");
-  drv.primary_state = (CUresult(*)(CUdevice, unsigned int *, int *))driver_fn("cuDevicePrimaryCtxGetState");
+  drv.device_get = (CUresult(*)(CUdevice *, int))cl_cuda_driver_symbol("cuDeviceGet");
+  drv.primary_state = (CUresult(*)(CUdevice, unsigned int *, int *))cl_cuda_driver_symbol("cuDevicePrimaryCtxGetState");
 }
 
 static bool has_context(int device) {

@@ -25,6 +25,10 @@ typedef struct cl_cuda_real_fns {
  * still use the entry it read before. */
 void cl_cuda_set_real(const cl_cuda_real_fns *fns);
 
+/* A driver function through the runtime's entry-point lookup, in its CUDA 12.0 signature; NULL when the
+ * driver has none (vmm.c). */
+void *cl_cuda_driver_symbol(const char *name);
+
 /* The same for cudaHostAlloc and cudaFreeHost, which the interposer serves too (src/plugin/preload.c). */
 typedef cudaError_t (*cl_cuda_host_alloc_fn)(void **ptr, size_t size, unsigned int flags);
 typedef cudaError_t (*cl_cuda_free_host_fn)(void *ptr);

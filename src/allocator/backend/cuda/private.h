@@ -16,6 +16,7 @@
 #define CACHALOT_BACKEND_CUDA_PRIVATE_H
 
 #include "../ops.h"
+#include "cuda.h" /* cl_cuda_driver_symbol */
 
 #include "../../../common/error.h"
 
@@ -132,9 +133,7 @@ void cl_cuda_graph_destroy(cachalot_backend *b, cl_graph *g);
 void cl_cuda_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e);
 cachalot_status cl_cuda_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path);
 
-/* vmm.c: a driver function through the runtime's entry-point lookup, in its CUDA 12.0 signature; NULL
- * when the driver has none. */
-void *cl_cuda_driver_symbol(const char *name);
+/* vmm.c (and cl_cuda_driver_symbol, in cuda.h) */
 cachalot_status cl_cuda_va_granularity(cachalot_backend *b, int device, size_t *out);
 cachalot_status cl_cuda_va_reserve(cachalot_backend *b, int device, size_t size, void **base);
 cachalot_status cl_cuda_va_release(cachalot_backend *b, int device, void *base, size_t size);
