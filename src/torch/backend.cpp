@@ -66,15 +66,6 @@ struct CtxRef {
 
 thread_local std::vector<std::string> compile_contexts;
 
-[[noreturn]] void fail(const char* what, cachalot_status rc) {
-  TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
-}
-
-void check(cachalot_status rc, const char* what) {
-  if (rc != CACHALOT_OK)
-    fail(what, rc);
-}
-
 bool same_pool(cachalot_mempool_id a, cachalot_mempool_id b) { return a.first == b.first && a.second == b.second; }
 
 // A snapshot taken from cachalot, freed with it.
@@ -566,11 +557,6 @@ class Allocator final : public cca::CUDAAllocator {
 Allocator* instance = nullptr;
 
 void raw_delete_fn(void* ptr) { instance->free_ptr(ptr); }
-
-void set_error(char* err, size_t len, const std::string& msg) {
-  if (err && len)
-    std::snprintf(err, len, "%s", msg.c_str());
-}
 
 } // namespace
 

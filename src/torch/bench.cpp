@@ -3,6 +3,8 @@
 // getPinnedMemoryAllocator(). Here, in the one C++ layer, rather than built at run time beside the tool;
 // the loop is C++ so that the time is the allocator's alone, as alloc_bench's own rows are. Nothing here
 // installs cachalot: the allocator timed is whichever PyTorch pins through.
+#include "convert.h"
+
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
@@ -17,14 +19,11 @@
 
 namespace {
 
+using cachalot_torch::set_error;
+
 // The sequence (size 0 frees its slot), and what each slot holds: an empty DataPtr when nothing.
 std::vector<int64_t> sizes, slot_of;
 std::vector<c10::DataPtr> live;
-
-void say(char* err, size_t len, const std::string& what) {
-  if (err && len)
-    std::snprintf(err, len, "%s", what.c_str());
-}
 
 void release_all() {
   for (auto& d : live)
@@ -42,7 +41,7 @@ __attribute__((visibility("default"))) int cachalot_torch_bench_host_load(const 
     int64_t n_slots = 0;
     for (size_t i = 0; i < n; i++) {
       if (slot[i] < 0 || size[i] < 0) {
-        say(err, len, "a negative slot or size");
+        set_error(err, len, "a negative slot or size");
         return -1;
       }
       n_slots = std::max(n_slots, slot[i] + 1);
@@ -54,7 +53,7 @@ __attribute__((visibility("default"))) int cachalot_torch_bench_host_load(const 
     live.resize(static_cast<size_t>(n_slots));
     return 0;
   } catch (const std::exception& e) {
-    say(err, len, e.what());
+    set_error(err, len, e.what());
     return -1;
   }
 }
@@ -82,7 +81,7 @@ __attribute__((visibility("default"))) int64_t cachalot_torch_bench_host_run(int
   *done = static_cast<int64_t>(i);
   if (!error.empty()) {
     release_all();
-    say(err, len, error);
+    set_error(err, len, error);
     return -1;
   }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <iterator>
 #include <utility>
@@ -21,6 +22,13 @@ void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {
   to.freed = from.freed;
 }
 
+void copy_duration(c10::CachingAllocator::DurationStat& to, const cachalot_duration_stat& from) {
+  to.total = from.total;
+  to.max = from.max;
+  to.min = from.min;
+  to.count = from.count;
+}
+
 void copy_stats(c10::CachingAllocator::StatArray& to, const cachalot_stat from[3]) {
   for (size_t i = 0; i < 3; i++) // both order all, small pool, large pool
     copy_stat(to[i], from[i]);
@@ -31,6 +39,20 @@ std::shared_ptr<c10::GatheredContext> gathered_of(void* ctx) {
 }
 
 } // namespace
+
+[[noreturn]] void fail(const char* what, cachalot_status rc) {
+  TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
+}
+
+void check(cachalot_status rc, const char* what) {
+  if (rc != CACHALOT_OK)
+    fail(what, rc);
+}
+
+void set_error(char* err, size_t len, const std::string& msg) {
+  if (err && len)
+    std::snprintf(err, len, "%s", msg.c_str());
+}
 
 PoolState::~PoolState() { cachalot_pool_state_free(st); }
 
@@ -57,6 +79,19 @@ cda::DeviceStats to_device_stats(const cachalot_device_stats& s) {
   t.num_device_alloc = s.num_device_alloc;
   t.num_device_free = s.num_device_free;
   t.max_split_size = s.max_split_size;
+  return t;
+}
+
+at::HostStats to_host_stats(const cachalot_host_stats& s) {
+  at::HostStats t;
+  copy_stat(t.active_requests, s.active_requests);
+  copy_stat(t.active_bytes, s.active_bytes);
+  copy_stat(t.allocations, s.allocations);
+  copy_stat(t.allocated_bytes, s.allocated_bytes);
+  copy_duration(t.host_alloc_time, s.host_alloc_time);
+  copy_duration(t.host_free_time, s.host_free_time);
+  t.num_host_alloc = s.num_host_alloc;
+  t.num_host_free = s.num_host_free;
   return t;
 }
 

@@ -3,6 +3,7 @@
 // checkpoints). Apart from the allocator class so that what follows a torch release's types changes here.
 #pragma once
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -37,10 +38,17 @@ struct PoolState : cca::AllocatorState {
   ~PoolState() override;
 };
 
+// A failed cachalot call as PyTorch's error (c10::Error, RuntimeError in Python), with cachalot's message.
+[[noreturn]] void fail(const char* what, cachalot_status rc);
+void check(cachalot_status rc, const char* what);
+// A message into an extern "C" entry point's err buffer of len bytes (either may be NULL / 0).
+void set_error(char* err, size_t len, const std::string& msg);
+
 cachalot_mempool_id to_id(MempoolId_t id);
 bool is_default(MempoolId_t id);
 
 cda::DeviceStats to_device_stats(const cachalot_device_stats& s);
+at::HostStats to_host_stats(const cachalot_host_stats& s);
 
 std::vector<cca::StreamSegmentSize> to_expandable_segment_sizes(const cachalot_snapshot_info& s,
                                                                 c10::DeviceIndex device);

@@ -8,6 +8,7 @@
 // cachalot's host cache has no private pools, so this layer keeps such blocks out of the cache instead: a
 // block allocated for a capture, or marked with a capturing stream, goes back only when its pool is
 // released (the graphs that could replay it are gone), after a device synchronization.
+#include "convert.h"
 #include "host.h"
 
 #include <ATen/core/CachingHostAllocator.h>
@@ -30,29 +31,7 @@
 namespace {
 
 using c10::MempoolId_t;
-
-[[noreturn]] void fail(const char* what, cachalot_status rc) {
-  TORCH_CHECK(false, "cachalot: ", what, ": ", cachalot_last_error(), " (", cachalot_status_name(rc), ")");
-}
-
-void check(cachalot_status rc, const char* what) {
-  if (rc != CACHALOT_OK)
-    fail(what, rc);
-}
-
-void to_stat(const cachalot_stat& from, c10::CachingAllocator::Stat& to) {
-  to.current = from.current;
-  to.peak = from.peak;
-  to.allocated = from.allocated;
-  to.freed = from.freed;
-}
-
-void to_duration(const cachalot_duration_stat& from, c10::CachingAllocator::DurationStat& to) {
-  to.total = from.total;
-  to.max = from.max;
-  to.min = from.min;
-  to.count = from.count;
-}
+using namespace cachalot_torch;
 
 void host_delete(void* ptr);
 
@@ -147,16 +126,7 @@ class HostAllocator final : public at::HostAllocator {
   at::HostStats get_stats() override {
     cachalot_host_stats s;
     check(cachalot_host_memory_stats(a_, &s), "pinned host stats");
-    at::HostStats out;
-    to_stat(s.active_requests, out.active_requests);
-    to_stat(s.active_bytes, out.active_bytes);
-    to_stat(s.allocations, out.allocations);
-    to_stat(s.allocated_bytes, out.allocated_bytes);
-    to_duration(s.host_alloc_time, out.host_alloc_time);
-    to_duration(s.host_free_time, out.host_free_time);
-    out.num_host_alloc = s.num_host_alloc;
-    out.num_host_free = s.num_host_free;
-    return out;
+    return to_host_stats(s);
   }
 
   void reset_accumulated_stats() override {
