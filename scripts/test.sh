@@ -7,18 +7,28 @@
 #   5. the Python package, pip-installed into a virtual environment, and its tests without torch
 #   6. the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UndefinedBehaviorSanitizer), a fixed
 #      number of executions each from their seed corpora
-# Each build uses -Wall -Wextra -Werror. Prints 'N passed, N failed' last.
+#   7. the README's quick starts, read out of README.md and run as written (tests/quickstart)
+# Each build uses -Wall -Wextra -Werror. A step that fails is named with the last lines of its log, and
+# the failed steps are listed again at the end. Prints 'N passed, N failed' last.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh || exit 1
+scripts/install-deps.sh || { echo "scripts/test.sh: installing the dependencies failed"; exit 1; }
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 passed=0
 failed=0
+failed_steps=""
 step() { # step NAME COMMAND...
   local name=$1
   shift
   echo "=== $name"
-  if "$@"; then passed=$((passed + 1)); echo "--- $name: ok"; else failed=$((failed + 1)); echo "--- $name: FAILED"; fi
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "--- $name: ok"
+  else
+    failed=$((failed + 1))
+    failed_steps="$failed_steps  $name"$'\n'
+    echo "--- $name: FAILED"
+  fi
 }
 build() { # build DIR [meson options...]
   local dir=$1
@@ -54,6 +64,8 @@ t_python() {
 }
 t_fuzz() { CC=clang build build-fuzz -Dtests=enabled -Dfuzz=enabled -Dcuda=disabled -Db_sanitize=address,undefined \
   -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link && suite build-fuzz --suite fuzz; }
+# Exit 77 (not root: no mount namespace for the install) is a skip, said as such.
+t_quickstart() { bash tests/quickstart/readme_test.sh . build-quickstart; local rc=$?; [ "$rc" -eq 77 ] || return "$rc"; }
 
 step "gcc: unit, stress, gpu (skipped without a GPU)" t_gcc
 step "asan+ubsan: unit and cli suites" t_asan
@@ -62,6 +74,8 @@ step "clang: unit, stress" t_clang
 step "cuda disabled: unit, stress, demo" t_nocuda
 step "python package: pip install, import, version, route selection" t_python
 step "fuzzers: config, environment, snapshot reader, socket, API sequences" t_fuzz
+step "README quick starts, as written" t_quickstart
 echo
+[ -n "$failed_steps" ] && printf 'failed steps:\n%s' "$failed_steps"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

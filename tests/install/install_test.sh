@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch root and builds clients of it three ways:
 #   1. with `pkg-config --cflags --libs cachalot` against the installed cachalot.pc, headers and library;
-#   2. with `pkg-config --static --cflags --libs cachalot` against libcachalot.a (when the build installs
-#      it), then runs that program with CACHALOT_SNAPSHOT_AT_EXIT set: the snapshot must be written at exit;
+#   2. with `pkg-config --cflags --libs cachalot-static` against libcachalot.a (when the build installs
+#      it; and with `pkg-config --static` of cachalot.pc, every private library linked), then runs that
+#      program with CACHALOT_SNAPSHOT_AT_EXIT set: the snapshot must be written at exit;
 #   3. as a Meson project that takes this source tree as a subproject (dependency('cachalot')): the parent
 #      must get the library and nothing else (no tools, plug-ins, tests, examples), with no -Werror forced
 #      on cachalot's own code.
@@ -60,18 +61,22 @@ cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $flags -o "$scra
 libdir=$(dirname "$(find "$dest" -name 'libcachalot.so' | head -1)")
 LD_LIBRARY_PATH=$libdir "$scratch/client"
 
-# Static: libcachalot.a with Libs.private (threads, libdl, the CUDA runtime); -l:libcachalot.a makes the
-# linker take the archive although libcachalot.so lies beside it.
+# Static: cachalot-static.pc links libcachalot.a (-l:libcachalot.a, although libcachalot.so lies beside it)
+# with what the archive needs; and `pkg-config --static` of cachalot.pc, which brings every private library
+# of the chain (libdw's libelf, zlib, liblzma, libbz2: what scripts/install-deps.sh must install), links.
 if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
-  static_flags=$(pkgconf --static --cflags --libs cachalot)
-  echo "pkg-config --static --cflags --libs cachalot: $static_flags"
-  case " $static_flags " in *" -lcachalot "*) ;; *) echo "no -lcachalot in the static flags"; exit 1 ;; esac
-  static_flags=$(echo " $static_flags " | sed 's/ -lcachalot / -l:libcachalot.a /')
+  static_flags=$(pkgconf --cflags --libs cachalot-static)
+  echo "pkg-config --cflags --libs cachalot-static: $static_flags"
   # shellcheck disable=SC2086
   cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $static_flags -o "$scratch/client-static"
   if readelf -d "$scratch/client-static" | grep -q 'libcachalot\.so'; then
     echo "the static client still needs libcachalot.so"; exit 1
   fi
+  all_static=$(pkgconf --static --cflags --libs cachalot)
+  echo "pkg-config --static --cflags --libs cachalot: $all_static"
+  # shellcheck disable=SC2086
+  cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $all_static -o "$scratch/client-private" ||
+    { echo "linking with every private library of pkg-config --static failed"; exit 1; }
   env -u LD_LIBRARY_PATH "$scratch/client-static"
   # The snapshot at exit (src/process/export.c) from the statically linked program, %p expanded to its pid.
   rm -f "$scratch"/exit-*.json
