@@ -4,7 +4,7 @@
 
 Each workload runs in a fresh process with torch.cuda.memory._record_memory_history, three times: with
 PyTorch's native allocator (its trace is saved as OUT_DIR/NAME.snapshot.json.gz, frames removed, the
-schema of ../shared/traces) and with expandable_segments:True, and the reserved / requested peaks of
+schema of traces/) and with expandable_segments:True, and the reserved / requested peaks of
 each run are printed as one JSON line per workload.
 
 Workloads:
