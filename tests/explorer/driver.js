@@ -1,7 +1,8 @@
 /* The explorer's test driver (tests/explorer/run.py appends it to pages of alloc_snapshot plot): it
  * drives the page with real DOM events (wheel, drag, keys, clicks, hover) and checks exact state against
  * tests/explorer/explorer.json, then writes PASS / FAIL lines between BEGIN and END into the DOM for
- * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'smoke' or 'empty'). */
+ * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'peak', 'smoke' or 'empty');
+ * in 'peak' mode window.__expect holds what run.py computed from the snapshot itself. */
 window.addEventListener('load', function () {
   const out = [];
   const check = (name, got, want) => {
@@ -35,6 +36,101 @@ window.addEventListener('load', function () {
         'The snapshot holds no segments and no trace entries: nothing to draw.');
     } else if (mode === 'smoke') {
       check('devices in the selector', document.querySelectorAll('select[aria-label=device] option').length, window.__devices);
+    } else if (mode === 'peak') {
+      const E = window.__expect, D = ex.st.D, n = E.n;
+      /* first the axes, with what the page has had from the start (so that this fails on a page
+       * without the rest): the scale's max is the value the axis shows at its top */
+      check('axis: active memory zoomed out is the peak', ex.st.yScale.max, E.peak.bytes);
+      for (const z of E.zooms) {
+        if (ex.st.axis !== z.axis) ex.setAxis(z.axis);
+        ex.setRange(z.x0, z.x1);
+        const at = z.axis + ' [' + z.x0 + ', ' + z.x1 + ')';
+        check('axis: active memory over ' + at, ex.st.yScale.max, z.active);
+        check('axis: allocated and reserved over ' + at, ex.st.tlScale && ex.st.tlScale.max, z.timeline);
+      }
+      ex.setAxis('event');
+      button('reset').click();
+      const ac = $('active'), tl = $('timeline'), lineAt = (cv, px) => {
+        /* the peak colour at some height of the pixel column px (the line is dashed) */
+        const g = cv.getContext('2d'), d = g.getImageData(Math.floor(px), 0, 1, cv.height).data;
+        for (let y = 0; y < cv.height; y++) if (d[4 * y] === 0xc2 && d[4 * y + 1] === 0x41 && d[4 * y + 2] === 0x0c) return true;
+        return false;
+      };
+      check('peak: entry', D.peakEntry, E.peak.entry);
+      check('peak: its time_us', D.time[D.peakEntry], E.peak.time_us);
+      check('peak: value', D.peakAlloc, E.peak.bytes);
+      check('peak marker: active memory, at the peak entry', ex.st.peakPx.active, ex.xToPx(E.peak.entry));
+      check('peak marker: timeline', ex.st.peakPx.timeline, ex.xToPx(E.peak.entry));
+      check('peak marker: drawn', [lineAt(ac, ex.st.peakPx.active), lineAt(tl, ex.st.peakPx.timeline)], [true, true]);
+      ex.setAxis('time');
+      check('peak marker: wall time, at the peak time', ex.st.peakPx.active, ex.xToPx(E.peak.x_time));
+      check('peak marker: wall time, drawn', lineAt(ac, ex.st.peakPx.active), true);
+      ex.setAxis('event');
+      ex.setRange(0, Math.max(E.peak.entry - 10, 4));
+      check('peak marker: none when out of view', [ex.st.peakPx.active, ex.st.peakPx.timeline], [null, null]);
+      button('peak').click();
+      check('peak button: the peak in view', ex.st.x0 <= E.peak.entry && E.peak.entry < ex.st.x1, true);
+      check('peak button: zoomed to a twentieth', +(ex.st.x1 - ex.st.x0).toFixed(6), +(n / 20).toFixed(6));
+      check('peak button: its moment picked', ex.st.k, E.peak.entry);
+      const heading = text(document.querySelector('.plots > h3:nth-of-type(3)'));
+      check('peak button: segment map heading', [heading.startsWith('Segment map after entry ' + E.peak.entry + ' (+'),
+        heading.endsWith(', time_us ' + E.peak.time_us + ')')], [true, true]);
+      button('reset').click();
+      /* the table, open from the start */
+      const trs = () => [...document.querySelectorAll('#peak-table tbody tr')];
+      const live = () => trs().map((tr) => [+tr.children[0].dataset.bytes, tr.children[2].textContent]);
+      const stacks = () => trs().map((tr) => tr.querySelector('td.fr').title);
+      const first = document.querySelector('#peak-table tbody tr');
+      check('table: its first rows in the window as the page opens', !!first && first.getBoundingClientRect().bottom <= window.innerHeight, true);
+      check('table: the allocations live at the peak, largest first', live(), E.live);
+      check('table: they add up to the peak', live().reduce((s, r) => s + r[0], 0), E.peak.bytes);
+      check('table: their stacks', stacks(), E.frames);
+      const th = (t) => [...document.querySelectorAll('#peak-table th')].find((h) => h.textContent.startsWith(t));
+      th('size').click();
+      check('sort: size ascending', live().map((r) => r[0]), E.live.map((r) => r[0]).sort((a, b) => a - b));
+      check('sort: its heading says so', th('size').getAttribute('aria-sort'), 'ascending');
+      th('frames').click();
+      const byText = E.frames.slice().sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      check('sort: by frame text', stacks(), byText);
+      th('frames').click();
+      check('sort: by frame text, reversed', stacks(), byText.slice().reverse());
+      th('size').click();
+      check('sort: size, largest first again', live(), E.live);
+      const find = document.querySelector('#peak input[type=search]');
+      find.value = E.search.q;
+      find.dispatchEvent(new Event('input', {bubbles: true}));
+      check('search: rows whose frames hold "' + E.search.q + '"', trs().length, E.search.count);
+      check('search: every one does', stacks().every((t) => t.toLowerCase().includes(E.search.q.toLowerCase())), true);
+      find.value = '';
+      find.dispatchEvent(new Event('input', {bubbles: true}));
+      check('search: cleared', trs().length, E.live.length);
+      /* a row selects its band, the state clicking the band gives; zoomed in, the state after the peak
+       * entry spans several columns: every row's band is drawn there, away from its edges */
+      ex.setRange(E.peak.entry - 10, E.peak.entry + 10);
+      const row = trs()[0], id = +row.dataset.id, hex = row.children[2].textContent;
+      const sel = () => [ex.st.sel, text($('details').querySelector('h3')), trs().filter((tr) => tr.classList.contains('sel')).map((tr) => +tr.dataset.id)];
+      row.click();
+      check('row click: selects', sel(), [id, 'Allocation ' + hex, [id]]);
+      check('row click: hash', /[#&]sel=/.test(location.hash) === (ex.st.D.A.start[id] >= 0), true);
+      const c = Math.floor((ex.xToPx(E.peak.entry) + ex.xToPx(E.peak.entry + 1)) / 2) - 78, r = ex.st.lay.bands[c];
+      let base = -1;
+      for (let j = 0; j < r.length; j += 2) if (r[j] === id) base = r[j + 1];
+      const {top, bottom, max} = ex.st.yScale, yMid = bottom - (bottom - top) * (base + D.A.size[id] / 2) / max;
+      const px = ac.getContext('2d').getImageData(c + 78, Math.round(yMid), 1, 1).data;
+      check('row click: its band drawn selected (#111)', base >= 0 && [px[0], px[1], px[2]], [17, 17, 17]);
+      mouse(ac, 'mousedown', c + 78, yMid);
+      mouse(ac, 'mouseup', c + 78, yMid);
+      check('band click on it: unselects, row too', sel()[0] === -1 && sel()[2].length === 0, true);
+      mouse(ac, 'mousedown', c + 78, yMid);
+      mouse(ac, 'mouseup', c + 78, yMid);
+      check('band click: the same state as the row click', sel(), [id, 'Allocation ' + hex, [id]]);
+      const multi = trs().find((tr) => tr.querySelector('button.more'));
+      if (multi) {
+        const n0 = multi.querySelectorAll('td.fr > div').length, frames = multi.querySelector('td.fr').title.split('\n').length;
+        multi.querySelector('button.more').click();
+        check('frames: expand shows the whole stack', [n0, multi.querySelectorAll('td.fr > div').length], [1, frames]);
+        check('frames: expanding does not select', ex.st.sel, id);
+      }
     } else if (mode === 'pending') {
       check('pending: entry', ex.st.k, 0);
       check('pending: segment map after entry 0', text($('segmap-figures')), '1 segment, reserved 2.00 MiB (2097152 B); ' +

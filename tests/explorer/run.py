@@ -6,15 +6,26 @@ usage: run.py ALLOC_SNAPSHOT TESTS_EXPLORER_DIR CLI_FIXTURES_DIR WORK_DIR
 Plots fixtures, puts an error catcher at the top of each page (window.onerror, unhandledrejection) and
 driver.js at its end, loads it with `chromium --headless --dump-dom` and reads the PASS / FAIL lines the
 driver wrote. Exit 0 when every page ran with no FAIL, 1 otherwise, 77 (skipped) without chromium.
+
+The peak pages (mode 'peak': a trace generated here, and traces/var_inference) are checked against what
+this script computes from the snapshot's JSON by itself (expectations(), passed to the page as
+window.__expect): the allocated bytes after every entry, the peak, the allocations live then, the axis
+maxima of chosen ranges.
 """
+import bisect
+import gzip
+import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 
 CATCHER = ("<script>window.__errors=[];window.onerror=function(m,s,l,c){window.__errors.push(m+' at '+l+':'+c)};"
            "window.addEventListener('unhandledrejection',function(e){window.__errors.push('rejection '+e.reason)});"
-           "window.__mode=%r;window.__devices=%d;</script>")
+           "window.__mode=%r;window.__devices=%d;window.__expect=%s;</script>")
+MIB = 1 << 20
+SEARCH = "DeCoder"  # typed into the peak table's filter: matched case-insensitively
 
 
 def chromium():
@@ -25,7 +36,24 @@ def chromium():
     return None
 
 
-def run_page(browser, tool, fixture, work, name, mode, devices=1, hash_=""):
+def unusable(browser, work):
+    """Why the browser cannot load a page here (found is not enough: a broken install or a sandbox that
+    forbids it would fail every page), or None when it loaded a blank one."""
+    blank = os.path.join(work, "blank.html")
+    with open(blank, "w", encoding="utf-8") as f:
+        f.write("<html><body><p id=ok>ok</p></body></html>")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--user-data-dir=" + os.path.join(work, "profile"), "--dump-dom", "file://" + os.path.abspath(blank)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if 'id="ok"' not in r.stdout:
+        return "exit %d, %s" % (r.returncode, (r.stderr.strip().splitlines() or ["no output"])[-1])
+    return None
+
+
+def run_page(browser, tool, fixture, work, name, mode, devices=1, hash_="", expect=None):
     page = os.path.join(work, name + ".html")
     r = subprocess.run([tool, "plot", fixture, "-o", page], capture_output=True, text=True)
     if r.returncode != 0:
@@ -36,7 +64,7 @@ def run_page(browser, tool, fixture, work, name, mode, devices=1, hash_=""):
         driver = f.read()
     if "<body>" not in html or "</body>" not in html:
         return ["FAIL %s: the page has no <body> ... </body>" % name]
-    html = html.replace("<body>", "<body>" + CATCHER % (mode, devices), 1)
+    html = html.replace("<body>", "<body>" + CATCHER % (mode, devices, json.dumps(expect).replace("<", "\\u003c")), 1)
     html = html.replace("</body>", "<script>\n" + driver + "\n</script>\n</body>", 1)
     test_page = os.path.join(work, name + ".test.html")
     with open(test_page, "w", encoding="utf-8") as f:
@@ -55,6 +83,152 @@ def run_page(browser, tool, fixture, work, name, mode, devices=1, hash_=""):
     return ["%s [%s]" % (line, name) for line in lines]
 
 
+def peak_fixture(path):
+    """Writes a snapshot whose trace has far more entries than the plot has pixel columns: 300 MiB
+    buffers allocated and freed one after another (never two at once), then the peak (457 MiB), a
+    phase of smaller allocations with frames. Zoomed out, each column holds several entries; stacking
+    everything live at any of them (the old bug) read at least two buffers on top of what is held:
+    666 MiB."""
+    rnd = random.Random(7)
+    seg1, seg2 = 0x7f0000000000, 0x7f4000000000
+    stacks = {
+        "attn": [("attention", "model/decoder.py", 88), ("Decoder.forward", "model/decoder.py", 40), ("main", "infer.py", 12)],
+        "mlp": [("mlp", "model/decoder.py", 120), ("Decoder.forward", "model/decoder.py", 41), ("main", "infer.py", 12)],
+        "kv": [("KVCache.grow", "model/cache.py", 64), ("main", "infer.py", 15)],
+        "embed": [("embed", "model/embedding.py", 21), ("main", "infer.py", 11)],
+        "weights": [("load_weights", "infer.py", 5)],
+        "buffer": [("workspace", "kernels/gemm.py", 9), ("mlp", "model/decoder.py", 122)],
+    }
+    entries, live, time = [], {seg1: 8 * MIB}, [1000]  # live: address -> size; 8 MiB from before the trace
+
+    def entry(action, addr, size, stack=None):
+        time[0] += rnd.randint(1, 40)
+        e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": time[0]}
+        if stack:
+            e["frames"] = [{"name": n, "filename": f, "line": line} for n, f, line in stacks[stack]]
+        entries.append(e)
+
+    def alloc(size, stack, seg=seg1):  # first fit in the segment
+        at = seg
+        for a in sorted(a for a in live if seg <= a < seg + (1 << 30)):
+            if a - at >= size:
+                break
+            at = max(at, a + live[a])
+        live[at] = size
+        entry("alloc", at, size, stack)
+        return at
+
+    def free(addr):
+        size = live.pop(addr)
+        entry("free_requested", addr, size)
+        entry("free_completed", addr, size)
+
+    weights = alloc(64 * MIB, "weights")
+    free(seg1)  # allocated before the trace began
+    for i in range(1500):
+        act = alloc(rnd.randint(1, 4096) * 512, rnd.choice(["attn", "mlp"])) if i % 50 == 0 else None
+        free(alloc(300 * MIB, "buffer"))
+        if act is not None:
+            free(act)
+    entry("segment_alloc", seg2, 256 * MIB)
+    held = []
+    for i in range(40):
+        stack = rnd.choice(["attn", "mlp", "kv", "embed"])
+        held.append(alloc(rnd.randint(2048, 40960) * 512 + i * 512, stack, seg2 if stack == "kv" else seg1))
+        if i % 7 == 6:
+            free(held.pop(rnd.randrange(len(held))))
+    rnd.shuffle(held)
+    for a in held:
+        free(a)
+    entry("segment_free", seg2, 256 * MIB)
+    block = lambda addr, size, state, frames: {"address": addr, "size": size, "requested_size": size if state != "inactive" else 0,
+                                                "state": state, "frames": frames}
+    snap = {"segments": [{"device": 0, "address": seg1, "total_size": 1 << 30, "allocated_size": 64 * MIB,
+                          "active_size": 64 * MIB, "requested_size": 64 * MIB, "stream": 0, "segment_type": "large",
+                          "segment_pool_id": [0, 0], "is_expandable": False, "frames": [],
+                          "blocks": [block(seg1, 8 * MIB, "inactive", []),
+                                     block(weights, 64 * MIB, "active_allocated", entries[0]["frames"]),
+                                     block(weights + 64 * MIB, (1 << 30) - 72 * MIB, "inactive", [])]}],
+            "device_traces": [entries], "allocator_settings": {"CACHALOT_ALLOC_CONF": ""}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(snap, f)
+
+
+def expectations(path):
+    """What the page must show of device 0, replayed here from the snapshot's JSON as the explorer's
+    definition has it: an allocation is live from its alloc entry until its free_requested; a free of
+    an address the trace never allocated, and an active_allocated block the trace leaves unaccounted,
+    were live since before the trace."""
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+        snap = json.load(f)
+    trace = snap["device_traces"][0]
+    n = len(trace)
+    allocs, live = [], {}  # allocs: [start, end, size, address, frames]; live: address -> index in allocs
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            if e["addr"] in live:
+                allocs[live[e["addr"]]][1] = i
+            live[e["addr"]] = len(allocs)
+            allocs.append([i, n, e["size"], e["addr"], e.get("frames", [])])
+        elif e["action"] == "free_requested":
+            if e["addr"] in live:
+                allocs[live.pop(e["addr"])][1] = i
+            else:
+                allocs.append([-1, i, e["size"], e["addr"], []])
+    segs = [s for s in snap["segments"] if s["device"] == 0]
+    for s in segs:
+        for b in s["blocks"]:
+            if b["state"] == "active_allocated" and b["address"] not in live:
+                allocs.append([-1, n, b["size"], b["address"], b.get("frames", [])])
+    delta = [0] * (n + 2)
+    for start, end, size, _, _ in allocs:
+        delta[start + 1] += size  # delta[i + 1]: the change after entry i (-1: before the trace)
+        delta[end + 1] -= size
+    allocated, a = [], 0
+    for i in range(-1, n):
+        a += delta[i + 1]
+        allocated.append(a)  # allocated[i + 1]: after entry i
+    net = sum(e["size"] if e["action"] == "segment_alloc" else -e["size"] for e in trace
+              if e["action"] in ("segment_alloc", "segment_free"))
+    r = max(0, sum(s["total_size"] for s in segs) - net) if segs else 0
+    reserved = [r]
+    for e in trace:
+        if e["action"] == "segment_alloc":
+            r += e["size"]
+        elif e["action"] == "segment_free":
+            r = max(0, r - e["size"])
+        reserved.append(r)
+    peak = max(allocated[1:])
+    p = allocated.index(peak, 1) - 1
+    times = [e["time_us"] - trace[0]["time_us"] for e in trace]
+
+    def zoom(axis, x0, x1):
+        """The axis maxima over [x0, x1): the states after the entry at or before x0 (the one at x0
+        if any) through the last entry before x1."""
+        xs = times if axis == "time" else list(range(n))
+        a = bisect.bisect_left(xs, x0)
+        lo = a if a < n and xs[a] == x0 else a - 1
+        hi = bisect.bisect_left(xs, x1)
+        states = range(lo + 1, hi + 1)
+        return {"axis": axis, "x0": x0, "x1": x1, "active": max(allocated[s] for s in states),
+                "timeline": max(1, max(max(allocated[s], reserved[s]) for s in states))}
+
+    text = lambda frames: "\n".join("%s %s:%d" % (f["name"], f["filename"], f["line"]) for f in frames)
+    at_peak = sorted((al for al in allocs if al[0] <= p < al[1]), key=lambda al: (-al[2], al[0]))
+    span = times[-1] + max(times[-1] / 1000, 1)
+    t_peak = times[p]
+    return {
+        "n": n, "peak": {"entry": p, "time_us": trace[p]["time_us"], "x_time": t_peak, "bytes": peak},
+        "zooms": [zoom("event", 0, n), zoom("event", 0, n // 2), zoom("event", n // 3, 2 * n // 3),
+                  zoom("event", max(p - 500, 0), min(p + 500, n)), zoom("event", max(p - 20, 0), min(p + 20, n)),
+                  zoom("event", max(p - 20, 0), p), zoom("time", 0, span),
+                  zoom("time", t_peak - span / 9.5, t_peak + span / 13.25), zoom("time", span * 0.3 + 0.5, span * 0.45)],
+        "live": [[al[2], "0x%x" % al[3]] for al in at_peak],
+        "frames": [text(al[4]) for al in at_peak],
+        "search": {"q": SEARCH, "count": sum(SEARCH.lower() in text(al[4]).lower() for al in at_peak)},
+    }
+
+
 def main():
     tool, here, fixtures, work = sys.argv[1:5]
     browser = chromium()
@@ -62,11 +236,20 @@ def main():
         print("skip: no chromium (apt-get install chromium)")
         return 77
     os.makedirs(work, exist_ok=True)
+    why = unusable(browser, work)
+    if why:
+        print("skip: %s cannot run here: %s" % (browser, why))
+        return 77
     fx = os.path.join(here, "explorer.json")
     results = run_page(browser, tool, fx, work, "explorer", "full")
     results += run_page(browser, tool, fx, work, "explorer_hash", "hash", hash_="#t=3&sel=3&x0=2&x1=10")
     # a block pending free at the snapshot whose free the trace does not hold: pending after every entry
     results += run_page(browser, tool, os.path.join(here, "pending.json"), work, "pending", "pending", hash_="#t=0")
+    gen = os.path.join(work, "peak.json")
+    peak_fixture(gen)
+    results += run_page(browser, tool, gen, work, "peak", "peak", expect=expectations(gen))
+    var = os.path.join(here, "..", "..", "traces", "var_inference.snapshot.json.gz")
+    results += run_page(browser, tool, var, work, "var_inference", "peak", expect=expectations(var))
     results += run_page(browser, tool, os.path.join(fixtures, "cachalot_small.json"), work, "two_devices", "smoke", 2)
     results += run_page(browser, tool, os.path.join(fixtures, "trace_small.json"), work, "trace_only", "smoke")
     results += run_page(browser, tool, os.path.join(fixtures, "segments_empty_trace.json"), work, "no_trace", "smoke", 2)

@@ -1,7 +1,8 @@
 /* alloc_snapshot plot's explorer, the model: the page's JSON data (explorer_data.c) decoded into typed
  * arrays, the trace walked into allocations (the rules of tools/common/trace_walk.h), the totals per
- * entry, the segment map at any entry, and the level-of-detail layout of the active-memory view.
- * explorer_view.js draws what these return. No library, no network. */
+ * entry and their peak, the allocations live at an entry, the segment map at any entry, and the
+ * level-of-detail layout of the active-memory view. explorer_view.js draws what these return. No
+ * library, no network. */
 'use strict';
 
 const ACT = {ALLOC: 0, FREE_REQ: 1, FREE_DONE: 2, SEG_ALLOC: 3, SEG_FREE: 4, SEG_MAP: 5, SEG_UNMAP: 6,
@@ -149,7 +150,7 @@ function totals(D) {
   r = D.segs.length ? Math.max(0, finalReserved - net) : 0;
   D.reservedBefore = r;
   D.allocBefore = base;
-  let pa = 0, pr = 0;
+  let pa = 0, pr = 0, pe = n ? 0 : -1;
   for (let i = 0; i < n; i++) {
     a += delta[i];
     const act = D.act[i];
@@ -157,13 +158,22 @@ function totals(D) {
     else if (act === ACT.SEG_FREE || act === ACT.SEG_UNMAP) r = Math.max(0, r - D.size[i]);
     alloc[i] = a;
     reserved[i] = r;
-    if (a > pa) pa = a;
+    if (a > pa) { pa = a; pe = i; }
     if (r > pr) pr = r;
   }
   D.allocTotal = alloc;
   D.reservedTotal = reserved;
   D.peakAlloc = pa;
+  D.peakEntry = pe; /* the first entry after which allocated is at its peak */
   D.peakReserved = pr;
+}
+
+/* The allocations live after entry k (-1: before the first entry), largest first, then in allocation
+ * order; at D.peakEntry their sizes add up to D.peakAlloc. */
+function liveAt(D, k) {
+  const A = D.A, ids = [];
+  for (let id = 0; id < A.count; id++) if (A.start[id] <= k && k < A.end[id]) ids.push(id);
+  return ids.sort((a, b) => A.size[b] - A.size[a] || A.start[a] - A.start[b] || a - b);
 }
 
 /* The segment map after entry k (k === D.n: the snapshot's own segments and blocks). Segments: the
@@ -228,50 +238,54 @@ function mapFigures(map) {
   return f;
 }
 
-/* The active-memory layout of entry positions [e0, e1) over W columns (cols[c] .. cols[c+1] the entries
- * of column c): at most `limit` allocations, the largest live in the range, drawn as bands stacked in
- * allocation order; every other allocation is summed into one band under them, per column its highest
- * value. Returns per column the summary height and the bands drawn there as [id, base] pairs. */
-function layout(D, cols, limit) {
-  const A = D.A, W = cols.length - 1, e0 = cols[0], e1 = cols[W], n = D.n;
-  const live = (id) => A.end[id] >= 0 && A.start[id] < e1 && A.end[id] > e0;
+/* The active-memory layout of W columns, column c standing for the states after entries lo[c] ..
+ * hi[c] - 1 (-1: before the first entry). Each column draws one of its states, the first with its
+ * highest total, so its height and the axis' top are the true maximum of what it stands for: stacking
+ * every allocation live at any of its states instead piles up allocations that never coexisted (zoomed
+ * out, var_inference's 429 MiB peak read 666 MiB). At most `limit` allocations, the largest live at a
+ * drawn state, and `keep` (the selected one) wherever it ranks, are bands stacked in allocation order;
+ * the rest are summed into one band under them. Returns per column the summary height and the bands
+ * there as [id, base] pairs. */
+function layout(D, lo, hi, limit, keep) {
+  const A = D.A, W = lo.length, e0 = lo[0], e1 = hi[W - 1];
+  const total = (i) => (i < 0 ? D.allocBefore : D.allocTotal[i]);
+  const rep = new Int32Array(W);
+  let yMax = 0;
+  for (let c = 0; c < W; c++) {
+    let r = lo[c];
+    for (let i = lo[c] + 1; i < hi[c]; i++) if (total(i) > total(r)) r = i;
+    rep[c] = r;
+    if (total(r) > yMax) yMax = total(r);
+  }
+  /* live at a drawn state: rep is non-decreasing, so at the first one at or after its alloc */
+  const drawn = (id) => {
+    if (!(A.start[id] < e1 && A.end[id] > e0)) return false;
+    let a = 0, b = W;
+    while (a < b) { const m = (a + b) >> 1; if (rep[m] < A.start[id]) a = m + 1; else b = m; }
+    return a < W && rep[a] < A.end[id];
+  };
   const cand = [];
-  for (let id = 0; id < A.count; id++) if (live(id)) cand.push(id);
+  for (let id = 0; id < A.count; id++) if (drawn(id)) cand.push(id);
   let thr = 0;
   if (cand.length > limit) {
     const sizes = Float64Array.from(cand, (id) => A.size[id]).sort();
     thr = sizes[sizes.length - limit];
   }
   const big = cand.filter((id) => A.size[id] >= thr && A.size[id] > 0).slice(0, Math.max(limit, 0));
-  const isBig = new Uint8Array(A.count);
-  for (const id of big) isBig[id] = 1;
+  if (keep >= 0 && drawn(keep) && !big.includes(keep)) big.push(keep);
   big.sort((a, b) => A.start[a] - A.start[b] || a - b);
-  /* the summed band: the allocations not drawn, live after each entry */
-  const delta = new Float64Array(n + 2);
-  let small0 = 0;
-  for (let id = 0; id < A.count; id++) {
-    if (isBig[id] || A.end[id] < 0) continue;
-    if (A.start[id] < 0) small0 += A.size[id]; else delta[A.start[id]] += A.size[id];
-    if (A.end[id] < n) delta[A.end[id]] -= A.size[id];
-  }
-  const smallAt = new Float64Array(n + 1);
-  let v = small0;
-  for (let i = 0; i < n; i++) { v += delta[i]; smallAt[i] = v; }
   const summary = new Float64Array(W), bands = new Array(W);
-  let stack = [], next = 0, yMax = 0;
+  let stack = [], next = 0;
   for (let c = 0; c < W; c++) {
-    /* an empty column (wall time between entries) shows the state after the entry before it */
-    const b = cols[c + 1] > cols[c] ? cols[c + 1] : cols[c], a = cols[c + 1] > cols[c] ? cols[c] : cols[c] - 1;
-    let m = a < 0 ? small0 : 0;
-    for (let i = Math.max(a, 0); i < b && i < n; i++) if (smallAt[i] > m) m = smallAt[i];
-    summary[c] = m;
-    while (next < big.length && A.start[big[next]] < b) stack.push(big[next++]);
+    const r = rep[c];
+    while (next < big.length && A.start[big[next]] <= r) stack.push(big[next++]);
+    stack = stack.filter((id) => A.end[id] > r); /* later columns draw later states */
+    let base = total(r);
+    for (const id of stack) base -= A.size[id];
+    summary[c] = base; /* the allocations not drawn as bands, summed */
     const row = [];
-    let base = m;
-    for (const id of stack) if (A.end[id] > a) { row.push(id, base); base += A.size[id]; }
+    for (const id of stack) { row.push(id, base); base += A.size[id]; }
     bands[c] = row;
-    if (base > yMax) yMax = base;
-    stack = stack.filter((id) => A.end[id] >= b); /* still live after the column's last entry */
   }
   return {summary, bands, yMax, nBig: big.length, nSmall: cand.length - big.length, thr};
 }

@@ -1,6 +1,6 @@
-/* alloc_snapshot plot's explorer, the interaction: the details panel, the segment map panel, the
- * controls (zoom, pan, axis, colour, entry slider, device), mouse and keys, the URL hash, and the
- * window.explorer object that tests drive. */
+/* alloc_snapshot plot's explorer, the interaction: the details panel, the table of the allocations live
+ * at the peak, the segment map panel, the controls (zoom, pan, peak, axis, colour, entry slider, device),
+ * mouse and keys, the URL hash, and the window.explorer object that tests drive. */
 
 function entryText(i) {
   const D = st.D;
@@ -35,6 +35,100 @@ function showAllocation(id, extra) {
   ui.details.replaceChildren(box);
 }
 function showText(title, text) { ui.details.replaceChildren(el('h3', {text: title}), el('p', {text})); }
+
+/* The selection, one state whether a band or a row of the peak table was clicked: the band drawn dark
+ * (as a band even where it would be summed: layout's keep), its details pinned, its row marked. The
+ * caller redraws. */
+function select(id) {
+  st.sel = id;
+  if (id >= 0) showAllocation(id);
+  for (const tr of ui.peakBody.children) tr.classList.toggle('sel', +tr.dataset.id === id);
+}
+
+/* --- the allocations live at the peak: who holds the memory then --- */
+const PEAK_ROWS = 500; /* more would only slow the page: the filter still searches all */
+const frameText = (f) => f.name + ' ' + f.filename + ':' + f.line;
+const order = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+/* key: the column's value to sort by; dir: its first direction (largest or earliest first) */
+const PEAK_COLS = [
+  {title: 'size', key: (r) => r.size, dir: -1}, {title: '% of peak', key: (r) => r.size, dir: -1},
+  {title: 'address', key: (r) => st.D.A.addrNum[r.id], dir: 1}, {title: 'stream', key: (r) => BigInt(r.stream), dir: 1},
+  {title: 'allocated', key: (r) => r.start, dir: 1}, {title: 'frames', key: (r) => r.text, dir: 1}];
+
+/* the alloc entry's frames; for an allocation made before the trace, or recorded without them, its block's */
+function stackOf(D, id) {
+  const f = D.A.start[id] >= 0 ? S.frames(D.A.stk[id]) : [];
+  return f.length ? f : S.frames(D.A.bstk[id]);
+}
+function peakRows(D) {
+  const A = D.A;
+  return liveAt(D, D.peakEntry).map((id, rank) => {
+    const frames = stackOf(D, id), text = frames.map(frameText).join('\n');
+    return {id, rank, size: A.size[id], start: A.start[id], stream: S.streams[A.stream[id]], frames, text,
+      low: text.toLowerCase()};
+  });
+}
+function framesCell(r) {
+  const td = el('td', {class: 'fr', title: r.text});
+  if (!r.frames.length) { td.append(el('span', {class: 'none', text: 'no frames recorded'})); return td; }
+  const open = st.peakOpen.has(r.id);
+  for (const f of open ? r.frames : r.frames.slice(0, 1))
+    td.append(el('div', {}, el('b', {text: f.name}), ' ' + f.filename + ':' + f.line));
+  if (r.frames.length > 1) {
+    const more = el('button', {type: 'button', class: 'more',
+      text: open ? 'fewer' : '+' + plural(r.frames.length - 1, 'frame')});
+    more.onclick = (ev) => {
+      ev.stopPropagation(); /* expanding is not selecting */
+      if (open) st.peakOpen.delete(r.id); else st.peakOpen.add(r.id);
+      td.replaceWith(framesCell(r));
+    };
+    td.firstChild.append(more);
+  }
+  return td;
+}
+function peakRow(r) {
+  const D = st.D, share = 100 * r.size / D.peakAlloc, tr = el('tr', {'data-id': r.id},
+    el('td', {class: 'num', 'data-bytes': r.size, title: fmtExact(r.size), text: fmtSize(r.size)}),
+    el('td', {class: 'num', text: share < 0.05 && r.size ? '<0.1%' : share.toFixed(1) + '%'}),
+    el('td', {class: 'mono', text: '0x' + D.A.hexOf(r.id)}), el('td', {class: 'mono', text: r.stream}),
+    el('td', {text: r.start < 0 ? 'before the trace' : 'entry ' + r.start}), framesCell(r));
+  if (r.id === st.sel) tr.classList.add('sel');
+  return tr;
+}
+function renderPeak() {
+  const D = st.D;
+  ui.peak.hidden = !D.n || !D.peakAlloc;
+  if (ui.peak.hidden) return;
+  const rows = D.peakRows, q = ui.peakFind.value.trim().toLowerCase(), {col, dir} = st.peakSort;
+  const key = PEAK_COLS[col].key;
+  const shown = rows.filter((r) => r.low.includes(q)).sort((a, b) => dir * order(key(a), key(b)) || a.rank - b.rank);
+  ui.peakFig.textContent = fmtExact(D.peakAlloc) + ' allocated after ' + entryText(D.peakEntry) + ', held by ' +
+    plural(rows.length, 'live allocation') + ' (reserved then ' + fmtSize(D.reservedTotal[D.peakEntry]) +
+    '). Click a row to select its band, a heading to sort.';
+  ui.peakCount.textContent = (q ? shown.length + ' of ' + rows.length + ' match' : '') +
+    (shown.length > PEAK_ROWS ? (q ? '; ' : '') + 'the first ' + PEAK_ROWS + ' shown' : '');
+  ui.peakBody.replaceChildren(...shown.slice(0, PEAK_ROWS).map(peakRow));
+  [...ui.peakHeadRow.children].forEach((th, i) => {
+    th.setAttribute('aria-sort', i !== col ? 'none' : dir < 0 ? 'descending' : 'ascending');
+    th.textContent = PEAK_COLS[i].title + (i === col ? (dir < 0 ? ' \u25bc' : ' \u25b2') : '');
+  });
+}
+function sortPeak(col) {
+  st.peakSort = st.peakSort.col === col ? {col, dir: -st.peakSort.dir} : {col, dir: PEAK_COLS[col].dir};
+  renderPeak();
+}
+/* a row's band: selected, and the peak brought into view (every row's band is drawn there) */
+function selectRow(id) {
+  const x = xOf(st.D.peakEntry), span = st.x1 - st.x0;
+  select(id);
+  if (x < st.x0 || x >= st.x1) setRange(x - span / 2, x + span / 2); else render();
+}
+/* the peak zoomed to (at most a twentieth of the trace around it) and picked as the segment map's entry */
+function goPeak() {
+  const x = xOf(st.D.peakEntry), span = Math.min(st.x1 - st.x0, xMax() / 20);
+  clampRange(x - span / 2, x + span / 2);
+  setEntry(st.D.peakEntry);
+}
 
 /* --- the segment map at st.k --- */
 /* "1 block", "2 blocks" */
@@ -98,13 +192,13 @@ function showBlock(b) {
 }
 
 /* --- view changes --- */
-function setRange(x0, x1) {
+function clampRange(x0, x1) {
   const max = xMax(), minSpan = st.axis === 'time' ? 1 : 4;
   let span = Math.min(Math.max(x1 - x0, minSpan), max);
   x0 = Math.max(0, Math.min(x0, max - span));
   st.x0 = x0; st.x1 = x0 + span;
-  render();
 }
+function setRange(x0, x1) { clampRange(x0, x1); render(); }
 function zoomAt(px, factor) {
   const x = pxToX(px);
   setRange(x - (x - st.x0) * factor, x + (st.x1 - x) * factor);
@@ -125,7 +219,7 @@ function render() {
   const cols = columns();
   drawTimeline(cols);
   drawActive(cols);
-  const i0 = Math.max(cols[0], 0), i1 = Math.max(cols[cols.length - 1] - 1, 0);
+  const i0 = Math.max(lowerBound(st.x0), 0), i1 = Math.max(cols.hi[cols.hi.length - 1] - 1, 0);
   ui.range.textContent = 'showing entries ' + i0 + '\u2013' + i1 + ' of ' + st.D.n +
     (st.axis === 'time' ? ', +' + fmtUs(Math.round(st.x0)) + ' to +' + fmtUs(Math.round(st.x1)) : '');
   writeHash();
@@ -165,8 +259,7 @@ function onUp(ev, canvas) {
   const px = ev.clientX - canvas.getBoundingClientRect().left;
   if (canvas === ui.ac) {
     const id = bandAt(ev);
-    st.sel = id >= 0 && id !== st.sel ? id : -1;
-    if (st.sel >= 0) showAllocation(st.sel);
+    select(id >= 0 && id !== st.sel ? id : -1);
   }
   if (px >= MARGIN_L) setEntry(Math.max(entryAtPx(px), 0));
 }
@@ -195,23 +288,39 @@ function build() {
   ui.details = el('div', {id: 'details'}, el('p', {class: 'note', text: 'Hover or click an allocation, or a block of the segment map.'}));
   ui.map = el('canvas', {id: 'segmap'}); ui.mapWhen = el('h3'); ui.mapFig = el('p', {id: 'segmap-figures', class: 'mono'});
   ui.mapNote = el('p', {class: 'note'}); ui.summary = el('p', {id: 'summary', class: 'meta'});
+  ui.peakBtn = btn('peak', goPeak);
+  ui.peakBtn.title = 'zoom to the peak of allocated memory and show the segment map there (key p)';
+  ui.peakFig = el('p', {class: 'note'}); ui.peakCount = el('span', {class: 'note'});
+  ui.peakFind = el('input', {type: 'search', placeholder: 'filter by frame text', 'aria-label': 'filter by frame text'});
+  ui.peakHeadRow = el('tr', {}, ...PEAK_COLS.map((c, i) => {
+    const th = el('th', {scope: 'col'});
+    th.onclick = () => sortPeak(i);
+    return th;
+  }));
+  ui.peakBody = el('tbody');
+  ui.peak = el('section', {id: 'peak'}, el('div', {class: 'peakhead'}, el('h3', {text: 'Who holds the memory at the peak'}),
+    ui.peakCount, ui.peakFind), ui.peakFig,
+    el('div', {class: 'peakbox'}, el('table', {id: 'peak-table'}, el('thead', {}, ui.peakHeadRow), ui.peakBody)));
   const bar = el('div', {class: 'bar'}, ui.dev, btn('zoom in', () => zoomAt(MARGIN_L + plotW() / 2, 0.5)),
-    btn('zoom out', () => zoomAt(MARGIN_L + plotW() / 2, 2)), btn('reset', () => setRange(0, xMax())), ui.axis, ui.colour, ui.range);
+    btn('zoom out', () => zoomAt(MARGIN_L + plotW() / 2, 2)), btn('reset', () => setRange(0, xMax())), ui.peakBtn, ui.axis,
+    ui.colour, ui.range);
   app.replaceChildren(ui.summary, bar, el('div', {class: 'main'}, el('div', {class: 'plots'},
-    el('h3', {text: 'Allocated and reserved'}), ui.tl, el('h3', {text: 'Active memory: each allocation from alloc to free'}), ui.ac, ui.acNote, ui.legend,
-    ui.mapWhen, el('div', {class: 'slider'}, 'entry ', ui.slider, ' ', ui.sliderText), ui.mapFig, ui.mapNote,
+    el('h3', {text: 'Allocated and reserved'}), ui.tl, ui.peak, el('h3', {text: 'Active memory: each allocation from alloc to free'}),
+    ui.ac, ui.acNote, ui.legend, ui.mapWhen, el('div', {class: 'slider'}, 'entry ', ui.slider, ' ', ui.sliderText), ui.mapFig, ui.mapNote,
     el('div', {class: 'mapbox'}, ui.map)), ui.details));
   wire(ui.tl); wire(ui.ac);
   ui.dev.onchange = () => selectDevice(+ui.dev.value);
   ui.axis.onchange = () => setAxis(ui.axis.value);
   ui.colour.onchange = () => { st.color = ui.colour.value; st.colourMap = new Map(); st.lay = null; render(); };
   ui.slider.oninput = () => setEntry(+ui.slider.value);
+  ui.peakFind.oninput = renderPeak;
+  ui.peakBody.addEventListener('click', (ev) => { const tr = ev.target.closest('tr'); if (tr) selectRow(+tr.dataset.id); });
   ui.map.addEventListener('mousemove', (ev) => { if (st.sel < 0) showBlock(mapHit(ev)); });
   ui.map.addEventListener('click', (ev) => showBlock(mapHit(ev)));
   document.addEventListener('keydown', (ev) => {
     if (ev.target.tagName === 'INPUT' || ev.target.tagName === 'SELECT') return;
     const k = {ArrowLeft: () => pan(-0.2), ArrowRight: () => pan(0.2), '+': () => zoomAt(MARGIN_L + plotW() / 2, 0.5),
-      '=': () => zoomAt(MARGIN_L + plotW() / 2, 0.5), '-': () => zoomAt(MARGIN_L + plotW() / 2, 2), Home: () => setRange(0, xMax())}[ev.key];
+      '=': () => zoomAt(MARGIN_L + plotW() / 2, 0.5), '-': () => zoomAt(MARGIN_L + plotW() / 2, 2), Home: () => setRange(0, xMax()), p: () => ui.peakBtn.click()}[ev.key];
     if (k) { ev.preventDefault(); k(); }
   });
   window.addEventListener('resize', () => { st.lay = null; render(); renderMap(); });
@@ -220,6 +329,8 @@ function selectDevice(i) {
   const D = st.D = S.devices[i];
   st.dev = i; st.sel = -1; st.hover = -1; st.lay = null; st.colourMap = new Map();
   if (!D.ranges) D.ranges = ranges(D);
+  if (!D.peakRows) D.peakRows = peakRows(D);
+  st.peakOpen = new Set();
   st.axis = 'event'; ui.axis.value = 'event';
   ui.axis.disabled = !D.byTimeOk;
   st.x0 = 0; st.x1 = xMax(); st.k = D.n;
@@ -234,8 +345,10 @@ function selectDevice(i) {
       ' made before the trace began' : '') +
     (D.n ? '' : '; the trace is empty (memory history was not recorded): only the segment map is shown') + '.';
   ui.tl.hidden = ui.ac.hidden = !D.n;
+  ui.peakBtn.disabled = !D.n || !D.peakAlloc;
   render();
   renderMap();
+  renderPeak();
 }
 function readHash(h) {
   const D = st.D;
@@ -244,7 +357,7 @@ function readHash(h) {
   if (h.get('axis') === 'time' && st.D.byTimeOk) { st.axis = ui.axis.value = 'time'; st.x1 = xMax(); }
   if (h.has('x0') && h.has('x1')) setRange(+h.get('x0'), +h.get('x1'));
   if (h.has('t')) st.k = h.get('t') === 'end' ? st.D.n : Math.max(0, Math.min(+h.get('t'), st.D.n));
-  if (h.has('sel') && st.D.A.byStart.has(+h.get('sel'))) { st.sel = st.D.A.byStart.get(+h.get('sel')); showAllocation(st.sel); }
+  if (h.has('sel') && st.D.A.byStart.has(+h.get('sel'))) select(st.D.A.byStart.get(+h.get('sel')));
   return D;
 }
 
@@ -259,6 +372,6 @@ else {
 }
 const T2 = performance.now();
 window.explorer = {S, st, ui, render, renderMap, setEntry, setRange, setAxis, zoomAt, entryAtPx, xToPx, xOf, pxToX,
-  showAllocation, segmentsAt, mapFigures, timing: {parse: T1 - T0, firstDraw: T2 - T0, sinceNavigation: T2}};
+  showAllocation, goPeak, segmentsAt, mapFigures, timing: {parse: T1 - T0, firstDraw: T2 - T0, sinceNavigation: T2}};
 document.getElementById('timing').textContent = 'Drawn ' + Math.round(T2) + ' ms after the page was opened (' +
   Math.round(T1 - T0) + ' ms to read and walk the trace, ' + Math.round(T2 - T1) + ' ms to draw).';

@@ -1,12 +1,13 @@
 /* alloc_snapshot plot's explorer, the view: the page's controls, the totals timeline and the
- * active-memory view (canvas, one column per pixel, only the visible range), the details panel and the
- * segment map at a chosen entry. State in the URL hash (#t=ENTRY|end&sel=ENTRY&x0=&x1=&axis=time&
- * color=pool&dev=N) so a view can be reopened or screenshotted. window.explorer is what tests drive. */
+ * active-memory view (canvas, one column per pixel, only the visible range) with the peak marked, the
+ * details panel and the segment map at a chosen entry. State in the URL hash (#t=ENTRY|end&sel=ENTRY&
+ * x0=&x1=&axis=time&color=pool&dev=N) so a view can be reopened or screenshotted. window.explorer is
+ * what tests drive. */
 
 const T0 = performance.now();
 const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7',
   '#9c755f', '#8cd17d', '#499894', '#d37295'];
-const STATE_COLOUR = ['#3b6fb6', '#f0a030', '#e4e7eb'];
+const STATE_COLOUR = ['#3b6fb6', '#f0a030', '#e4e7eb'], PEAK_COLOUR = '#c2410c';
 const MARGIN_L = 78, MARGIN_R = 12, LIMIT = 1500, ROW_H = 14, ROW_GAP = 3, LABEL_W = 290;
 
 function fmtSize(b) {
@@ -31,7 +32,7 @@ function el(tag, attrs, ...kids) {
 const S = decodeSnapshot(JSON.parse(document.getElementById('snapshot-data').textContent));
 const T1 = performance.now();
 const st = {dev: 0, D: null, axis: 'event', x0: 0, x1: 1, color: 'allocation', k: 0, sel: -1, hover: -1, lay: null,
-  cols: null, drag: null};
+  drag: null, peakPx: {}, peakSort: {col: 0, dir: -1}};
 const ui = {};
 
 /* --- the axis: entry positions or wall time since the first entry --- */
@@ -56,10 +57,18 @@ const xToPx = (x) => MARGIN_L + (x - st.x0) / (st.x1 - st.x0) * plotW();
 /* the entry a pixel shows: the last one at or before its x (-1: before the first) */
 const entryAtPx = (px) => lowerBound(pxToX(px + 1)) - 1;
 
+/* The plot's pixel columns: column c stands for the states after entries lo[c] .. hi[c] - 1 (-1: before
+ * the first entry), those seen over its x span: the entries in it, and the one before it unless an entry
+ * sits exactly on its left edge. */
 function columns() {
-  const W = Math.floor(plotW()), cols = new Int32Array(W + 1);
-  for (let c = 0; c <= W; c++) cols[c] = lowerBound(st.x0 + c / W * (st.x1 - st.x0));
-  return cols;
+  const W = Math.floor(plotW()), lo = new Int32Array(W), hi = new Int32Array(W), n = st.D.n;
+  const xAt = (c) => st.x0 + c / W * (st.x1 - st.x0);
+  let a = lowerBound(xAt(0));
+  for (let c = 0; c < W; c++) {
+    lo[c] = a < n && xOf(a) === xAt(c) ? a : a - 1;
+    hi[c] = a = lowerBound(xAt(c + 1));
+  }
+  return {lo, hi};
 }
 
 /* --- colours by stream, pool or annotation --- */
@@ -161,20 +170,21 @@ function markers(g, top, bottom, labels) {
   }
   g.restore();
 }
-function drawTimeline(cols) {
-  const D = st.D, h = 170, top = 8, bottom = h - 22, W = cols.length - 1, g = sizeCanvas(ui.tl, h);
-  const series = [[D.reservedTotal, '#9aa5b1', 'reserved'], [D.allocTotal, '#3b6fb6', 'allocated']];
+function drawTimeline({lo, hi}) {
+  const D = st.D, h = 170, top = 8, bottom = h - 22, W = lo.length, g = sizeCanvas(ui.tl, h);
+  const series = [[D.reservedTotal, '#9aa5b1', D.reservedBefore], [D.allocTotal, '#3b6fb6', D.allocBefore]];
   let max = 1;
-  const cmax = series.map(([arr]) => {
+  const cmax = series.map(([arr, , before]) => {
     const out = new Float64Array(W);
     for (let c = 0; c < W; c++) {
-      let m = cols[c] > 0 ? arr[cols[c] - 1] : (arr === D.allocTotal ? D.allocBefore : D.reservedBefore);
-      for (let i = cols[c]; i < cols[c + 1]; i++) if (arr[i] > m) m = arr[i];
+      let m = lo[c] < 0 ? before : arr[lo[c]];
+      for (let i = lo[c] + 1; i < hi[c]; i++) if (arr[i] > m) m = arr[i];
       out[c] = m;
       if (m > max) max = m;
     }
     return out;
   });
+  st.tlScale = {top, bottom, max};
   yAxis(g, h, top, bottom, max);
   series.forEach(([, colour], s) => {
     g.strokeStyle = colour; g.lineWidth = 1.5; g.beginPath();
@@ -186,18 +196,39 @@ function drawTimeline(cols) {
     g.stroke(); g.lineWidth = 1;
   });
   markers(g, top, bottom, true);
+  st.peakPx.timeline = peakMarker(g, top, bottom, bottom - (bottom - top) * D.peakAlloc / max);
   g.fillStyle = '#4b5360'; g.textAlign = 'left';
   g.fillText(axisText(st.x0), MARGIN_L, h - 6);
   g.textAlign = 'right';
   g.fillText(axisText(st.x1), MARGIN_L + plotW(), h - 6);
 }
+/* The peak of allocated memory: a line at its entry, a dot on the allocated line at yDot (-1: none) and
+ * its value. Returns the line's pixel x, null when the peak is out of view. */
+function peakMarker(g, top, bottom, yDot) {
+  const D = st.D, p = D.peakEntry;
+  if (p < 0 || !D.peakAlloc) return null;
+  const px = xToPx(xOf(p)), L = MARGIN_L, R = MARGIN_L + plotW();
+  if (px < L || px >= R) return null;
+  const x = Math.floor(px) + 0.5, text = 'peak ' + fmtSize(D.peakAlloc);
+  g.save();
+  g.strokeStyle = g.fillStyle = PEAK_COLOUR; g.lineWidth = 1.5; g.setLineDash([4, 2]);
+  g.beginPath(); g.moveTo(x, top); g.lineTo(x, bottom); g.stroke(); g.setLineDash([]);
+  g.beginPath(); g.moveTo(x - 5, top); g.lineTo(x + 5, top); g.lineTo(x, top + 7); g.fill();
+  if (yDot >= 0) { g.beginPath(); g.arc(x, yDot, 3.5, 0, 2 * Math.PI); g.fill(); }
+  g.font = 'bold 11px system-ui, sans-serif';
+  const w = g.measureText(text).width + 8, left = x + 8 + w > R ? x - 8 - w : x + 8, y = yDot >= 0 ? Math.max(yDot - 20, top) : top + 4;
+  g.fillStyle = 'rgba(255,255,255,0.88)'; g.fillRect(left, y, w, 15);
+  g.fillStyle = PEAK_COLOUR; g.textAlign = 'left'; g.fillText(text, left + 4, y + 11);
+  g.restore();
+  return px;
+}
 const axisText = (x) => (st.axis === 'time' ? '+' + fmtUs(Math.round(x)) : 'entry ' + Math.floor(x));
 
-function drawActive(cols) {
+function drawActive({lo, hi}) {
   const D = st.D, h = 300, top = 6, bottom = h - 6, g = sizeCanvas(ui.ac, h);
-  const key = [st.dev, st.axis, st.x0, st.x1, cols.length].join();
-  if (!st.lay || st.layKey !== key) { st.lay = layout(D, Array.from(cols), LIMIT); st.layKey = key; }
-  const lay = st.lay, W = cols.length - 1, max = Math.max(lay.yMax, 1), y = (v) => bottom - (bottom - top) * v / max;
+  const key = [st.dev, st.axis, st.x0, st.x1, lo.length, st.sel].join();
+  if (!st.lay || st.layKey !== key) { st.lay = layout(D, lo, hi, LIMIT, st.sel); st.layKey = key; }
+  const lay = st.lay, W = lo.length, max = Math.max(lay.yMax, 1), y = (v) => bottom - (bottom - top) * v / max;
   st.yScale = {top, bottom, max};
   yAxis(g, h, top, bottom, max);
   g.fillStyle = '#c8ccd2';
@@ -234,6 +265,7 @@ function drawActive(cols) {
     g.strokeStyle = '#fff'; g.lineWidth = 0.6; g.stroke(); g.lineWidth = 1;
   }
   markers(g, top, bottom, false);
+  st.peakPx.active = peakMarker(g, top, bottom, -1);
   ui.acNote.textContent = lay.nBig + ' allocation' + (lay.nBig === 1 ? '' : 's') + ' drawn as bands' +
     (lay.nSmall ? '; ' + lay.nSmall + ' smaller than ' + fmtSize(lay.thr) + ' summed in the grey band' : '') +
     '; colour by ' + st.color + '; hover or click a band for its details.';
