@@ -15,6 +15,11 @@ grep -q ready "$dir/out" || fail "the live process did not start"
 "$tool" dump --socket "$dir/sock" -o "$dir/snap.json" || fail "dump exited $?"
 grep -q '"device_traces":\[\[{"action":"segment_alloc"' "$dir/snap.json" || fail "no trace in the dumped snapshot"
 "$tool" show "$dir/snap.json" >/dev/null || fail "show cannot read the dumped snapshot"
+# '-' is standard output, not a file named '-'
+abs_tool=$(realpath "$tool")
+(cd "$dir" && "$abs_tool" dump --socket sock -o - >stdout.json) || fail "dump -o - exited $?"
+grep -q '"device_traces":\[\[{"action":"segment_alloc"' "$dir/stdout.json" && [ ! -e "$dir/-" ] ||
+  fail "dump -o -: $(head -c 200 "$dir/stdout.json"); $(ls "$dir")"
 "$tool" dump --socket "$dir/sock" --stats 0 >"$dir/stats.json" || fail "dump --stats exited $?"
 grep -q '"allocation.all.current":2' "$dir/stats.json" || fail "stats: $(head -c 200 "$dir/stats.json")"
 "$tool" dump --socket "$dir/sock" -o "$dir/snap.json.gz" || fail "dump to .gz"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Replays a real PyTorch trace (../shared/traces/*.snapshot.json.gz beside the checkout) on the
-# simulated device and checks that it completes with no OOM and reports its reserved/requested peak
-# ratio, which must stay at most MAX_RATIO, with the CACHALOT_ALLOC_CONF string CONF (default: none).
-# Skips (77) where the trace is absent.
+# Replays a real PyTorch trace (traces/*.snapshot.json.gz) on the simulated device and checks that it
+# completes with no OOM and reports its reserved/requested peak ratio, which must stay at most
+# MAX_RATIO, with the CACHALOT_ALLOC_CONF string CONF (default: none). Skips (77) where the trace is
+# absent.
 #   replay_trace.sh TOOL TRACE MAX_RATIO [CONF]
 set -u -o pipefail
 tool=$1 trace=$2 max=$3 conf=${4:-}
 if [ ! -f "$trace" ]; then
-  echo "SKIP: $trace not found (the shared traces sit beside the checkout as ../shared)"
+  echo "SKIP: $trace not found"
   exit 77
 fi
 out=$("$tool" replay "$trace" --backend sim --conf "$conf" 2>&1)

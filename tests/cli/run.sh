@@ -368,9 +368,9 @@ explorer_ok plot_explorer_escaped_page explorer_escaped.html '"file":"x\u003cb\u
   'Memory snapshot: <span class="mono">x&lt;b&gt;&amp;&quot;&#39;.json</span>'
 grep -q 'x<b>' explorer_escaped.html && fail plot_explorer_escaped_page "the file name was not escaped"
 
-# A real trace (../shared/traces beside the checkout), where present: each line downsampled to at most
-# 3200 points, the page small, the peak the trace's own.
-real_trace="$dir/../../../shared/traces/gpt_train.snapshot.json.gz"
+# A real trace (PyTorch's gpt_train in traces/), where present: each line downsampled to at most 3200
+# points, the page small, the peak the trace's own.
+real_trace="$dir/../../traces/gpt_train.snapshot.json.gz"
 if [ -f "$real_trace" ]; then
   if "$tool" plot --static "$real_trace" -o gpt.html >/dev/null 2>"$work/.err"; then
     page_ok plot_gpt_page gpt.html 'peak allocated 7.17 GiB' 'peak reserved 7.53 GiB' '27266 trace entries'
@@ -574,7 +574,7 @@ t diff_history_address 0 diff --match address hist_recording.json hist_replay.js
 t diff_history_no_creation 0 diff --match history hist_no_creation.json hist_replay.json
 t diff_history_same 0 diff --match history cachalot_small.json cachalot_small.json
 t diff_torch_address 0 diff --match address torch_small.json.gz cachalot_small.json
-# PyTorch's recording of gpt_train against its replay (../shared/traces beside the checkout), where present.
+# PyTorch's recording of gpt_train (traces/) against its replay, where present.
 if [ -f "$real_trace" ]; then
   "$tool" replay "$real_trace" -o gpt_replay.json.gz >/dev/null 2>"$work/.err" &&
     "$tool" diff "$real_trace" gpt_replay.json.gz >gpt_diff.txt 2>>"$work/.err"
@@ -588,6 +588,39 @@ else
   echo "skip diff_gpt_history: $real_trace not found"
 fi
 # === end of summary over ranks and diff --match ===
+
+# --- folded: who held the memory at the peak, as folded stacks for flame graphs ---
+# folded_stacks.json, made by hand: device 0 frees 2000 B allocated before its trace, then allocates
+# 1000 and 3000 B under main;alloc_a, 500 B under a frame whose name holds ';', a newline and a tab
+# (its file a ';'), 700 B without frames; its peak is there. Then it frees the 3000 B, frees 800 B
+# allocated before the trace and allocates 100 B. Its snapshot holds a 1500 B block the trace never
+# allocated (frames: setup) and a block pending free. Device 1 holds 2048 B from before device 0's
+# peak to after it. Live at device 0's peak: 4000 under main;alloc_a, 500, 700 under [no stack], 800
+# under [allocated before the trace], 1500 under setup: 7500 B; with device 1's 2048 B, 9548 B in all.
+# job_r1.json's trace began after its 6 MiB allocation (a wrapped ring).
+t help_folded 0 folded --help
+t folded 0 folded folded_stacks.json
+t folded_device0 0 folded folded_stacks.json --device 0
+t folded_device1 0 folded --device 1 folded_stacks.json -o dev1.folded
+cmp -s dev1.folded <(printf 'main (g.c:9);gpu1_work (g.c:1) 2048\n') && passed=$((passed + 1)) ||
+  fail folded_device1 "dev1.folded: $(cat dev1.folded)"
+check folded_stdin 0 folded_stacks.json folded - --device 0
+t folded_no_trace 0 folded no_trace.json
+t folded_wrapped 0 folded job_r1.json
+t folded_torch 0 folded torch_small.json.gz
+t folded_missing_device 1 folded folded_stacks.json --device 2
+t folded_bad_file 1 folded bad_state.json
+t usage_folded_no_file 2 folded
+t usage_folded_two_files 2 folded folded_stacks.json job_r1.json
+t usage_folded_bad_device 2 folded folded_stacks.json --device x
+t usage_folded_empty_output 2 folded folded_stacks.json -o ''
+# The lines add up to the peak that summary finds (its peak_requested) for every file with a trace.
+for f in folded_stacks.json job_r0.json job_r1.json job_r2.json.gz job_r3.json torch_small.json.gz trace_small.json; do
+  sum=$("$tool" folded "$f" 2>/dev/null | awk '{ n += $NF } END { print n + 0 }')
+  peak=$("$tool" summary --json "$f" | sed -n 's/^[[:space:]]*"peak_requested":[[:space:]]*\([0-9]*\),$/\1/p' | head -1)
+  [ -n "$peak" ] && [ "$sum" = "$peak" ] && passed=$((passed + 1)) ||
+    fail "folded_total_${f%%.*}" "the stacks add up to $sum B, summary's peak_requested is $peak"
+done
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,8 @@
 /* alloc_bench: the command line: its help, its options and lists, into the run's settings (config.h),
- * and the default traces. */
+ * and the traces to replay. */
 #include "config.h"
+
+#include <cachalot/status.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -10,12 +12,13 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+/* The traces/ folder of the source tree alloc_bench was built from, which holds the traces the project
+ * ships. */
 #ifndef ALLOC_BENCH_TRACE_DIR
-#define ALLOC_BENCH_TRACE_DIR ""
+#error "ALLOC_BENCH_TRACE_DIR is set by the build (tools/meson.build)"
 #endif
-
-const char ab_source_traces[] = ALLOC_BENCH_TRACE_DIR;
 
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
@@ -23,6 +26,7 @@ static const char help[] =
     "                   [--trace FILE]... [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING]\n"
     "                   [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
+    "       alloc_bench --help | --version\n"
     "\n"
     "Benchmarks device-memory allocators (and pinned host memory, the host workload) on the same\n"
     "pre-generated operation sequences, side by side.\n"
@@ -36,7 +40,7 @@ static const char help[] =
     "  random   RMM-style: N steps, each allocates (73 %, while fewer than the cap are live) a\n"
     "           log-uniform size, or frees a random live allocation; then frees the rest. Rows\n"
     "           random-1MiB (256 B-1 MiB, at most 1000 live) and random-64MiB (256 B-64 MiB, at most\n"
-    "           500 live: ~2.7 GB live on average, 32 GiB at the very most); ns per alloc or free call\n"
+    "           500 live: ~2.5 GiB live on average, 32 GiB at the very most); ns per alloc or free call\n"
     "  mt       the random-1MiB sequence in 1, 2, 4, 8 ... threads (up to --threads; each its own\n"
     "           seed, its own cap of 1000 live and --streams streams of its own); threads start\n"
     "           together; ns/op = wall time from start to the last thread's end / all threads' ops\n"
@@ -85,9 +89,11 @@ static const char help[] =
     "      --replays K         graph launches per timed pass (default 100)\n"
     "      --host-ops N        alloc + free pairs per pass of the host workload (default 1000: pinning\n"
     "                          costs milliseconds, and cudaHostAlloc's row pins every time)\n"
-    "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces)\n"
-    "      --trace-dir DIR     where the default traces are (default ../shared/traces, else the source\n"
-    "                          tree's sibling shared/traces)\n"
+    "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces); a FILE\n"
+    "                          that does not exist and has no '/' is a trace's NAME in --trace-dir\n"
+    "                          (kv_generate: kv_generate.snapshot.json.gz there)\n"
+    "      --trace-dir DIR     where the default traces are (default " ALLOC_BENCH_TRACE_DIR ",\n"
+    "                          the traces shipped with cachalot)\n"
     "      --seed S            the seed of the random sequences (default 1)\n"
     "      --pin CPU           run on CPU number CPU, and mt's thread i on the i-th CPU after it that the\n"
     "                          process may use: on a shared host, timings move far less between runs\n"
@@ -97,15 +103,18 @@ static const char help[] =
     "      --json FILE         also write the results as JSON\n"
     "      --svg FILE          also draw the medians as an SVG bar chart (as `alloc_bench svg` does)\n"
     "                          (a regular FILE is replaced atomically; a device or a FIFO is written\n"
-    "                          through, and a symbolic link stays a link)\n"
+    "                          through, and a symbolic link stays a link; '-' is standard output, for\n"
+    "                          one of the three: the lines and the table then go to standard error)\n"
     "  -v, --verbose           progress on standard error\n"
     "  -h, --help              this text\n"
+    "      --version           alloc_bench's version (the cachalot library's)\n"
     "`alloc_bench svg IN.csv OUT.svg` draws the chart of a CSV written by --csv: one group of bars per\n"
-    "row name, one bar per allocator, log scale, whiskers from min to max.\n"
+    "row name, one bar per allocator, log scale, whiskers from min to max ('-' for OUT: standard output).\n"
     "\n"
     "Exit status: 0 done (skipped and n/a rows included), 1 a row failed or a check found a problem, or\n"
-    "a file could not be read or written, 2 usage error (an empty list, a bad --conf string, an\n"
-    "allocator named for workloads it has no rows in too).\n";
+    "a file could not be read or written (a --trace that is not there: nothing runs), 2 usage error (an\n"
+    "empty list, a bad --conf string, an allocator named for workloads it has no rows in too, two\n"
+    "outputs to '-').\n";
 
 const char *const ab_workload_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph", "host"};
 
@@ -233,29 +242,96 @@ static int add_trace(config *c, const char *path) {
   return 0;
 }
 
-/* The default traces: *.json.gz and *.json of --trace-dir, else of ../shared/traces (from the current
- * directory, else from the source tree's sibling folder). */
-static void default_traces(config *c) {
-  const char *dirs[] = {c->trace_dir != NULL ? c->trace_dir : "../shared/traces",
-                        c->trace_dir != NULL ? "" : ab_source_traces};
-  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && c->n_traces == 0; d++) {
-    if (dirs[d][0] == '\0')
-      continue;
-    const char *pats[] = {"*.json.gz", "*.json"};
-    for (size_t p = 0; p < 2; p++) {
-      char pat[4096];
-      snprintf(pat, sizeof pat, "%s/%s", dirs[d], pats[p]);
-      glob_t g;
-      if (glob(pat, 0, NULL, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++)
-          if (add_trace(c, g.gl_pathv[i]) != 0) {
-            fprintf(stderr, "alloc_bench: traces: out of host memory\n");
-            exit(AB_EXIT_FAILURE);
-          }
-      globfree(&g);
-    }
+void ab_trace_name(const char *path, char *out, size_t len) {
+  const char *base = strrchr(path, '/');
+  snprintf(out, len, "%s", base ? base + 1 : path);
+  static const char *const suffixes[] = {".gz", ".json", ".snapshot"};
+  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+    size_t n = strlen(out), m = strlen(suffixes[i]);
+    if (n > m && strcmp(out + n - m, suffixes[i]) == 0)
+      out[n - m] = '\0';
   }
 }
+
+/* The trace files of `dir`, *.json.gz then *.json, each in glob's (sorted) order, into g[2]: the
+ * default traces, and the names a --trace NAME may take. */
+static void glob_traces(const char *dir, glob_t g[2]) {
+  const char *pats[] = {"*.json.gz", "*.json"};
+  for (size_t p = 0; p < 2; p++) {
+    char pat[4096];
+    snprintf(pat, sizeof pat, "%s/%s", dir, pats[p]);
+    if (glob(pat, 0, NULL, &g[p]) != 0)
+      g[p] = (glob_t){0};
+  }
+}
+
+static void default_traces(config *c) {
+  glob_t g[2];
+  glob_traces(c->trace_dir, g);
+  for (size_t p = 0; p < 2; p++) {
+    for (size_t i = 0; i < g[p].gl_pathc; i++)
+      if (add_trace(c, g[p].gl_pathv[i]) != 0) {
+        fprintf(stderr, "alloc_bench: traces: out of host memory\n");
+        exit(AB_EXIT_FAILURE);
+      }
+    globfree(&g[p]);
+  }
+}
+
+/* A --trace that is not there: a bare NAME is looked for in the trace folder (as NAME, then with the
+ * suffixes the shipped traces have); else the error names the folder and the traces it does hold, so
+ * that a trace the folder lacks is told apart from a typo, before a long run fails at its end.
+ * AB_GO_ON, or AB_EXIT_FAILURE after the message. */
+static int find_trace(config *c, size_t k) {
+  const char *given = c->traces[k];
+  if (access(given, F_OK) == 0)
+    return AB_GO_ON;
+  const int err = errno;
+  if (strchr(given, '/') != NULL) {
+    fprintf(stderr, "alloc_bench: --trace %s: %s\n", given, strerror(err));
+    return AB_EXIT_FAILURE;
+  }
+  static const char *const suffixes[] = {"", ".snapshot.json.gz", ".snapshot.json", ".json.gz", ".json"};
+  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", c->trace_dir, given, suffixes[i]);
+    if (access(path, F_OK) == 0) {
+      char *found = strdup(path);
+      if (found == NULL) {
+        fprintf(stderr, "alloc_bench: traces: out of host memory\n");
+        return AB_EXIT_FAILURE;
+      }
+      free(c->traces[k]);
+      c->traces[k] = found;
+      return AB_GO_ON;
+    }
+  }
+  fprintf(stderr, "alloc_bench: --trace %s: no such file, nor a trace of that name in %s (", given, c->trace_dir);
+  glob_t g[2];
+  glob_traces(c->trace_dir, g);
+  size_t shown = 0;
+  for (size_t p = 0; p < 2; p++) {
+    for (size_t i = 0; i < g[p].gl_pathc; i++) {
+      char name[256];
+      ab_trace_name(g[p].gl_pathv[i], name, sizeof name);
+      fprintf(stderr, "%s%s", shown++ ? ", " : "the traces there: ", name);
+    }
+    globfree(&g[p]);
+  }
+  fprintf(stderr, "%s)\n", shown ? "" : "it holds no trace");
+  return AB_EXIT_FAILURE;
+}
+
+/* How many of --csv, --json and --svg are "-". */
+static int outputs_to_stdout(const config *c) {
+  const char *outs[] = {c->csv, c->json, c->svg};
+  int n = 0;
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+    n += outs[i] != NULL && strcmp(outs[i], "-") == 0;
+  return n;
+}
+
+bool ab_output_to_stdout(const config *c) { return outputs_to_stdout(c) > 0; }
 
 enum {
   OPT_GRAPH_OPS = 256,
@@ -268,7 +344,8 @@ enum {
   OPT_JSON,
   OPT_SVG,
   OPT_PIN,
-  OPT_CONF
+  OPT_CONF,
+  OPT_VERSION
 };
 
 /* The options apply_option leaves: files, flags and getopt's errors. */
@@ -293,6 +370,9 @@ static int apply_other_option(config *c, int o, char **argv) {
   case 'v':
     c->verbose = true;
     break;
+  case OPT_VERSION:
+    printf("alloc_bench %s\n", cachalot_version());
+    return fflush(stdout) == 0 && !ferror(stdout) ? AB_EXIT_OK : AB_EXIT_FAILURE;
   case ':':
     rc = ab_usage_error("%s needs a value", argv[optind - 1]);
     break;
@@ -403,9 +483,10 @@ int ab_parse_args(int argc, char **argv, config *c) {
                                            {"svg", required_argument, NULL, OPT_SVG},
                                            {"verbose", no_argument, NULL, 'v'},
                                            {"help", no_argument, NULL, 'h'},
+                                           {"version", no_argument, NULL, OPT_VERSION},
                                            {0}};
   *c = (config){.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000,
-                .host_ops = 1000, .seed = 1, .pin = -1};
+                .host_ops = 1000, .seed = 1, .trace_dir = ALLOC_BENCH_TRACE_DIR, .pin = -1};
   parse_workloads("all", c);
   parse_allocators("all", c);
   opterr = 0;
@@ -416,6 +497,10 @@ int ab_parse_args(int argc, char **argv, config *c) {
     rc = ab_usage_error("unexpected argument '%s'", argv[optind]);
   if (rc == AB_GO_ON)
     rc = keep_allocators_with_rows(c);
+  if (rc == AB_GO_ON && outputs_to_stdout(c) > 1) /* they would interleave */
+    rc = ab_usage_error("--csv, --json and --svg: only one of them may be '-' (standard output)");
+  for (size_t k = 0; rc == AB_GO_ON && k < c->n_traces; k++)
+    rc = find_trace(c, k);
   if (rc == AB_GO_ON && !c->traces_given && c->workload[WL_REPLAY])
     default_traces(c);
   return rc;

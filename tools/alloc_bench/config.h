@@ -23,14 +23,10 @@ typedef struct {
   size_t n_traces;
   bool traces_given, verbose;
   bool allocators_named; /* --allocators named them (not all, nor the default) */
-  const char *trace_dir; /* --trace-dir; NULL: the default places */
+  const char *trace_dir; /* --trace-dir, else the source tree's traces/ */
   int pin; /* the first CPU to run on, -1 when not pinned */
   const char *csv, *json, *svg;
 } config;
-
-/* Where the default traces are besides ../shared/traces: the source tree's sibling shared/traces
- * (ALLOC_BENCH_TRACE_DIR; "" when unknown). */
-extern const char ab_source_traces[];
 
 /* ---- args.c ---- */
 
@@ -39,8 +35,13 @@ enum { AB_GO_ON = -1 }; /* the run goes on (not an exit status) */
 /* Prints "alloc_bench: MESSAGE (alloc_bench --help for usage)" to stderr; AB_EXIT_USAGE. */
 int ab_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The settings of the command line into *c, with the default traces where replay has none given.
- * AB_GO_ON, or the exit status (--help, a usage error). */
+ * AB_GO_ON, or the exit status (--help, --version, a usage error, a --trace that is not there). */
 int ab_parse_args(int argc, char **argv, config *c);
+/* Whether one of --csv, --json and --svg writes to standard output ("-"). */
+bool ab_output_to_stdout(const config *c);
+/* A trace's name, as its replay row and --trace NAME call it: the file's name without its directory and
+ * without .gz, .json and .snapshot (traces/kv_generate.snapshot.json.gz: kv_generate). */
+void ab_trace_name(const char *path, char *out, size_t len);
 
 /* ---- workloads.c ---- */
 

@@ -1,5 +1,6 @@
 /* alloc_bench: what a run prints and writes: the lines before the table, the table, and the --csv,
- * --json and --svg files (the run's settings go into the JSON as its "config"). */
+ * --json and --svg files (the run's settings go into the JSON as its "config"). The lines and the table
+ * go to standard error when one of the files goes to standard output. */
 #include "config.h"
 #include "json_writer.h" /* src/common/: its string escaper */
 
@@ -96,17 +97,19 @@ static void config_json(const config *c, char *buf, size_t len, const char *devi
 }
 
 /* The lines before the table: the units, the device, and what was left out of the table. */
-static void print_preamble(const config *c, const ab_results *res, const char *device) {
-  printf("alloc_bench: %d timed passes per row after one warm-up; median [min-max] in ns per unit:\n"
-         "ns/pair = per alloc+free PAIR; ns/op = per single alloc or free call (mt: wall time / all threads'\n"
-         "calls); ns/replay = per graph launch. Device: %s.\n",
-         c->repeat, device[0] ? device : "none used (simulated only)");
+static void print_preamble(FILE *out, const config *c, const ab_results *res, const char *device) {
+  fprintf(out,
+          "alloc_bench: %d timed passes per row after one warm-up; median [min-max] in ns per unit:\n"
+          "ns/pair = per alloc+free PAIR; ns/op = per single alloc or free call (mt: wall time / all threads'\n"
+          "calls); ns/replay = per graph launch. Device: %s.\n",
+          c->repeat, device[0] ? device : "none used (simulated only)");
   if (c->pin >= 0)
-    printf("Pinned: single-thread rows on CPU %d, mt's thread i on the i-th CPU after it that the process may use.\n",
-           c->pin);
+    fprintf(out,
+            "Pinned: single-thread rows on CPU %d, mt's thread i on the i-th CPU after it that the process may use.\n",
+            c->pin);
   for (int i = 0; i < c->n_alloc; i++)
     if (c->skip[i][0] != '\0')
-      printf("skipped (left out of the table): %s: %s\n", c->alloc[i]->name, c->skip[i]);
+      fprintf(out, "skipped (left out of the table): %s: %s\n", c->alloc[i]->name, c->skip[i]);
   /* Rows skipped for another reason than their allocator (replay without a trace), even where the
    * allocator cannot run either: once per workload. */
   for (size_t k = 0; k < res->n; k++) {
@@ -116,14 +119,16 @@ static void print_preamble(const config *c, const ab_results *res, const char *d
       seen |= res->rows[j].status == AB_ROW_SKIPPED && strcmp(res->rows[j].workload, r->workload) == 0 &&
               strcmp(res->rows[j].note, r->note) == 0;
     if (r->status == AB_ROW_SKIPPED && !skipped_for_allocator(c, r) && !seen)
-      printf("skipped (left out of the table): %s: %s\n", r->workload, r->note);
+      fprintf(out, "skipped (left out of the table): %s: %s\n", r->workload, r->note);
   }
 }
 
 void ab_report(const config *c, const ab_results *res, const char *device) {
-  print_preamble(c, res, device);
-  putchar('\n');
-  ab_print_table(stdout, res, why_none_ran(c, res));
+  /* A file written to standard output ("-") keeps it to itself, for the program reading the pipe. */
+  FILE *out = ab_output_to_stdout(c) ? stderr : stdout;
+  print_preamble(out, c, res, device);
+  fputc('\n', out);
+  ab_print_table(out, res, why_none_ran(c, res));
   char err[AB_ERR_LEN];
   if (c->csv != NULL && ab_write_csv(c->csv, res, err) != 0) {
     fprintf(stderr, "alloc_bench: %s\n", err);

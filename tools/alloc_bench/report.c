@@ -169,11 +169,12 @@ static void csv_i64(FILE *f, int64_t v) {
     fprintf(f, "%" PRId64, v);
 }
 
-/* The outputs are written as common/outfile.h says: a regular file atomically, anything else through. */
+/* The outputs are written as common/outfile.h says: "-" to standard output, a regular file atomically,
+ * anything else through. */
 static FILE *open_output(tool_out *o, const char *path, char err[AB_ERR_LEN]) {
   char why[256];
   if (tool_out_open(o, path, why, sizeof why) != 0) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", tool_out_name(path), why);
     return NULL;
   }
   return o->f;
@@ -182,7 +183,7 @@ static FILE *open_output(tool_out *o, const char *path, char err[AB_ERR_LEN]) {
 static int close_output(tool_out *o, const char *path, char err[AB_ERR_LEN]) {
   char why[256];
   if (tool_out_close(o, true, why, sizeof why) != 0) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", tool_out_name(path), why);
     return -1;
   }
   return 0;

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Smoke test of alloc_bench (meson suite 'cli'; no GPU needed, a few seconds): the command line, every
 # workload on the simulated device with tiny sizes, the host workload's figures and its PyTorch row's
-# protocol (through a stand-in for python3), the CSV / JSON / SVG outputs and `alloc_bench svg`.
-# Usage: smoke_test.sh ALLOC_BENCH WORKDIR
+# protocol (through a stand-in for python3), the CSV / JSON / SVG outputs and `alloc_bench svg`, and
+# where the replay workload finds its traces (the source tree's traces/, TRACES).
+# Usage: smoke_test.sh ALLOC_BENCH WORKDIR TRACES
 set -u -o pipefail
-export LC_ALL=C # strerror texts, the same everywhere
+export LC_ALL=C # strerror texts and glob's order, the same everywhere
 bench=$1
 dir=$2
+traces=$3
 rm -rf "$dir"
 mkdir -p "$dir"
 fails=0
@@ -50,6 +52,29 @@ mkdir -p "$dir/no_traces"
 grep -q "^(no row ran: no trace found in $dir/no_traces: give --trace FILE or --trace-dir DIR)" "$dir/notrace.out" ||
   fail "replay without a trace: $(cat "$dir/notrace.out")"
 grep -q "allocator was skipped" "$dir/notrace.out" && fail "replay without a trace blames the allocators"
+# The default trace folder is the source tree's traces/: a --trace NAME is looked for there, and one that
+# is not there is an error (exit 1, nothing run) that names the folder and the traces it holds.
+names=$(for f in "$traces"/*.json.gz "$traces"/*.json; do [ -f "$f" ] && basename "$f"; done |
+  sed -e 's/\.gz$//' -e 's/\.json$//' -e 's/\.snapshot$//' | paste -sd, - | sed 's/,/, /g')
+"$bench" --allocators cachalot-sim --workload replay --trace no_such_trace >"$dir/bad.out" 2>"$dir/bad.err"
+rc=$?
+[ "$rc" = 1 ] || fail "--trace no_such_trace exited $rc, expected 1"
+[ "$(cat "$dir/bad.err")" = "alloc_bench: --trace no_such_trace: no such file, nor a trace of that name in $traces (the traces there: $names)" ] ||
+  fail "--trace no_such_trace: $(cat "$dir/bad.err")"
+[ -s "$dir/bad.out" ] && fail "--trace no_such_trace ran: $(head -3 "$dir/bad.out")"
+for t in kv_generate llm_serving lm_train moe_train seg_multires var_inference; do
+  case ", $names, " in *", $t, "*) ;; *) fail "traces/ lacks $t (it has: $names)" ;; esac
+done
+"$bench" --allocators cachalot-sim --workload replay --trace var_inference --repeat 1 --json "$dir/named.json" \
+  >"$dir/named.txt" 2>&1 || fail "--trace var_inference exited $?: $(tail -3 "$dir/named.txt")"
+grep -q "\"traces\": \[\"$traces/var_inference.snapshot.json.gz\"\]" "$dir/named.json" ||
+  fail "--trace var_inference did not replay $traces/var_inference.snapshot.json.gz: $(head -c 400 "$dir/named.json")"
+grep -Eq '"workload": "replay-var_inference", "allocator": "cachalot-sim", "status": "(ok|skipped)"' "$dir/named.json" ||
+  fail "no replay-var_inference row"
+"$bench" --allocators cachalot-sim --workload replay --trace "$dir/no_such.json" >"$dir/bad.out" 2>"$dir/bad.err"
+rc=$?
+[ "$rc" = 1 ] && [ "$(cat "$dir/bad.err")" = "alloc_bench: --trace $dir/no_such.json: No such file or directory" ] ||
+  fail "--trace of a missing path: exit $rc: $(cat "$dir/bad.err")"
 # An allocator named for workloads it has no rows in is a usage error, not a run of nothing.
 for args in "-a cudaHostAlloc -w pair" "-a PyTorch -w random,graph" "-a cudaMalloc -w host" \
   "-a cudaMallocAsync -w host"; do
@@ -84,6 +109,11 @@ cat >"$dir/tiny.json" <<'EOF'
   {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 5}
 ]]}
 EOF
+
+# A --trace NAME in --trace-dir: the file NAME.json there.
+"$bench" --allocators cachalot-sim --workload replay --trace tiny --trace-dir "$dir" --repeat 1 --csv "$dir/tiny.csv" \
+  >/dev/null 2>&1 || fail "--trace tiny --trace-dir exited $?"
+grep -q '^replay-tiny,cachalot-sim,' "$dir/tiny.csv" || fail "--trace tiny --trace-dir: $(cat "$dir/tiny.csv")"
 
 # Every workload on the simulated device, small.
 "$bench" --allocators cachalot-sim --workload all --ops 300 --repeat 1 --threads 2 --graph-ops 50 --replays 5 \

@@ -251,11 +251,12 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
     snprintf(err, AB_ERR_LEN, "out of host memory");
     return -1;
   }
-  /* As common/outfile.h says: a regular file is replaced atomically, anything else written through. */
+  /* As common/outfile.h says: "-" is standard output, a regular file is replaced atomically, anything
+   * else written through. */
   tool_out o;
   char why[256];
   if (tool_out_open(&o, path, why, sizeof why) != 0) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", tool_out_name(path), why);
     free(c.groups.names);
     free(c.allocs.names);
     return -1;
@@ -271,7 +272,7 @@ int ab_write_svg(const char *path, const ab_results *res, const char *title, cha
   free(c.groups.names);
   free(c.allocs.names);
   if (tool_out_close(&o, true, why, sizeof why) != 0) {
-    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", path, why);
+    snprintf(err, AB_ERR_LEN, "cannot write %s: %s", tool_out_name(path), why);
     return -1;
   }
   return 0;

@@ -427,9 +427,9 @@ static void workload_pair(ab_results *res, const config *c) {
   }
 }
 
-/* The random workloads' caps (docs/benchmarks.md): 1000 live of 256 B-1 MiB (~126 KB each on average);
- * 500 live of 256 B-64 MiB (~5.4 MB each on average: ~2.7 GB live, 32 GiB if all were 64 MiB, which fits
- * an 80 GB GPU with every allocator's slack). */
+/* The random workloads' caps (docs/benchmarks.md): 1000 live of 256 B-1 MiB (~123 KiB each on average);
+ * 500 live of 256 B-64 MiB (~5.1 MiB each on average: ~2.5 GiB live, 32 GiB if all were 64 MiB, which fits
+ * an H100's 79.6 GiB with every allocator's slack). */
 enum { CAP_1MIB = 1000, CAP_64MIB = 500, CAP_GRAPH = 100 };
 
 static void workload_random(ab_results *res, const config *c) {
@@ -469,35 +469,18 @@ static void workload_mt(ab_results *res, const config *c) {
   free(seqs);
 }
 
-static void trace_name(const char *path, char *out, size_t len) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  char tmp[64];
-  snprintf(tmp, sizeof tmp, "%s", base);
-  static const char *const suffixes[] = {".gz", ".json", ".snapshot"};
-  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-    size_t n = strlen(tmp), m = strlen(suffixes[i]);
-    if (n > m && strcmp(tmp + n - m, suffixes[i]) == 0)
-      tmp[n - m] = '\0';
-  }
-  snprintf(out, len, "replay-%s", tmp);
-}
-
 static void workload_replay(ab_results *res, const config *c) {
   if (c->n_traces == 0) {
     for (int i = 0; i < c->n_alloc; i++) {
       ab_row *r = new_row(res, "replay", c->alloc[i], "ns/op", 0, c);
       r->status = AB_ROW_SKIPPED;
-      snprintf(r->note, sizeof r->note, "no trace found in %s%s%s: give --trace FILE or --trace-dir DIR",
-               c->trace_dir != NULL ? c->trace_dir : "../shared/traces",
-               c->trace_dir == NULL && ab_source_traces[0] != '\0' ? " or " : "",
-               c->trace_dir == NULL ? ab_source_traces : "");
+      snprintf(r->note, sizeof r->note, "no trace found in %s: give --trace FILE or --trace-dir DIR", c->trace_dir);
     }
     return;
   }
   for (size_t k = 0; k < c->n_traces; k++) {
-    char name[64];
-    trace_name(c->traces[k], name, sizeof name);
+    char name[64] = "replay-";
+    ab_trace_name(c->traces[k], name + strlen(name), sizeof name - strlen(name));
 #ifdef ALLOC_BENCH_HAVE_REPLAY
     ab_seq s;
     char err[AB_ERR_LEN], note[256];

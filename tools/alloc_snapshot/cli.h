@@ -22,6 +22,7 @@ int as_cmd_replay(int argc, char **argv);
 int as_cmd_dump(int argc, char **argv);
 int as_cmd_plot(int argc, char **argv);
 int as_cmd_convert(int argc, char **argv);
+int as_cmd_folded(int argc, char **argv);
 
 /* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_USAGE, with a hint to --help. */
 int as_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,8 @@
 /* alloc_snapshot: the command line tool a person uses to see where device memory went (issue 4).
  * This file only dispatches to the subcommands; each lives in its own file (show.c, segments.c,
- * diff.c, replay.c); the snapshot reader is tools/common/snapshot_reader.h. */
+ * diff.c, replay.c, folded.c, ...); the snapshot reader is tools/common/snapshot_reader.h. */
+#include <cachalot/status.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +10,7 @@
 
 static const char usage[] =
     "usage: alloc_snapshot COMMAND [ARGS]\n"
+    "       alloc_snapshot --help | --version\n"
     "\n"
     "Looks at memory snapshots of cachalot or PyTorch (torch.cuda.memory._snapshot()).\n"
     "\n"
@@ -20,10 +23,11 @@ static const char usage[] =
     "  dump            the snapshot of a live process, over its CACHALOT_SNAPSHOT_SOCKET\n"
     "  plot FILE       one self-contained HTML page: the segment map and memory over time\n"
     "  convert IN OUT  a snapshot from JSON to a PyTorch pickle or back (gzip'ed or not)\n"
+    "  folded FILE     who held the memory at its peak, as folded stacks for flame graphs\n"
     "\n"
     "FILE is snapshot JSON or a PyTorch pickle, gzip'ed or not ('-' reads standard input). An output\n"
-    "(-o) that is a regular file is replaced atomically; anything else (a device, a FIFO) is written\n"
-    "through, and a symbolic link stays a link.\n"
+    "(-o) of '-' is standard output; one that is a regular file is replaced atomically; anything else\n"
+    "(a device, a FIFO) is written through, and a symbolic link stays a link.\n"
     "Exit status: 0 success, 1 failure (unreadable or malformed file, allocator error), 2 usage error.\n"
     "'alloc_snapshot COMMAND --help' describes a command.\n";
 
@@ -41,6 +45,7 @@ static const command commands[] = {
     {"dump", as_cmd_dump},
     {"plot", as_cmd_plot},
     {"convert", as_cmd_convert},
+    {"folded", as_cmd_folded},
 };
 
 int main(int argc, char **argv) {
@@ -49,6 +54,10 @@ int main(int argc, char **argv) {
     return AS_EXIT_USAGE;
   }
   const char *cmd = argv[1];
+  if (strcmp(cmd, "--version") == 0) {
+    printf("alloc_snapshot %s\n", cachalot_version());
+    return as_finish_stdout("--version", AS_EXIT_OK);
+  }
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     if (strcmp(cmd, "help") == 0 && argc > 2) {
       /* "help CMD" is "CMD --help". */

@@ -1,4 +1,4 @@
-/* alloc_snapshot: the output files of dump, replay -o and convert (see cli.h). */
+/* alloc_snapshot: the output files of dump, replay -o, convert and folded (see cli.h). */
 #include "cli.h"
 
 #include <zlib.h>
@@ -39,15 +39,11 @@ static bool write_gz(FILE *f, const unsigned char *bytes, size_t len, bool newli
 
 int as_write_file(const char *cmd, const char *path, const void *data, size_t len, bool newline) {
   const unsigned char *bytes = data;
-  if (strcmp(path, "-") == 0) {
-    if (fwrite(bytes, 1, len, stdout) != len || (newline && fputc('\n', stdout) == EOF))
-      return as_failure(cmd, "cannot write to standard output: %s", strerror(errno));
-    return AS_EXIT_OK;
-  }
+  const char *name = tool_out_name(path);
   tool_out o;
   char why[256];
   if (tool_out_open(&o, path, why, sizeof why) != 0)
-    return as_failure(cmd, "%s: cannot create the output: %s", path, why);
+    return as_failure(cmd, "%s: cannot create the output: %s", name, why);
   size_t plen = strlen(path);
   int err = 0;
   bool ok;
@@ -59,10 +55,10 @@ int as_write_file(const char *cmd, const char *path, const void *data, size_t le
   }
   if (!ok) {
     tool_out_close(&o, false, why, sizeof why);
-    return as_failure(cmd, "%s: cannot write the output: %s", path, strerror(err ? err : EIO));
+    return as_failure(cmd, "%s: cannot write the output: %s", name, strerror(err ? err : EIO));
   }
   if (tool_out_close(&o, true, why, sizeof why) != 0)
-    return as_failure(cmd, "%s: cannot write the output: %s", path, why);
+    return as_failure(cmd, "%s: cannot write the output: %s", name, why);
   return AS_EXIT_OK;
 }
 

@@ -27,8 +27,14 @@ static int open_through(tool_out *o, const char *path, char *why, size_t why_len
   return 0;
 }
 
+const char *tool_out_name(const char *path) { return strcmp(path, "-") == 0 ? "standard output" : path; }
+
 int tool_out_open(tool_out *o, const char *path, char *why, size_t why_len) {
   memset(o, 0, sizeof *o);
+  if (strcmp(path, "-") == 0) {
+    o->f = stdout;
+    return 0;
+  }
   struct stat st;
   bool replace = false; /* a regular file is there, whose mode the new one keeps */
   char *dest = NULL;
@@ -116,7 +122,13 @@ int tool_out_close(tool_out *o, bool keep, char *why, size_t why_len) {
     ok = false;
     e = errno;
   }
-  if (fclose(o->f) != 0 && ok) {
+  /* stdout stays open: the tool's own messages and its final check of stdout come after. A failure
+   * here is the caller's to report, so the final check must not report it again: the error flag goes
+   * (the failed flush dropped what it could not write). */
+  if (o->f == stdout) {
+    if (!ok)
+      clearerr(stdout);
+  } else if (fclose(o->f) != 0 && ok) {
     ok = false;
     e = errno;
   }
