@@ -47,8 +47,9 @@ CACHALOT_API const char *cachalot_status_name(cachalot_status s);
 CACHALOT_API const char *cachalot_last_error(void);
 
 /* Warnings (calls that succeed but deserve attention, e.g. an empty captured graph) go to this handler;
- * by default they are printed to stderr as "cachalot: warning: ...". NULL restores the default. The
- * handler may be called from any thread. */
+ * by default they are printed to stderr as "cachalot: warning: ...". So do the notes of the snapshot
+ * variables (where CACHALOT_SNAPSHOT_AT_EXIT wrote its file), printed as "cachalot: ...". NULL restores
+ * the default. The handler may be called from any thread. */
 typedef void (*cachalot_warning_handler)(const char *message, void *ctx);
 CACHALOT_API void cachalot_set_warning_handler(cachalot_warning_handler fn, void *ctx);
 

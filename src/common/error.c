@@ -66,17 +66,29 @@ void cachalot_set_warning_handler(cachalot_warning_handler fn, void *ctx) {
   pthread_mutex_unlock(&sink_lock);
 }
 
-void cl_warn(const char *fmt, ...) {
+/* Warnings and notes share the handler; only stderr's prefix tells them apart. */
+static void emit(const char *prefix, const char *fmt, va_list ap) {
   char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   pthread_mutex_lock(&sink_lock);
   const warning_sink s = sink;
   pthread_mutex_unlock(&sink_lock);
   if (s.fn)
     s.fn(msg, s.ctx);
   else
-    fprintf(stderr, "cachalot: warning: %s\n", msg);
+    fprintf(stderr, "cachalot: %s%s\n", prefix, msg);
+}
+
+void cl_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  emit("warning: ", fmt, ap);
+  va_end(ap);
+}
+
+void cl_note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  emit("", fmt, ap);
+  va_end(ap);
 }

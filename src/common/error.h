@@ -22,6 +22,10 @@ cachalot_status cl_fail(cachalot_status s, const char *fmt, ...) CL_PRINTF(2, 3)
 /* Sends a warning to the handler set with cachalot_set_warning_handler (stderr by default). */
 void cl_warn(const char *fmt, ...) CL_PRINTF(1, 2);
 
+/* Sends a note the user asked for (where a debugging variable wrote its file) the same way, printed to
+ * stderr as "cachalot: ..." by default. */
+void cl_note(const char *fmt, ...) CL_PRINTF(1, 2);
+
 /* Prefixes the current thread's message with printf-formatted context ("cachalot_free: " ...). */
 void cl_error_prefix(const char *fmt, ...) CL_PRINTF(1, 2);
 

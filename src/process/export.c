@@ -128,13 +128,17 @@ static bool write_file(const char *path, const char *text) {
   return ok;
 }
 
-static void write_snapshot(cachalot_allocator *a, const char *path) {
+static bool write_snapshot(cachalot_allocator *a, const char *path) {
   char *json = NULL;
-  if (cachalot_snapshot_json(a, &json) != CACHALOT_OK)
-    return;
-  if (!write_file(path, json))
+  if (cachalot_snapshot_json(a, &json) != CACHALOT_OK) {
+    cl_warn("could not take the snapshot for %s: %s", path, cachalot_last_error());
+    return false;
+  }
+  const bool ok = write_file(path, json);
+  if (!ok)
     cl_warn("could not write the snapshot to %s: %s", path, strerror(errno));
   free(json);
+  return ok;
 }
 
 /* The OOM hook: writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, keeping the OOM message. */
@@ -145,6 +149,8 @@ static void on_oom(cachalot_allocator *a) {
   (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s", saved);
 }
 
+/* Says where each snapshot went, and that none was written when every allocator had been destroyed
+ * before exit (a program that cleans up would otherwise get nothing, silently). */
 static void at_exit(void) {
   pthread_mutex_lock(&reg_lock);
   for (int i = 0; exit_path[0] && i < n_live; i++) { /* (registered for the socket alone too) */
@@ -153,8 +159,12 @@ static void at_exit(void) {
       snprintf(path, sizeof path, "%s", exit_path);
     else
       snprintf(path, sizeof path, "%s.%d", exit_path, i);
-    write_snapshot(live[i], path);
+    if (write_snapshot(live[i], path))
+      cl_note("CACHALOT_SNAPSHOT_AT_EXIT: snapshot written to %s", path);
   }
+  if (exit_path[0] && n_live == 0)
+    cl_warn("CACHALOT_SNAPSHOT_AT_EXIT: no snapshot written to %s: no allocator was live at exit (the "
+            "snapshot is of the allocators not yet destroyed)", exit_path);
   pthread_mutex_unlock(&reg_lock);
   if (socket_path[0])
     unlink(socket_path);

@@ -83,6 +83,12 @@ if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
   CACHALOT_SNAPSHOT_AT_EXIT="$scratch/exit-%p.json" "$scratch/client-static" --leave-live
   snap=$(find "$scratch" -maxdepth 1 -name 'exit-*.json' | head -1)
   [ -n "$snap" ] || { echo "CACHALOT_SNAPSHOT_AT_EXIT: no snapshot written at exit"; exit 1; }
+  # A program that destroys its allocator before exit: no snapshot, and a warning that says why.
+  CACHALOT_SNAPSHOT_AT_EXIT="$scratch/none.json" "$scratch/client-static" 2>"$scratch/none.err"
+  [ ! -e "$scratch/none.json" ] || { echo "CACHALOT_SNAPSHOT_AT_EXIT: a snapshot with no allocator live"; exit 1; }
+  grep -q "^cachalot: warning: CACHALOT_SNAPSHOT_AT_EXIT: no snapshot written to $scratch/none.json: no allocator was live at exit" \
+    "$scratch/none.err" || { echo "CACHALOT_SNAPSHOT_AT_EXIT: no warning without a live allocator: $(cat "$scratch/none.err")"; exit 1; }
+  echo "destroyed before exit: $(cat "$scratch/none.err")"
   python3 - "$snap" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
