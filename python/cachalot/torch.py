@@ -16,15 +16,56 @@ install() makes cachalot the allocator behind every CUDA tensor. Two routes:
 
 The config is a CACHALOT_ALLOC_CONF string (PyTorch's keys, SPEC-compatible): install(conf=...) or the
 environment variable; PYTORCH_CUDA_ALLOC_CONF is not read.
+
+PyTorch versions: 2.0 or newer, else importing this module raises ImportError (ModuleNotFoundError where
+there is no torch) with a message that says what to do. The pluggable route needs
+torch.cuda.memory.CUDAPluggableAllocator and change_current_allocator, first released in 2.0; the backend
+is built only against torch 2.11 or newer (its allocator interfaces and at::setHostAllocator). Tested: 2.11.
 """
 import ctypes
 import json
 import os
+import re
+import sys
 import warnings
 
-import torch as _torch
-
 from . import _build, _library, library_path
+
+OLDEST_TORCH = (2, 0)  # the pluggable route's torch.cuda.memory.CUDAPluggableAllocator first shipped in 2.0.0
+OLDEST_TORCH_BACKEND = (2, 11)  # what the build compiles the backend against (scripts/torch-build-info.py)
+_NEEDS = ("cachalot.torch needs PyTorch %d.%d or newer (%d.%d or newer for its backend route; tested with 2.11)"
+          % (OLDEST_TORCH + OLDEST_TORCH_BACKEND))
+_THEN = ("then reinstall cachalot from its checkout (`pip install --no-build-isolation .`) so that its backend is "
+         "built against that torch")
+
+
+def _torch_version(text):
+    """(major, minor) of a torch version string ("2.11.0+cu130", "1.13.1", "2.1.0a0+git1234567"), or None."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _import_torch():
+    """torch, or an ImportError that names the versions cachalot supports and what to install."""
+    try:
+        import torch
+    except ModuleNotFoundError as e:
+        if e.name != "torch":  # torch is there but one of its own imports is not: its error says which
+            raise
+        raise ModuleNotFoundError("%s, and this Python (%s) has no torch: install it (`pip install torch`), %s"
+                                  % (_NEEDS, sys.executable, _THEN), name="torch") from None
+    version = getattr(torch, "__version__", "unknown")
+    parsed = _torch_version(version)
+    cuda_memory = getattr(getattr(torch, "cuda", None), "memory", None)
+    if (parsed is not None and parsed < OLDEST_TORCH) or (
+            parsed is None and not hasattr(cuda_memory, "CUDAPluggableAllocator")):
+        where = os.path.dirname(getattr(torch, "__file__", None) or "?")
+        raise ImportError("%s, and this is torch %s (%s): upgrade it (`pip install --upgrade torch`), %s"
+                          % (_NEEDS, version, where, _THEN), name="torch")
+    return torch
+
+
+_torch = _import_torch()
 
 __all__ = ["install", "route", "memory_stats", "snapshot", "annotate", "empty_cache", "reset_peak_stats",
            "release_capture_pools", "backend_unavailable"]
@@ -38,7 +79,9 @@ _libc.free.argtypes = [ctypes.c_void_p]
 def backend_unavailable():
     """Why the backend route cannot be used here (a sentence), or None when it can."""
     if not _build.TORCH_BACKEND:
-        return "this cachalot was built without the PyTorch backend (no torch with headers at build time)"
+        return ("this cachalot was built without the PyTorch backend (the build found no torch %d.%d or newer "
+                "with its headers, or no CUDA toolkit; `pip install -v --no-build-isolation .` shows which)"
+                % OLDEST_TORCH_BACKEND)
     if _build.TORCH_VERSION != _torch.__version__:
         return "the backend was built against torch %s, this is torch %s" % (_build.TORCH_VERSION, _torch.__version__)
     if not os.path.exists(library_path("cachalot_torch_backend")):
@@ -78,6 +121,11 @@ def install(conf=None, route="auto", pinned=True):
         return _route
     if route == "backend":
         raise RuntimeError("cachalot: the PyTorch backend cannot be used: " + why)
+    plugin = library_path("cachalot_torch")
+    if not os.path.exists(plugin):  # both routes need the CUDA backend, built only with the CUDA toolkit
+        raise RuntimeError("cachalot: %s; and the pluggable route cannot be used either: %s is missing (this "
+                           "cachalot was built without the CUDA toolkit: install it, e.g. in /usr/local/cuda, "
+                           "then `pip install --no-build-isolation .` again)" % (why, plugin))
     if route == "auto":
         warnings.warn("cachalot: %s; using the pluggable route, which lacks record_stream, empty_cache, "
                       "torch.cuda's memory statistics and snapshots, and torch.compile's CUDA graphs" % why)

@@ -1,5 +1,5 @@
 """A stand-in for torch in tests/python/test_package.py: records the calls cachalot.torch.install() makes."""
-__version__ = "0.0.0+stand-in"
+__version__ = "2.11.0+stand-in"  # a supported torch: cachalot.torch refuses one older than 2.0
 calls = []
 
 
