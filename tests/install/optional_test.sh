@@ -6,10 +6,11 @@
 #      ninja builds; the same for the Python package's configuration (-Dpython_package=true), which is
 #      what `pip install .` runs;
 #   2. a stand-in torch 1.13.1 (Debian 12's): the line says it is older than the oldest supported.
-# Usage: optional_test.sh SOURCE_DIR SCRATCH_DIR
+# Usage: optional_test.sh SOURCE_DIR SCRATCH_DIR [DEPS_DIR]
 set -eu -o pipefail
 src=$(cd "$1" && pwd)
 scratch=$2
+deps_dir=${3:-}
 rm -rf "$scratch"
 mkdir -p "$scratch"
 scratch=$(cd "$scratch" && pwd)
@@ -43,7 +44,7 @@ expect_skip() {
   local name=$1 pypath=$2 pattern=$3
   shift 3
   local build=$scratch/build-$name
-  if ! PYTHONPATH=$pypath meson setup "$build" "$src" -Dtests=disabled -Dexamples=disabled "$@" \
+  if ! PYTHONPATH=$pypath meson setup "$build" "$src" -Dtests=disabled -Dexamples=disabled -Ddeps_dir="$deps_dir" "$@" \
       >"$scratch/$name.log" 2>&1; then
     tail -20 "$scratch/$name.log"
     echo "$name: meson setup failed with an unusable torch on the path"
