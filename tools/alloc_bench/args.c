@@ -503,5 +503,15 @@ int ab_parse_args(int argc, char **argv, config *c) {
     rc = find_trace(c, k);
   if (rc == AB_GO_ON && !c->traces_given && c->workload[WL_REPLAY])
     default_traces(c);
+  if (rc != AB_GO_ON) /* the caller runs nothing, so frees nothing */
+    ab_config_free(c);
   return rc;
+}
+
+void ab_config_free(config *c) {
+  for (size_t i = 0; i < c->n_traces; i++)
+    free(c->traces[i]);
+  free(c->traces);
+  c->traces = NULL;
+  c->n_traces = 0;
 }

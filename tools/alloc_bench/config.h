@@ -37,6 +37,8 @@ int ab_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The settings of the command line into *c, with the default traces where replay has none given.
  * AB_GO_ON, or the exit status (--help, --version, a usage error, a --trace that is not there). */
 int ab_parse_args(int argc, char **argv, config *c);
+/* Frees what ab_parse_args allocated in *c (it does so itself when it returns other than AB_GO_ON). */
+void ab_config_free(config *c);
 /* Whether one of --csv, --json and --svg writes to standard output ("-"). */
 bool ab_output_to_stdout(const config *c);
 /* A trace's name, as its replay row and --trace NAME call it: the file's name without its directory and

@@ -62,9 +62,7 @@ int main(int argc, char **argv) {
   ab_run_workloads(&res, &c);
   ab_report(&c, &res, device);
   ab_results_free(&res);
-  for (size_t i = 0; i < c.n_traces; i++)
-    free(c.traces[i]);
-  free(c.traces);
+  ab_config_free(&c);
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "alloc_bench: cannot write standard output\n");
     ab_failed = true;
