@@ -21,7 +21,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_memory_stats_json(cacha
 
 /* Starts (enabled) or stops recording trace entries (alloc, free_requested, free_completed, segment_alloc,
  * segment_free, segment_map, segment_unmap, oom, snapshot) into a ring buffer of max_entries per device
- * (oldest dropped first). Turning it on again clears the buffer. Off by default; costs nothing when off. */
+ * (oldest dropped first). The buffer grows as entries come (4096 at first, doubled when full), so any limit,
+ * SIZE_MAX too, costs only what is recorded; where the host has no memory to grow, the buffer keeps what
+ * it has and drops its oldest from then on (with a warning). Turning it on again clears the buffer. Off by
+ * default; costs nothing when off. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled,
                                                                         size_t max_entries);
 

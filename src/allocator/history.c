@@ -167,10 +167,39 @@ cachalot_status cl_ctx_check_locked(cl_device *d) {
   return CACHALOT_OK;
 }
 
+/* The rows a ring starts with: enough for a short recording, little for a long limit. */
+enum { FIRST_ROOM = 4096 };
+
+/* Doubles the ring's rows (not past cap). It has not wrapped (room < cap), so the rows keep their order.
+ * Where the host has no memory for more, the ring keeps the rows it has and wraps there: history loses
+ * its oldest entries sooner, nothing else. */
+static void grow_trace(cl_device *d) {
+  cl_trace *t = &d->trace;
+  size_t room = t->room > t->cap / 2 ? t->cap : t->room * 2;
+  cl_trace_entry *entries = room <= SIZE_MAX / sizeof *entries ? realloc(t->entries, room * sizeof *entries) : NULL;
+  if (entries) {
+    t->entries = entries;
+    memset(entries + t->room, 0, (room - t->room) * sizeof *entries);
+  }
+  const size_t row = CL_TRACE_MAX_FRAMES * sizeof(void *);
+  void **frames = NULL;
+  if (entries && t->frames && room <= SIZE_MAX / row && (frames = realloc(t->frames, room * row)) != NULL)
+    t->frames = frames;
+  if (!entries || (t->frames && !frames)) {
+    cl_warn("memory history of device %d: host out of memory for %zu entries; keeping the last %zu", d->index,
+            room, t->room);
+    t->cap = t->room;
+    return;
+  }
+  t->room = room;
+}
+
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                             cachalot_stream stream) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
+  if (t->count == t->room && t->room < t->cap)
+    grow_trace(d);
   size_t slot;
   if (t->count < t->cap) {
     slot = (t->head + t->count) % t->cap;
@@ -233,16 +262,14 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: allocator is NULL");
   if (enabled && max_entries == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries must be at least 1");
-  if (enabled && max_entries > SIZE_MAX / (CL_TRACE_MAX_FRAMES * sizeof(void *)))
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries %zu is too large",
-                   max_entries);
+  const size_t room = max_entries < FIRST_ROOM ? max_entries : FIRST_ROOM;
   pthread_mutex_lock(&a->meta_lock);
   const bool stacks = a->trace_stacks;
   trace_buffers *bufs = calloc((size_t)a->device_count, sizeof *bufs);
   bool oom = !bufs;
   for (int i = 0; enabled && !oom && i < a->device_count; i++) {
-    bufs[i].entries = calloc(max_entries, sizeof(cl_trace_entry));
-    bufs[i].frames = stacks ? calloc(max_entries * CL_TRACE_MAX_FRAMES, sizeof(void *)) : NULL;
+    bufs[i].entries = calloc(room, sizeof(cl_trace_entry));
+    bufs[i].frames = stacks ? calloc(room * CL_TRACE_MAX_FRAMES, sizeof(void *)) : NULL;
     oom = !bufs[i].entries || (stacks && !bufs[i].frames);
   }
   if (oom) {
@@ -253,7 +280,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
     free(bufs);
     pthread_mutex_unlock(&a->meta_lock);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history: host out of memory for %zu entries",
-                   max_entries);
+                   room);
   }
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
@@ -265,6 +292,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
       d->trace.entries = bufs[i].entries;
       d->trace.frames = bufs[i].frames;
       d->trace.cap = max_entries;
+      d->trace.room = room;
     }
     cl_leave_exclusive(d);
   }
@@ -289,7 +317,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
         d->trace.entries[(d->trace.head + k) % d->trace.cap].n_frames = 0;
     } else if (d->trace.cap && !d->trace.frames) {
       /* entries recorded so far have n_frames 0 (set when stacks went off): rows are read below it */
-      d->trace.frames = calloc(d->trace.cap * CL_TRACE_MAX_FRAMES, sizeof(void *));
+      d->trace.frames = calloc(d->trace.room * CL_TRACE_MAX_FRAMES, sizeof(void *));
       if (!d->trace.frames)
         rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");
     }

@@ -281,12 +281,14 @@ typedef struct {
   char *text;       /* user_defined (cachalot_annotate): the text, owned by the entry; else NULL */
 } cl_trace_entry;
 
-/* The ring buffer: trace_cap entries, the oldest at trace_head, trace_count of them valid. A cap of 0
- * means history is off, and recording is one untaken branch. */
+/* The ring buffer: at most cap entries, the oldest at head, count of them valid. A cap of 0 means history
+ * is off, and recording is one untaken branch. Rows are allocated as entries come (room of them, doubled
+ * when full), so that a limit of sys.maxsize costs only what is recorded. Invariant: count <= room <= cap,
+ * and room < cap only while head is 0 (the ring has not wrapped yet), so (head + k) % cap is a row. */
 typedef struct {
   cl_trace_entry *entries;
-  void **frames; /* trace_cap x CL_TRACE_MAX_FRAMES, or NULL without stacks */
-  size_t cap, head, count;
+  void **frames; /* room x CL_TRACE_MAX_FRAMES, or NULL without stacks */
+  size_t cap, head, count, room;
 } cl_trace;
 
 

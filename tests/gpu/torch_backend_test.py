@@ -15,8 +15,8 @@ route. Each child prints one JSON line; the parent compares.
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
                  (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
                  pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
-  history        _record_memory_history + _dump_snapshot: Python frames on blocks and trace entries, and
-                 torch.cuda._memory_viz renders the file
+  history        _record_memory_history(max_entries=sys.maxsize) + _dump_snapshot: Python frames on blocks
+                 and trace entries, and torch.cuda._memory_viz renders the file
   graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
                  peak <= native's, the pools given back once the graphs are gone; a MemPool
   compile        torch.compile(mode="reduce-overhead") with graph breaks (CUDA-graph trees), inference and
@@ -134,7 +134,8 @@ def alloc_here(torch):
 def c_history(torch, mode, outdir):
     from torch.cuda import _memory_viz
 
-    torch.cuda.memory._record_memory_history(max_entries=100000)
+    # unbounded, as PyTorch's own tests ask: the ring must grow as entries come, not be refused
+    torch.cuda.memory._record_memory_history(max_entries=sys.maxsize)
     live = alloc_here(torch)
     tmp = alloc_here(torch)
     del tmp

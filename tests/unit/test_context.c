@@ -267,6 +267,40 @@ static void test_ring_overwrite_releases(void **state) {
     REFS(c[i], 1);
 }
 
+/* An unbounded limit (PyTorch's max_entries=sys.maxsize) is taken, and the ring grows as entries come: past
+ * its first 4096 rows twice, every entry kept in order. A limit between two sizes of the ring stops the
+ * growth there and wraps: the last 5000 entries, in order. */
+static void test_history_grows_as_entries_come(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  static const cachalot_trace_action cycle[3] = {CACHALOT_TRACE_ALLOC, CACHALOT_TRACE_FREE_REQUESTED,
+                                                 CACHALOT_TRACE_FREE_COMPLETED};
+  HISTORY(e.a, true, SIZE_MAX);
+  for (int i = 0; i < 3000; i++)
+    FREE(e.a, ALLOC(e.a, 0, 512, NULL));
+  cachalot_snapshot_info *si = TAKE(e.a, true);
+  EQ(si->n_trace, 1 + 3 * 3000 + 1); /* segment_alloc, the pairs, snapshot: 9002 > 2 x 4096 */
+  EQ(si->trace[0].action, CACHALOT_TRACE_SEGMENT_ALLOC);
+  for (size_t k = 1; k + 1 < si->n_trace; k++) {
+    EQ(si->trace[k].action, cycle[(k - 1) % 3]);
+    EQ(si->trace[k].size, 512);
+  }
+  EQ(si->trace[si->n_trace - 1].action, CACHALOT_TRACE_SNAPSHOT);
+  cachalot_snapshot_info_free(e.a, si);
+
+  HISTORY(e.a, true, 5000); /* cleared; the segment stays cached, so no segment_alloc */
+  for (int i = 0; i < 3000; i++)
+    FREE(e.a, ALLOC(e.a, 0, 512, NULL));
+  si = TAKE(e.a, true);
+  EQ(si->n_trace, 5000); /* entries 4001..8999 of the 9000, then the snapshot */
+  for (size_t k = 0; k + 1 < si->n_trace; k++)
+    EQ(si->trace[k].action, cycle[(4001 + k) % 3]);
+  EQ(si->trace[4999].action, CACHALOT_TRACE_SNAPSHOT);
+  cachalot_snapshot_info_free(e.a, si);
+  HISTORY(e.a, false, 0);
+  env_free(&e);
+}
+
 /* Turning history off lets go of every context, the blocks' too, so that the warm paths (which run only
  * while no block holds one) come back; the blocks themselves stay allocated and free as usual. */
 static void test_history_off_lets_go_of_blocks(void **state) {
@@ -918,6 +952,7 @@ int main(void) {
       cmocka_unit_test(test_history_on_block_and_entries),
       cmocka_unit_test(test_history_restart_releases_entries),
       cmocka_unit_test(test_ring_overwrite_releases),
+      cmocka_unit_test(test_history_grows_as_entries_come),
       cmocka_unit_test(test_history_off_lets_go_of_blocks),
       cmocka_unit_test(test_history_off_then_free_each),
       cmocka_unit_test(test_failed_malloc_keeps_nothing),
