@@ -27,10 +27,10 @@ run=$(mktemp -d /var/tmp/cachalot-fresh-run.XXXXXX)
 cp -a "$root" "$run/root" || exit 1
 mkdir -p "$run/root/src/cachalot"
 git -C "$src" archive HEAD | tar -x -C "$run/root/src/cachalot"
-mount -t proc proc "$run/root/proc"
+mount -t proc proc "$run/root/proc" || { echo "$0: could not mount /proc in $run/root" >&2; exit 1; }
+# the copy goes only once its /proc is unmounted: rm -rf must never walk into the host's /proc
+trap 'umount "$run/root/proc" 2>/dev/null || umount -l "$run/root/proc" 2>/dev/null; ! mountpoint -q "$run/root/proc" && rm -rf "$run/root"' EXIT
 chroot "$run/root" /bin/bash -c "cd /src/cachalot && $cmd" 2>&1 | tee "$run/log"
 rc=${PIPESTATUS[0]}
-umount "$run/root/proc"
-rm -rf "$run/root"
 echo "fresh Debian 12: $cmd exited $rc (log: $run/log)"
 exit "$rc"

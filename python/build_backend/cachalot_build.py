@@ -79,7 +79,7 @@ def _check(need_ninja):
         "`apt-get install python3-mesonpy`), then run `pip install --no-build-isolation .` again\n"
         % (what, "is" if len(missing) == 1 else "are", python, python))
     sys.stderr.flush()
-    raise SystemExit(1)
+    raise SystemExit(1)  # not an exception: pip would print its traceback under the line
 
 
 def _hook(name):

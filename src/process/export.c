@@ -150,22 +150,29 @@ static void on_oom(cachalot_allocator *a) {
 }
 
 /* Says where each snapshot went, and that none was written when every allocator had been destroyed
- * before exit (a program that cleans up would otherwise get nothing, silently). */
+ * before exit (a program that cleans up would otherwise get nothing, silently). The notes go out after
+ * reg_lock is let go: a warning handler may call back into cachalot. */
 static void at_exit(void) {
+  int written = 0, live_at_exit;
   pthread_mutex_lock(&reg_lock);
+  live_at_exit = n_live;
   for (int i = 0; exit_path[0] && i < n_live; i++) { /* (registered for the socket alone too) */
     char path[600];
     if (i == 0)
       snprintf(path, sizeof path, "%s", exit_path);
     else
       snprintf(path, sizeof path, "%s.%d", exit_path, i);
-    if (write_snapshot(live[i], path))
-      cl_note("CACHALOT_SNAPSHOT_AT_EXIT: snapshot written to %s", path);
+    written += write_snapshot(live[i], path);
   }
-  if (exit_path[0] && n_live == 0)
+  pthread_mutex_unlock(&reg_lock);
+  if (exit_path[0] && live_at_exit == 0)
     cl_warn("CACHALOT_SNAPSHOT_AT_EXIT: no snapshot written to %s: no allocator was live at exit (the "
             "snapshot is of the allocators not yet destroyed)", exit_path);
-  pthread_mutex_unlock(&reg_lock);
+  else if (written == 1 && live_at_exit == 1)
+    cl_note("CACHALOT_SNAPSHOT_AT_EXIT: snapshot written to %s", exit_path);
+  else if (written > 0)
+    cl_note("CACHALOT_SNAPSHOT_AT_EXIT: %d of %d snapshots written: %s for the first live allocator, %s.N for "
+            "the N-th after it", written, live_at_exit, exit_path, exit_path);
   if (socket_path[0])
     unlink(socket_path);
 }

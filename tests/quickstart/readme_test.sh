@@ -43,7 +43,7 @@ cat "$scratch/c.sh"
 # The tree as a checkout has it (tracked and untracked files that git does not ignore), without builds.
 mkdir "$scratch/src"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  (cd "$src" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) |
+  (cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) |
     tar -xf - -C "$scratch/src"
 else
   tar -C "$src" --exclude='./build*' -cf - . | tar -xf - -C "$scratch/src"
@@ -89,7 +89,8 @@ if ! bash -eu -o pipefail "$scratch/debug.sh" >"$scratch/debug.log" 2>&1; then
   tail -30 "$scratch/debug.log"; echo "readme_test: the debugging quick start failed"; exit 1
 fi
 grep 'snapshot written to demo.json' "$scratch/debug.log" || { echo "readme_test: the demo did not say where"; exit 1; }
-grep -q 'peak' demo.html || { echo "readme_test: demo.html has no peak"; exit 1; }
+# the page holds the snapshot's data: the holders' frames (the page's own script has no such name)
+grep -q 'load_weights' demo.html || { echo "readme_test: demo.html does not hold the demo's frames"; exit 1; }
 python3 - demo.json demo.folded <<'PY'
 import json, sys
 snap = json.load(open(sys.argv[1]))
@@ -117,7 +118,11 @@ while IFS= read -r line; do
   if ! PIP_RETRIES=0 PIP_TIMEOUT=5 bash -eu -o pipefail -c "$line" >"$scratch/line.log" 2>&1; then
     case $line in
       "pip install meson-python meson ninja"*)
+        # only an index that cannot be reached or offers nothing is forgiven (CI has none), not another failure
+        grep -qiE 'NewConnectionError|Temporary failure in name resolution|Network is unreachable|from versions: none' \
+          "$scratch/line.log" || { tail -20 "$scratch/line.log"; echo "readme_test: $line failed"; exit 1; }
         echo "  (no package index reachable: meson-python, meson and ninja from Debian's packages instead)"
+        substituted=" (meson-python from Debian's packages: no package index reachable)"
         site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         echo /usr/lib/python3/dist-packages >"$site/debian-build-tools.pth" ;;
       *) tail -30 "$scratch/line.log"; echo "readme_test: the PyTorch quick start failed at: $line"; exit 1 ;;
@@ -126,13 +131,15 @@ while IFS= read -r line; do
 done <"$scratch/torch.sh"
 cd /
 python -c 'import cachalot; print("cachalot", cachalot.version(), "imported from", cachalot.__file__)'
-alloc_snapshot --version
+# the venv's own command, not the one the C quick start installed into /usr/local/bin
+"$VIRTUAL_ENV/bin/alloc_snapshot" --version
 if python -c 'import cachalot.torch' 2>"$scratch/no-torch.err"; then
   [ -n "$(python -c 'import torch' 2>&1)" ] && { echo "readme_test: cachalot.torch imported without torch"; exit 1; }
 else
   tail -1 "$scratch/no-torch.err"
   grep -q 'cachalot.torch needs PyTorch' "$scratch/no-torch.err" || { echo "readme_test: no clear message without torch"; exit 1; }
 fi
+echo "readme_test: the PyTorch quick start ran as written${substituted:-}"
 SH
 mkdir "$scratch/layers"
 # A chroot's root is no mount point, so no private mount namespace can be made there (unshare's
