@@ -1,7 +1,7 @@
 /* The explorer's test driver (tests/explorer/run.py appends it to pages of alloc_snapshot plot): it
  * drives the page with real DOM events (wheel, drag, keys, clicks, hover) and checks exact state against
  * tests/explorer/explorer.json, then writes PASS / FAIL lines between BEGIN and END into the DOM for
- * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'peak', 'smoke' or 'empty');
+ * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'peak', 'notrace', 'smoke' or 'empty');
  * in 'peak' mode window.__expect holds what run.py computed from the snapshot itself. */
 window.addEventListener('load', function () {
   const out = [];
@@ -56,25 +56,31 @@ window.addEventListener('load', function () {
         for (let y = 0; y < cv.height; y++) if (d[4 * y] === 0xc2 && d[4 * y + 1] === 0x41 && d[4 * y + 2] === 0x0c) return true;
         return false;
       };
-      check('peak: entry', D.peakEntry, E.peak.entry);
-      check('peak: its time_us', D.time[D.peakEntry], E.peak.time_us);
+      /* E.peak.entry -1: the peak is before the first entry, its marker at the trace's left edge (x 0) */
+      const pe = E.peak.entry, px0 = Math.max(pe, 0);
+      check('peak: entry', D.peakEntry, pe);
+      check('peak: its time_us', pe < 0 ? null : D.time[D.peakEntry], E.peak.time_us);
       check('peak: value', D.peakAlloc, E.peak.bytes);
-      check('peak marker: active memory, at the peak entry', ex.st.peakPx.active, ex.xToPx(E.peak.entry));
-      check('peak marker: timeline', ex.st.peakPx.timeline, ex.xToPx(E.peak.entry));
+      check('peak marker: active memory, at the peak entry', ex.st.peakPx.active, ex.xToPx(px0));
+      check('peak marker: timeline', ex.st.peakPx.timeline, ex.xToPx(px0));
+      if (pe < 0) check('peak marker: at the left edge', [ex.st.peakPx.active, ex.st.peakPx.timeline], [78, 78]);
       check('peak marker: drawn', [lineAt(ac, ex.st.peakPx.active), lineAt(tl, ex.st.peakPx.timeline)], [true, true]);
       ex.setAxis('time');
       check('peak marker: wall time, at the peak time', ex.st.peakPx.active, ex.xToPx(E.peak.x_time));
       check('peak marker: wall time, drawn', lineAt(ac, ex.st.peakPx.active), true);
       ex.setAxis('event');
-      ex.setRange(0, Math.max(E.peak.entry - 10, 4));
+      if (pe >= 14) ex.setRange(0, Math.max(pe - 10, 4)); else ex.setRange(px0 + 5, px0 + 20);
       check('peak marker: none when out of view', [ex.st.peakPx.active, ex.st.peakPx.timeline], [null, null]);
       button('peak').click();
-      check('peak button: the peak in view', ex.st.x0 <= E.peak.entry && E.peak.entry < ex.st.x1, true);
+      check('peak button: the peak in view', ex.st.x0 <= px0 && px0 < ex.st.x1, true);
       check('peak button: zoomed to a twentieth', +(ex.st.x1 - ex.st.x0).toFixed(6), +(n / 20).toFixed(6));
-      check('peak button: its moment picked', ex.st.k, E.peak.entry);
+      check('peak button: its moment picked', ex.st.k, pe);
       const heading = text(document.querySelector('.plots > h3:nth-of-type(3)'));
-      check('peak button: segment map heading', [heading.startsWith('Segment map after entry ' + E.peak.entry + ' (+'),
+      if (pe < 0) check('peak button: segment map heading', heading, 'Segment map before the first trace entry');
+      else check('peak button: segment map heading', [heading.startsWith('Segment map after entry ' + pe + ' (+'),
         heading.endsWith(', time_us ' + E.peak.time_us + ')')], [true, true]);
+      check('peak: the table says when', text(document.querySelector('#peak p.note')).includes('(' + E.peak.bytes + ' B) allocated ' +
+        (pe < 0 ? 'before the first trace entry' : 'after entry ' + pe + ' ')), true);
       button('reset').click();
       /* the table, open from the start */
       const trs = () => [...document.querySelectorAll('#peak-table tbody tr')];
@@ -101,23 +107,35 @@ window.addEventListener('load', function () {
       find.dispatchEvent(new Event('input', {bubbles: true}));
       check('search: rows whose frames hold "' + E.search.q + '"', trs().length, E.search.count);
       check('search: every one does', stacks().every((t) => t.toLowerCase().includes(E.search.q.toLowerCase())), true);
+      if (E.folded) {
+        /* a frame as alloc_snapshot folded wrote it for this snapshot, "name (file:line)" */
+        find.value = E.folded.q;
+        find.dispatchEvent(new Event('input', {bubbles: true}));
+        check('search: a frame copied from folded output, "' + E.folded.q + '"', trs().length, E.folded.count);
+        check('search: the folded frame found at all', trs().length > 0, true);
+        find.value = E.folded.q.toUpperCase();
+        find.dispatchEvent(new Event('input', {bubbles: true}));
+        check('search: the folded frame, upper case', trs().length, E.folded.count);
+      }
       find.value = '';
       find.dispatchEvent(new Event('input', {bubbles: true}));
       check('search: cleared', trs().length, E.live.length);
       /* a row selects its band, the state clicking the band gives; zoomed in, the state after the peak
        * entry spans several columns: every row's band is drawn there, away from its edges */
-      ex.setRange(E.peak.entry - 10, E.peak.entry + 10);
+      ex.setRange(pe - 10, pe + 10);
       const row = trs()[0], id = +row.dataset.id, hex = row.children[2].textContent;
       const sel = () => [ex.st.sel, text($('details').querySelector('h3')), trs().filter((tr) => tr.classList.contains('sel')).map((tr) => +tr.dataset.id)];
       row.click();
       check('row click: selects', sel(), [id, 'Allocation ' + hex, [id]]);
       check('row click: hash', /[#&]sel=/.test(location.hash) === (ex.st.D.A.start[id] >= 0), true);
-      const c = Math.floor((ex.xToPx(E.peak.entry) + ex.xToPx(E.peak.entry + 1)) / 2) - 78, r = ex.st.lay.bands[c];
+      /* before the first entry: the first column, the only one that stands for that state */
+      const c = pe < 0 ? 0 : Math.floor((ex.xToPx(pe) + ex.xToPx(pe + 1)) / 2) - 78, r = ex.st.lay.bands[c];
       let base = -1;
       for (let j = 0; j < r.length; j += 2) if (r[j] === id) base = r[j + 1];
       const {top, bottom, max} = ex.st.yScale, yMid = bottom - (bottom - top) * (base + D.A.size[id] / 2) / max;
       const px = ac.getContext('2d').getImageData(c + 78, Math.round(yMid), 1, 1).data;
-      check('row click: its band drawn selected (#111)', base >= 0 && [px[0], px[1], px[2]], [17, 17, 17]);
+      if (pe >= 0) check('row click: its band drawn selected (#111)', base >= 0 && [px[0], px[1], px[2]], [17, 17, 17]);
+      else check('row click: its band drawn in the first column', base >= 0, true);
       mouse(ac, 'mousedown', c + 78, yMid);
       mouse(ac, 'mouseup', c + 78, yMid);
       check('band click on it: unselects, row too', sel()[0] === -1 && sel()[2].length === 0, true);
@@ -131,6 +149,26 @@ window.addEventListener('load', function () {
         check('frames: expand shows the whole stack', [n0, multi.querySelectorAll('td.fr > div').length], [1, frames]);
         check('frames: expanding does not select', ex.st.sel, id);
       }
+    } else if (mode === 'notrace') {
+      /* no trace entries: the table lists the blocks allocated at the snapshot (what alloc_snapshot folded
+       * gives then), E: [[bytes, address]] of device 0's active_allocated blocks */
+      const E = window.__expect, trs = () => [...document.querySelectorAll('#peak-table tbody tr')];
+      const live = () => trs().map((tr) => [+tr.children[0].dataset.bytes, tr.children[2].textContent]);
+      check('no trace: the table shown', $('peak').hidden, false);
+      check('no trace: its heading', text(document.querySelector('#peak h3')), 'Who holds the memory at the snapshot');
+      check('no trace: its note says so', text(document.querySelector('#peak p.note')).includes(
+        'allocated in the blocks allocated at the snapshot (the snapshot has no trace entries), held by ' + E.live.length + ' live allocation'), true);
+      check('no trace: the blocks allocated at the snapshot, largest first', live(), E.live);
+      check('no trace: they add up', live().reduce((s, r) => s + r[0], 0), E.bytes);
+      check('no trace: the summary says so', text($('summary')).includes('the trace is empty'), true);
+      trs()[0].click();
+      check('no trace: a row shows its details', text($('details').querySelector('h3')), 'Allocation ' + E.live[0][1]);
+      check('no trace: timeline hidden', [$('timeline').hidden, $('active').hidden], [true, true]);
+      check('no trace: no empty plot boxes', [$('timeline').offsetHeight, $('active').offsetHeight], [0, 0]);
+      const dev = document.querySelector('select[aria-label=device]');
+      dev.value = '1';
+      dev.dispatchEvent(new Event('change'));
+      check('no trace: a device with nothing allocated has no table', $('peak').hidden, true);
     } else if (mode === 'pending') {
       check('pending: entry', ex.st.k, 0);
       check('pending: segment map after entry 0', text($('segmap-figures')), '1 segment, reserved 2.00 MiB (2097152 B); ' +
@@ -141,7 +179,7 @@ window.addEventListener('load', function () {
       check('hash: segment map', text($('segmap-figures')), MAP_3);
       check('hash: range', range(), [2, 10]);
       check('hash: selected', text($('details').querySelector('h3')), 'Allocation 0x7f0000100000');
-      check('hash: its frames', frames(), ['Frames of the alloc entry = backward model.py:57']);
+      check('hash: its frames', frames(), ['Frames of the alloc entry = backward (model.py:57)']);
     } else {
       const ac = $('active'), tl = $('timeline');
       check('summary', text($('summary')), 'device 0: 16 trace entries, 3 segments, reserved 6.00 MiB, allocated 1.50 MiB; ' +
@@ -190,8 +228,8 @@ window.addEventListener('load', function () {
       check('hover: fields', rows(), ['address: 0x7f0000000000', 'size: 1.00 MiB (1048576 B)',
         'requested: 976.56 KiB (1000000 B)', 'stream: 0', 'pool: (0, 0) large, segment 0x7f0000000000',
         'allocated: entry 1 (+10 \u00b5s, time_us 1010)', 'freed: live at the snapshot', 'annotation: no annotation']);
-      check('hover: frames', frames(), ['Frames of the alloc entry = forward model.py:42 / cachalot_malloc libcachalot.so:0',
-        'Frames of the block in the snapshot = block_frame model.py:7']);
+      check('hover: frames', frames(), ['Frames of the alloc entry = forward (model.py:42) / cachalot_malloc (libcachalot.so)',
+        'Frames of the block in the snapshot = block_frame (model.py:7)']);
       const slider = document.querySelector('input[type=range]');
       slider.value = '3';
       slider.dispatchEvent(new Event('input', {bubbles: true}));
@@ -204,7 +242,7 @@ window.addEventListener('load', function () {
       check('map hover: state', text($('details').querySelector('p.note')), 'Block state: active_allocated');
       check('map hover: allocated', rows()[5], 'allocated: before the trace began (time and frames unknown)');
       check('map hover: frames', frames(), ['Frames of the alloc entry = ',
-        'Frames of the block in the snapshot = warmup init.py:3']);
+        'Frames of the block in the snapshot = warmup (init.py:3)']);
       const colour = document.querySelector('select[aria-label=colour]');
       colour.value = 'annotation';
       colour.dispatchEvent(new Event('change'));

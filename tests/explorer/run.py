@@ -7,10 +7,13 @@ Plots fixtures, puts an error catcher at the top of each page (window.onerror, u
 driver.js at its end, loads it with `chromium --headless --dump-dom` and reads the PASS / FAIL lines the
 driver wrote. Exit 0 when every page ran with no FAIL, 1 otherwise, 77 (skipped) without chromium.
 
-The peak pages (mode 'peak': a trace generated here, and traces/var_inference) are checked against what
-this script computes from the snapshot's JSON by itself (expectations(), passed to the page as
-window.__expect): the allocated bytes after every entry, the peak, the allocations live then, the axis
-maxima of chosen ranges.
+The peak pages (mode 'peak': traces generated here, one of which peaks before its first entry, and
+traces/var_inference) are checked against what this script computes from the snapshot's JSON by itself
+(expectations(), passed to the page as window.__expect): the allocated bytes after every entry and
+before the first, the peak, the allocations live then, the axis maxima of chosen ranges; and against
+`alloc_snapshot folded` on the same file: a frame it writes, searched for in the page's table, and (for
+the generated traces) its peak bytes. The page of a snapshot without trace entries (mode 'notrace') must
+list the blocks allocated at the snapshot.
 """
 import bisect
 import gzip
@@ -154,7 +157,79 @@ def peak_fixture(path):
         json.dump(snap, f)
 
 
-def expectations(path):
+def ring_fixture(path):
+    """Writes a snapshot of a wrapped ring: 48 blocks allocated before the first entry (the ring dropped
+    their allocs), which the trace frees one by one, with a few smaller allocations of its own in
+    between, all freed by the end; two more blocks from before the trace are still allocated at the
+    snapshot, with frames. Allocated memory is at its peak before the first entry: every later state
+    holds less (alloc_snapshot folded says "before the first trace entry")."""
+    rnd = random.Random(11)
+    seg1 = 0x7f0000000000
+    frames = lambda *fs: [{"name": n, "filename": f, "line": line} for n, f, line in fs]
+    attn = frames(("attention", "model/decoder.py", 88), ("Decoder.forward", "model/decoder.py", 40), ("main", "infer.py", 12))
+    weights_frames = frames(("load_weights", "infer.py", 5), ("main", "infer.py", 3))
+    kv_frames = frames(("KVCache.grow", "model/cache.py", 64), ("Decoder.forward", "model/decoder.py", 41), ("main", "infer.py", 15))
+    weights, kv = seg1, seg1 + 64 * MIB
+    at, ring = seg1 + 80 * MIB, []
+    for i in range(48):
+        size = rnd.randint(1, 16) * MIB + (i + 1) * 512
+        ring.append((at, size))
+        at += size
+    scratch, entries, t = at, [], 5000
+    for i, (addr, size) in enumerate(ring):
+        for action in ("free_requested", "free_completed"):
+            t += rnd.randint(1, 30)
+            entries.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t})
+        if i % 6 == 2:  # a scratch allocation, freed two ring frees later at the latest: never over the start
+            t += 5
+            entries.append({"action": "alloc", "addr": scratch, "size": 2 * MIB, "stream": 0, "time_us": t, "frames": attn})
+            for action in ("free_requested", "free_completed"):
+                t += 3
+                entries.append({"action": action, "addr": scratch, "size": 2 * MIB, "stream": 0, "time_us": t})
+    block = lambda addr, size, state, fr: {"address": addr, "size": size, "requested_size": size if state != "inactive" else 0,
+                                           "state": state, "frames": fr}
+    snap = {"segments": [{"device": 0, "address": seg1, "total_size": 1 << 30, "allocated_size": 80 * MIB,
+                          "active_size": 80 * MIB, "requested_size": 80 * MIB, "stream": 0, "segment_type": "large",
+                          "segment_pool_id": [0, 0], "is_expandable": False, "frames": [],
+                          "blocks": [block(weights, 64 * MIB, "active_allocated", weights_frames),
+                                     block(kv, 16 * MIB, "active_allocated", kv_frames),
+                                     block(seg1 + 80 * MIB, (1 << 30) - 80 * MIB, "inactive", [])]}],
+            "device_traces": [entries], "allocator_settings": {"CACHALOT_ALLOC_CONF": ""}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(snap, f)
+
+
+def frame_text(f):
+    """A frame as alloc_snapshot folded writes it: "name (file:line)", "??" for no name, no ":line" for
+    line 0, no parenthesis for no file."""
+    where = " (%s%s)" % (f["filename"], ":%d" % f["line"] if f.get("line", 0) > 0 else "") if f.get("filename") else ""
+    return (f.get("name") or "??") + where
+
+
+def folded(tool, path):
+    """alloc_snapshot folded on the file: its lines as (frames outermost first, bytes), and its peak line;
+    None when it failed."""
+    r = subprocess.run([tool, "folded", path, "-o", "-"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    lines = []
+    for line in r.stdout.splitlines():
+        stack, count = line.rsplit(" ", 1)
+        lines.append((stack.split(";"), int(count)))
+    return lines, r.stderr.strip()
+
+
+def notrace_expectations(path):
+    """Device 0's blocks allocated at the snapshot, largest first (then by address): what the table of a
+    snapshot without trace entries lists."""
+    with open(path, encoding="utf-8") as f:
+        snap = json.load(f)
+    blocks = [b for s in snap["segments"] if s["device"] == 0 for b in s["blocks"] if b["state"] == "active_allocated"]
+    blocks.sort(key=lambda b: (-b["size"], b["address"]))
+    return {"live": [[b["size"], "0x%x" % b["address"]] for b in blocks], "bytes": sum(b["size"] for b in blocks)}
+
+
+def expectations(path, tool=None):
     """What the page must show of device 0, replayed here from the snapshot's JSON as the explorer's
     definition has it: an allocation is live from its alloc entry until its free_requested; a free of
     an address the trace never allocated, and an active_allocated block the trace leaves unaccounted,
@@ -198,8 +273,8 @@ def expectations(path):
         elif e["action"] == "segment_free":
             r = max(0, r - e["size"])
         reserved.append(r)
-    peak = max(allocated[1:])
-    p = allocated.index(peak, 1) - 1
+    peak = max(allocated)  # the first state at its maximum; allocated[0], before the first entry, too
+    p = allocated.index(peak) - 1
     times = [e["time_us"] - trace[0]["time_us"] for e in trace]
 
     def zoom(axis, x0, x1):
@@ -207,26 +282,46 @@ def expectations(path):
         if any) through the last entry before x1."""
         xs = times if axis == "time" else list(range(n))
         a = bisect.bisect_left(xs, x0)
-        lo = a if a < n and xs[a] == x0 else a - 1
+        lo = a if a < n and xs[a] == x0 and x0 > 0 else a - 1  # at x 0: the state before the first entry too
         hi = bisect.bisect_left(xs, x1)
         states = range(lo + 1, hi + 1)
         return {"axis": axis, "x0": x0, "x1": x1, "active": max(allocated[s] for s in states),
                 "timeline": max(1, max(max(allocated[s], reserved[s]) for s in states))}
 
-    text = lambda frames: "\n".join("%s %s:%d" % (f["name"], f["filename"], f["line"]) for f in frames)
+    text = lambda frames: "\n".join(frame_text(f) for f in frames)
     at_peak = sorted((al for al in allocs if al[0] <= p < al[1]), key=lambda al: (-al[2], al[0]))
     span = times[-1] + max(times[-1] / 1000, 1)
-    t_peak = times[p]
+    t_peak = times[p] if p >= 0 else 0  # before the first entry: the trace's left edge
+    fold = folded(tool, path) if tool else None
+    q = None
+    if fold:  # the innermost frame of folded's first line that names a file
+        q = next((fr for stack, _ in fold[0] for fr in reversed(stack) if " (" in fr), None)
     return {
-        "n": n, "peak": {"entry": p, "time_us": trace[p]["time_us"], "x_time": t_peak, "bytes": peak},
+        "n": n, "peak": {"entry": p, "time_us": trace[p]["time_us"] if p >= 0 else None, "x_time": t_peak, "bytes": peak},
         "zooms": [zoom("event", 0, n), zoom("event", 0, n // 2), zoom("event", n // 3, 2 * n // 3),
                   zoom("event", max(p - 500, 0), min(p + 500, n)), zoom("event", max(p - 20, 0), min(p + 20, n)),
-                  zoom("event", max(p - 20, 0), p), zoom("time", 0, span),
+                  zoom("event", max(p - 20, 0), max(p, 4)), zoom("time", 0, span),
                   zoom("time", t_peak - span / 9.5, t_peak + span / 13.25), zoom("time", span * 0.3 + 0.5, span * 0.45)],
         "live": [[al[2], "0x%x" % al[3]] for al in at_peak],
         "frames": [text(al[4]) for al in at_peak],
         "search": {"q": SEARCH, "count": sum(SEARCH.lower() in text(al[4]).lower() for al in at_peak)},
+        "folded": q and {"q": q, "count": sum(q.lower() in text(al[4]).lower() for al in at_peak)},
+        "folded_bytes": sum(c for _, c in fold[0]) if fold else None,
+        "folded_line": fold[1] if fold else None,
     }
+
+
+def check_folded(name, expect, before):
+    """The page's peak against alloc_snapshot folded's on the same generated trace: the same bytes, and
+    the same moment where it is before the first entry."""
+    out = ["%s peak: alloc_snapshot folded's bytes, %s [%s]" % (
+        "PASS" if expect["folded_bytes"] == expect["peak"]["bytes"] else "FAIL", expect["folded_bytes"], name)]
+    said = "before the first trace entry" in (expect["folded_line"] or "")
+    out.append("%s peak: folded %s it before the first entry [%s]" % ("PASS" if said == before else "FAIL",
+                                                                     "puts" if said else "does not put", name))
+    out.append("%s peak: the page %s it before the first entry [%s]" % (
+        "PASS" if (expect["peak"]["entry"] < 0) == before else "FAIL", "puts" if expect["peak"]["entry"] < 0 else "does not put", name))
+    return out
 
 
 def main():
@@ -247,12 +342,21 @@ def main():
     results += run_page(browser, tool, os.path.join(here, "pending.json"), work, "pending", "pending", hash_="#t=0")
     gen = os.path.join(work, "peak.json")
     peak_fixture(gen)
-    results += run_page(browser, tool, gen, work, "peak", "peak", expect=expectations(gen))
+    ex = expectations(gen, tool)
+    results += check_folded("peak", ex, False) + run_page(browser, tool, gen, work, "peak", "peak", expect=ex)
+    # a wrapped ring: the peak is before the first entry, the marker at the left edge, the table what was
+    # live then
+    ring = os.path.join(work, "ring.json")
+    ring_fixture(ring)
+    ex = expectations(ring, tool)
+    results += check_folded("ring", ex, True) + run_page(browser, tool, ring, work, "ring", "peak", expect=ex)
     var = os.path.join(here, "..", "..", "traces", "var_inference.snapshot.json.gz")
-    results += run_page(browser, tool, var, work, "var_inference", "peak", expect=expectations(var))
+    results += run_page(browser, tool, var, work, "var_inference", "peak", expect=expectations(var, tool))
     results += run_page(browser, tool, os.path.join(fixtures, "cachalot_small.json"), work, "two_devices", "smoke", 2)
     results += run_page(browser, tool, os.path.join(fixtures, "trace_small.json"), work, "trace_only", "smoke")
-    results += run_page(browser, tool, os.path.join(fixtures, "segments_empty_trace.json"), work, "no_trace", "smoke", 2)
+    empty_trace = os.path.join(fixtures, "segments_empty_trace.json")
+    results += run_page(browser, tool, empty_trace, work, "no_trace", "smoke", 2)
+    results += run_page(browser, tool, empty_trace, work, "no_trace_table", "notrace", 2, expect=notrace_expectations(empty_trace))
     results += run_page(browser, tool, os.path.join(fixtures, "no_trace.json"), work, "nothing", "empty", 0)
     for line in results:
         print(line)

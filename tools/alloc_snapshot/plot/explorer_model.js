@@ -150,7 +150,10 @@ function totals(D) {
   r = D.segs.length ? Math.max(0, finalReserved - net) : 0;
   D.reservedBefore = r;
   D.allocBefore = base;
-  let pa = 0, pr = 0, pe = n ? 0 : -1;
+  /* the search starts before the first entry: a trace that mostly frees (a wrapped ring whose blocks
+   * were allocated before it) peaks there, as alloc_snapshot folded says; so does an empty trace, whose
+   * allocations are the blocks allocated at the snapshot */
+  let pa = base, pr = r, pe = -1;
   for (let i = 0; i < n; i++) {
     a += delta[i];
     const act = D.act[i];
@@ -164,7 +167,7 @@ function totals(D) {
   D.allocTotal = alloc;
   D.reservedTotal = reserved;
   D.peakAlloc = pa;
-  D.peakEntry = pe; /* the first entry after which allocated is at its peak */
+  D.peakEntry = pe; /* the first entry after which allocated is at its peak; -1: before the first entry */
   D.peakReserved = pr;
 }
 

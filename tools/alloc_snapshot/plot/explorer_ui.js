@@ -8,10 +8,19 @@ function entryText(i) {
   if (i >= D.n) return 'live at the snapshot';
   return 'entry ' + i + ' (+' + fmtUs(D.time[i] - D.time[0]) + ', time_us ' + D.time[i] + ')';
 }
+/* A frame as alloc_snapshot folded writes it, "name (file:line)": "??" for no name, no ":line" for line
+ * 0, no parenthesis for no file; so that a frame copied from folded output finds its rows. */
+const frameName = (f) => f.name || '??';
+const frameWhere = (f) => (f.filename ? ' (' + f.filename + (f.line > 0 ? ':' + f.line : '') + ')' : '');
+const frameText = (f) => frameName(f) + frameWhere(f);
+const frameItem = (tag, f) => el(tag, {}, el('b', {text: frameName(f)}), frameWhere(f));
+/* what the filter compares, the frame text and the query alike: lower case, and ';' as ':' (folded
+ * writes a ';' of a frame's text as ':', ';' parting its frames) */
+const searchText = (t) => t.toLowerCase().replace(/;/g, ':');
 function framesList(title, frames) {
   const box = el('div', {class: 'frames'}, el('h4', {text: title}));
   if (!frames.length) box.append(el('p', {class: 'note', text: 'no frames recorded'}));
-  else box.append(el('ol', {}, ...frames.map((f) => el('li', {}, el('b', {text: f.name}), ' ' + f.filename + ':' + f.line))));
+  else box.append(el('ol', {}, ...frames.map((f) => frameItem('li', f))));
   return box;
 }
 /* the details of allocation id into the panel */
@@ -47,7 +56,6 @@ function select(id) {
 
 /* --- the allocations live at the peak: who holds the memory then --- */
 const PEAK_ROWS = 500; /* more would only slow the page: the filter still searches all */
-const frameText = (f) => f.name + ' ' + f.filename + ':' + f.line;
 const order = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
 /* key: the column's value to sort by; dir: its first direction (largest or earliest first) */
 const PEAK_COLS = [
@@ -65,7 +73,7 @@ function peakRows(D) {
   return liveAt(D, D.peakEntry).map((id, rank) => {
     const frames = stackOf(D, id), text = frames.map(frameText).join('\n');
     return {id, rank, size: A.size[id], start: A.start[id], stream: S.streams[A.stream[id]], frames, text,
-      low: text.toLowerCase()};
+      low: searchText(text)};
   });
 }
 function framesCell(r) {
@@ -73,7 +81,7 @@ function framesCell(r) {
   if (!r.frames.length) { td.append(el('span', {class: 'none', text: 'no frames recorded'})); return td; }
   const open = st.peakOpen.has(r.id);
   for (const f of open ? r.frames : r.frames.slice(0, 1))
-    td.append(el('div', {}, el('b', {text: f.name}), ' ' + f.filename + ':' + f.line));
+    td.append(frameItem('div', f));
   if (r.frames.length > 1) {
     const more = el('button', {type: 'button', class: 'more',
       text: open ? 'fewer' : '+' + plural(r.frames.length - 1, 'frame')});
@@ -95,16 +103,25 @@ function peakRow(r) {
   if (r.id === st.sel) tr.classList.add('sel');
   return tr;
 }
+/* Where the peak is, as a phrase: after an entry; before the first entry (the trace frees more than it
+ * allocates first: a wrapped ring's blocks were allocated before it); an empty trace's is the snapshot. */
+function peakWhen(D) {
+  if (!D.n) return 'in the blocks allocated at the snapshot (the snapshot has no trace entries)';
+  if (D.peakEntry < 0) return 'before the first trace entry (the trace frees what was allocated before it)';
+  return 'after ' + entryText(D.peakEntry);
+}
 function renderPeak() {
   const D = st.D;
-  ui.peak.hidden = !D.n || !D.peakAlloc;
+  ui.peak.hidden = !D.peakAlloc;
   if (ui.peak.hidden) return;
-  const rows = D.peakRows, q = ui.peakFind.value.trim().toLowerCase(), {col, dir} = st.peakSort;
+  ui.peakTitle.textContent = D.n ? 'Who holds the memory at the peak' : 'Who holds the memory at the snapshot';
+  const rows = D.peakRows, q = searchText(ui.peakFind.value.trim()), {col, dir} = st.peakSort;
   const key = PEAK_COLS[col].key;
   const shown = rows.filter((r) => r.low.includes(q)).sort((a, b) => dir * order(key(a), key(b)) || a.rank - b.rank);
-  ui.peakFig.textContent = fmtExact(D.peakAlloc) + ' allocated after ' + entryText(D.peakEntry) + ', held by ' +
-    plural(rows.length, 'live allocation') + ' (reserved then ' + fmtSize(D.reservedTotal[D.peakEntry]) +
-    '). Click a row to select its band, a heading to sort.';
+  ui.peakFig.textContent = fmtExact(D.peakAlloc) + ' allocated ' + peakWhen(D) + ', held by ' +
+    plural(rows.length, 'live allocation') + ' (reserved then ' +
+    fmtSize(D.peakEntry < 0 ? D.reservedBefore : D.reservedTotal[D.peakEntry]) + '). ' +
+    (D.n ? 'Click a row to select its band, a heading to sort.' : 'Click a row for its details, a heading to sort.');
   ui.peakCount.textContent = (q ? shown.length + ' of ' + rows.length + ' match' : '') +
     (shown.length > PEAK_ROWS ? (q ? '; ' : '') + 'the first ' + PEAK_ROWS + ' shown' : '');
   ui.peakBody.replaceChildren(...shown.slice(0, PEAK_ROWS).map(peakRow));
@@ -121,9 +138,11 @@ function sortPeak(col) {
 function selectRow(id) {
   const x = xOf(st.D.peakEntry), span = st.x1 - st.x0;
   select(id);
-  if (x < st.x0 || x >= st.x1) setRange(x - span / 2, x + span / 2); else render();
+  if (!st.D.n) return;
+  if (x < st.x0 || x >= st.x1 || (st.D.peakEntry < 0 && st.x0 > 0)) setRange(x - span / 2, x + span / 2); else render();
 }
-/* the peak zoomed to (at most a twentieth of the trace around it) and picked as the segment map's entry */
+/* the peak zoomed to (at most a twentieth of the trace around it) and picked as the segment map's entry
+ * (-1: the map before the first entry) */
 function goPeak() {
   const x = xOf(st.D.peakEntry), span = Math.min(st.x1 - st.x0, xMax() / 20);
   clampRange(x - span / 2, x + span / 2);
@@ -139,7 +158,7 @@ function plural(n, word) {
 function renderMap() {
   const D = st.D, map = segmentsAt(D, st.k), f = mapFigures(map);
   st.map = map;
-  const when = map.exact ? 'of the snapshot itself' : 'after ' + entryText(st.k);
+  const when = map.exact ? 'of the snapshot itself' : st.k < 0 ? 'before the first trace entry' : 'after ' + entryText(st.k);
   const fig = plural(f.segments, 'segment') + ', reserved ' + fmtExact(f.reserved) + '; ' + STATE.map((s, i) =>
     s + ' ' + plural(f.count[i], 'block') + ' ' + fmtExact(f.bytes[i])).join('; ');
   ui.mapWhen.textContent = 'Segment map ' + when;
@@ -175,7 +194,7 @@ function renderMap() {
     g.setLineDash([]);
   });
   ui.slider.value = String(st.k);
-  ui.sliderText.textContent = st.k >= D.n ? 'snapshot' : 'entry ' + st.k;
+  ui.sliderText.textContent = st.k >= D.n ? 'snapshot' : st.k < 0 ? 'before entry 0' : 'entry ' + st.k;
 }
 function mapHit(ev) {
   const r = ui.map.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
@@ -213,7 +232,8 @@ function setAxis(a) {
   if (i1 > i0 && (i0 > 0 || i1 < st.D.n - 1)) setRange(xOf(Math.max(i0, 0)), xOf(Math.min(i1 + 1, st.D.n - 1)));
   else render();
 }
-function setEntry(k) { st.k = Math.max(0, Math.min(k, st.D.n)); renderMap(); render(); }
+/* k -1 (before the first entry) only as the peak's moment: the slider and clicks pick 0 .. n */
+function setEntry(k) { st.k = Math.max(-1, Math.min(k, st.D.n)); renderMap(); render(); }
 function render() {
   if (!st.D.n) return;
   const cols = columns();
@@ -298,14 +318,17 @@ function build() {
     return th;
   }));
   ui.peakBody = el('tbody');
-  ui.peak = el('section', {id: 'peak'}, el('div', {class: 'peakhead'}, el('h3', {text: 'Who holds the memory at the peak'}),
+  ui.peakTitle = el('h3', {text: 'Who holds the memory at the peak'});
+  ui.peak = el('section', {id: 'peak'}, el('div', {class: 'peakhead'}, ui.peakTitle,
     ui.peakCount, ui.peakFind), ui.peakFig,
     el('div', {class: 'peakbox'}, el('table', {id: 'peak-table'}, el('thead', {}, ui.peakHeadRow), ui.peakBody)));
   const bar = el('div', {class: 'bar'}, ui.dev, btn('zoom in', () => zoomAt(MARGIN_L + plotW() / 2, 0.5)),
     btn('zoom out', () => zoomAt(MARGIN_L + plotW() / 2, 2)), btn('reset', () => setRange(0, xMax())), ui.peakBtn, ui.axis,
     ui.colour, ui.range);
+  ui.tlTitle = el('h3', {text: 'Allocated and reserved'});
+  ui.acTitle = el('h3', {text: 'Active memory: each allocation from alloc to free'});
   app.replaceChildren(ui.summary, bar, el('div', {class: 'main'}, el('div', {class: 'plots'},
-    el('h3', {text: 'Allocated and reserved'}), ui.tl, ui.peak, el('h3', {text: 'Active memory: each allocation from alloc to free'}),
+    ui.tlTitle, ui.tl, ui.peak, ui.acTitle,
     ui.ac, ui.acNote, ui.legend, ui.mapWhen, el('div', {class: 'slider'}, 'entry ', ui.slider, ' ', ui.sliderText), ui.mapFig, ui.mapNote,
     el('div', {class: 'mapbox'}, ui.map)), ui.details));
   wire(ui.tl); wire(ui.ac);
@@ -343,8 +366,9 @@ function selectDevice(i) {
     plural(D.ranges.length, 'annotated range') +
     (D.unknownFrees ? '; ' + (D.unknownFrees === 1 ? '1 free of an allocation' : D.unknownFrees + ' frees of allocations') +
       ' made before the trace began' : '') +
-    (D.n ? '' : '; the trace is empty (memory history was not recorded): only the segment map is shown') + '.';
-  ui.tl.hidden = ui.ac.hidden = !D.n;
+    (D.n ? '' : '; the trace is empty (memory history was not recorded): only the segment map and the blocks ' +
+      'allocated at the snapshot are shown') + '.';
+  ui.tl.hidden = ui.ac.hidden = ui.tlTitle.hidden = ui.acTitle.hidden = !D.n;
   ui.peakBtn.disabled = !D.n || !D.peakAlloc;
   render();
   renderMap();
@@ -356,7 +380,7 @@ function readHash(h) {
   if (h.get('color')) { st.color = ui.colour.value = h.get('color'); st.colourMap = new Map(); }
   if (h.get('axis') === 'time' && st.D.byTimeOk) { st.axis = ui.axis.value = 'time'; st.x1 = xMax(); }
   if (h.has('x0') && h.has('x1')) setRange(+h.get('x0'), +h.get('x1'));
-  if (h.has('t')) st.k = h.get('t') === 'end' ? st.D.n : Math.max(0, Math.min(+h.get('t'), st.D.n));
+  if (h.has('t')) st.k = h.get('t') === 'end' ? st.D.n : Math.max(-1, Math.min(+h.get('t') || 0, st.D.n));
   if (h.has('sel') && st.D.A.byStart.has(+h.get('sel'))) select(st.D.A.byStart.get(+h.get('sel')));
   return D;
 }

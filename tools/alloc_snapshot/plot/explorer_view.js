@@ -36,7 +36,7 @@ const st = {dev: 0, D: null, axis: 'event', x0: 0, x1: 1, color: 'allocation', k
 const ui = {};
 
 /* --- the axis: entry positions or wall time since the first entry --- */
-const xOf = (i) => (st.axis === 'time' ? st.D.time[i] - st.D.time[0] : i);
+const xOf = (i) => (i < 0 ? 0 : st.axis === 'time' ? st.D.time[i] - st.D.time[0] : i); /* -1: the left edge */
 function xMax() {
   const D = st.D;
   if (st.axis !== 'time') return Math.max(D.n, 1);
@@ -59,13 +59,14 @@ const entryAtPx = (px) => lowerBound(pxToX(px + 1)) - 1;
 
 /* The plot's pixel columns: column c stands for the states after entries lo[c] .. hi[c] - 1 (-1: before
  * the first entry), those seen over its x span: the entries in it, and the one before it unless an entry
- * sits exactly on its left edge. */
+ * sits exactly on its left edge. The left edge of the trace (x 0) is where the state before the first
+ * entry is seen, so the first column there stands for it too (it can be the peak). */
 function columns() {
   const W = Math.floor(plotW()), lo = new Int32Array(W), hi = new Int32Array(W), n = st.D.n;
   const xAt = (c) => st.x0 + c / W * (st.x1 - st.x0);
   let a = lowerBound(xAt(0));
   for (let c = 0; c < W; c++) {
-    lo[c] = a < n && xOf(a) === xAt(c) ? a : a - 1;
+    lo[c] = a < n && xOf(a) === xAt(c) && xAt(c) > 0 ? a : a - 1;
     hi[c] = a = lowerBound(xAt(c + 1));
   }
   return {lo, hi};
@@ -202,11 +203,12 @@ function drawTimeline({lo, hi}) {
   g.textAlign = 'right';
   g.fillText(axisText(st.x1), MARGIN_L + plotW(), h - 6);
 }
-/* The peak of allocated memory: a line at its entry, a dot on the allocated line at yDot (-1: none) and
- * its value. Returns the line's pixel x, null when the peak is out of view. */
+/* The peak of allocated memory: a line at its entry (before the first entry: at the trace's left edge),
+ * a dot on the allocated line at yDot (-1: none) and its value. Returns the line's pixel x, null when
+ * the peak is out of view. */
 function peakMarker(g, top, bottom, yDot) {
   const D = st.D, p = D.peakEntry;
-  if (p < 0 || !D.peakAlloc) return null;
+  if (!D.n || !D.peakAlloc) return null;
   const px = xToPx(xOf(p)), L = MARGIN_L, R = MARGIN_L + plotW();
   if (px < L || px >= R) return null;
   const x = Math.floor(px) + 0.5, text = 'peak ' + fmtSize(D.peakAlloc);
