@@ -60,28 +60,36 @@ static void print_stats(const char *title, const cachalot_device_stats *st) {
 #endif
 
 /* The allocations held for the snapshot, each from a function of its own, kept out of line so that
- * each has a frame. Each reads its result after the call, so that the call is no tail call (whose frame
- * would be gone). Together they exceed the rounds' peak, so the trace's peak is theirs. */
-static NOINLINE void *load_weights(cachalot_allocator *a) {
+ * each has a frame. Each hands its pointer on after the call, from a local whose address the call
+ * takes, so that the call is no tail call (whose frame would be gone). They return cachalot_malloc's
+ * status so that a failure is reported as what it was. Together they exceed the rounds' peak, so the
+ * trace's peak is theirs. */
+static NOINLINE cachalot_status load_weights(cachalot_allocator *a, void **out) {
   void *p = NULL;
-  return cachalot_malloc(a, 0, (size_t)64 << 20, NULL, &p) == CACHALOT_OK ? p : NULL;
+  const cachalot_status s = cachalot_malloc(a, 0, (size_t)64 << 20, NULL, &p);
+  *out = p;
+  return s;
 }
 
-static NOINLINE void *grow_kv_cache(cachalot_allocator *a) {
+static NOINLINE cachalot_status grow_kv_cache(cachalot_allocator *a, void **out) {
   void *p = NULL;
-  return cachalot_malloc(a, 0, (size_t)24 << 20, NULL, &p) == CACHALOT_OK ? p : NULL;
+  const cachalot_status s = cachalot_malloc(a, 0, (size_t)24 << 20, NULL, &p);
+  *out = p;
+  return s;
 }
 
-static NOINLINE void *make_scratch(cachalot_allocator *a) {
+static NOINLINE cachalot_status make_scratch(cachalot_allocator *a, void **out) {
   void *p = NULL;
-  return cachalot_malloc(a, 0, (size_t)512 << 10, NULL, &p) == CACHALOT_OK ? p : NULL;
+  const cachalot_status s = cachalot_malloc(a, 0, (size_t)512 << 10, NULL, &p);
+  *out = p;
+  return s;
 }
 
 /* Allocates what the demo holds at exit and says so; 0, or 1 after a message. Out of line too, so that
  * the frames read main -> hold_for_snapshot -> load_weights. */
 static NOINLINE int hold_for_snapshot(cachalot_allocator *a) {
   static const struct {
-    void *(*make)(cachalot_allocator *);
+    cachalot_status (*make)(cachalot_allocator *, void **);
     const char *name;
     size_t bytes;
   } held[] = {{load_weights, "load_weights", (size_t)64 << 20},
@@ -89,15 +97,15 @@ static NOINLINE int hold_for_snapshot(cachalot_allocator *a) {
               {make_scratch, "make_scratch", (size_t)512 << 10}};
   printf("\ncachalot_demo: holding for the snapshot at exit:");
   for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
-    if (held[i].make(a) == NULL)
-      return fail(held[i].name, CACHALOT_ERROR_OUT_OF_MEMORY);
+    void *p;
+    const cachalot_status s = held[i].make(a, &p);
+    if (s != CACHALOT_OK)
+      return fail(held[i].name, s);
     printf("%s %s %.2f MiB", i ? "," : "", held[i].name, held[i].bytes / MIB);
   }
   printf("\n");
   return 0;
 }
-
-/* ---- the demo ---- */
 
 /* -1 to run (with *force_sim set), else the exit status (--help, --version, a usage error). */
 static int parse_args(int argc, char **argv, int *force_sim) {
@@ -119,7 +127,9 @@ static int parse_args(int argc, char **argv, int *force_sim) {
   return -1;
 }
 
-/* Two rounds of allocations (the second from cache), free, empty_cache, the stats after each, check. */
+/* The same sizes twice, freeing between: the second round's stats show no new device allocations, which
+ * is what caching buys. empty_cache then returns the segments to the device, and cachalot_check comes
+ * last so that a broken invariant fails the demo instead of passing unseen. */
 static int run_rounds(cachalot_allocator *a) {
   static const size_t sizes[] = {1, 4096, 100000, 1 << 20, (1 << 20) + 1, 5u << 20, 12u << 20, 64u << 20};
   enum { N = sizeof sizes / sizeof sizes[0] };

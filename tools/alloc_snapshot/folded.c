@@ -6,7 +6,8 @@
  * wrapped) counts as well, so that the lines add up to everything the program held then: it is the
  * allocations whose frees come after the peak without their allocs, and the blocks allocated at the
  * snapshot's end that the trace never allocated. Only the first have no place in time of their own;
- * both are live through the whole trace up to their frees, so they do not move the peak. */
+ * both are live through the whole trace up to their frees, so they do not move the peak. Unlike
+ * summary, a damaged trace's second free of such an address is ignored: the block was held once. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -79,7 +80,8 @@ static void put_clean(as_bytes *b, const char *s) {
   }
 }
 
-/* The index of a frame's text, or -1 on host OOM. */
+/* Frames are interned by their printed text, so that a stack is a short array of indices and equal
+ * stacks meet in one entry of t->stacks however many allocations share them. -1 on host OOM. */
 static long frame_index(stack_table *t, const char *name, const char *file, uint64_t line) {
   t->text.len = 0;
   put_clean(&t->text, name[0] ? name : "??");
@@ -112,8 +114,8 @@ static bool push_frame(stack_table *t, size_t *n, long index) {
   return true;
 }
 
-/* Counts `bytes` under `frames` (innermost first, as snapshots have them), or under `placeholder` when
- * there are none. */
+/* Snapshots list frames innermost first and folded lines read outermost first, hence the reversed walk;
+ * an allocation without frames still takes its place in the total, under `placeholder`. */
 static void add_allocation(stack_table *t, int device, const cJSON *frames, const char *placeholder,
                            uint64_t bytes) {
   if (t->oom || bytes == 0)
@@ -171,11 +173,27 @@ static int64_t move(int64_t live, uint64_t size, bool up) {
   return live < INT64_MIN + d ? INT64_MIN : live - d;
 }
 
-/* The first pass: where the peak is. 0, or -1 on host OOM. */
+/* Whether an unknown free is the first of its (device, addr) in the walk, recording it in *seen: a
+ * block from before the trace is freed once, so a damaged trace's second free of it is no memory of
+ * its own, and counting it again would move the peak and count the block twice. 1 or 0, or -1 on host
+ * OOM. */
+static int first_unknown_free(tw_map *seen, const tw_step *st) {
+  if (tw_map_find(seen, st->device, st->e->addr) != NULL)
+    return 0;
+  return tw_map_insert(seen, (tw_live){.key = st->e->addr, .device = st->device}) != NULL ? 1 : -1;
+}
+
+/* The first pass only finds the peak: what was live there is known only once the walk has reached it,
+ * and copying the live set at each new high would cost a copy per high. 0, or -1 on host OOM. */
 static int find_peak(peak_walk *p) {
   tw_walk w;
-  if (tw_begin(&w, p->snap->traces, p->snap->n_devices) != 0)
+  tw_map seen;
+  if (!tw_map_init(&seen, 64))
     return -1;
+  if (tw_begin(&w, p->snap->traces, p->snap->n_devices) != 0) {
+    tw_map_free(&seen);
+    return -1;
+  }
   int64_t live = 0, best = 0;
   size_t steps = 0;
   tw_step st;
@@ -185,12 +203,19 @@ static int find_peak(peak_walk *p) {
     if (!counted(p, st.device))
       continue;
     p->entries += st.kind != TW_IMPLICIT_FREE;
-    if (st.kind == TW_ALLOC)
+    if (st.kind == TW_ALLOC) {
       live = move(live, st.e->size, true);
-    else if (st.kind == TW_FREE || st.kind == TW_IMPLICIT_FREE)
+    } else if (st.kind == TW_FREE || st.kind == TW_IMPLICIT_FREE) {
       live = move(live, st.live->size, false);
-    else if (st.kind == TW_UNKNOWN_FREE)
-      live = move(live, st.e->size, false);
+    } else if (st.kind == TW_UNKNOWN_FREE) {
+      const int first = first_unknown_free(&seen, &st);
+      if (first < 0) {
+        more = -1;
+        break;
+      }
+      if (first)
+        live = move(live, st.e->size, false);
+    }
     if (live > best) {
       best = live;
       p->peak_steps = steps;
@@ -198,15 +223,23 @@ static int find_peak(peak_walk *p) {
     }
   }
   tw_end(&w);
+  tw_map_free(&seen);
   return more < 0 ? -1 : 0;
 }
 
-/* The second pass: what was live at the peak, into t. 0, or -1 on host OOM. */
+/* The second pass walks to the peak again to see what was live there, into t; past it, the first
+ * frees of blocks from before the trace tell what else was. The unknown frees before the peak are
+ * recorded too, so that a second free of one of them after it is not counted. 0, or -1 on host OOM. */
 static int collect(const peak_walk *p, stack_table *t) {
   const as_snapshot *s = p->snap;
   tw_walk w;
-  if (tw_begin(&w, s->traces, s->n_devices) != 0)
+  tw_map seen;
+  if (!tw_map_init(&seen, 64))
     return -1;
+  if (tw_begin(&w, s->traces, s->n_devices) != 0) {
+    tw_map_free(&seen);
+    return -1;
+  }
   size_t steps = 0;
   tw_step st;
   int more;
@@ -219,8 +252,14 @@ static int collect(const peak_walk *p, stack_table *t) {
       for (const tw_live *v; (v = tw_map_next(&w.live, &pos)) != NULL;)
         if (counted(p, v->device))
           add_allocation(t, v->device, s->traces[v->device].entries[v->tag].frames, "[no stack]", v->size);
-    } else if (steps > p->peak_steps && st.kind == TW_UNKNOWN_FREE && counted(p, st.device)) {
-      add_allocation(t, st.device, NULL, "[allocated before the trace]", st.e->size);
+    } else if (st.kind == TW_UNKNOWN_FREE && counted(p, st.device)) {
+      const int first = first_unknown_free(&seen, &st);
+      if (first < 0) {
+        more = -1;
+        break;
+      }
+      if (first && steps > p->peak_steps)
+        add_allocation(t, st.device, NULL, "[allocated before the trace]", st.e->size);
     }
   }
   /* The walk now holds what the trace left live: an allocated block it does not hold came before it. */
@@ -234,51 +273,70 @@ static int collect(const peak_walk *p, stack_table *t) {
     }
   }
   tw_end(&w);
+  tw_map_free(&seen);
   return more < 0 ? -1 : 0;
 }
 
-static int cmp_lines(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* A line of fold()'s text, sorted as a record rather than as a string of its own: a buffer per line
+ * would cost as_bytes' first 64 KiB each. */
+typedef struct {
+  const char *s;
+  size_t len; /* with its '\n' */
+} line_ref;
 
-/* Stack k's line, "frame;frame BYTES", malloc'ed; NULL on host OOM. */
-static char *stack_line(const stack_table *t, size_t k) {
-  as_bytes line = {0};
+/* strcmp's order (flame-graph tools do not care, but the goldens and diffs of two runs do): no line
+ * holds a NUL or an inner '\n', so a line that is a prefix of another is the same line. */
+static int cmp_lines(const void *pa, const void *pb) {
+  const line_ref *a = pa, *b = pb;
+  const int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+  return c != 0 ? c : a->len < b->len ? -1 : a->len > b->len;
+}
+
+/* Appends stack k's line, "frame;frame BYTES\n", to *text. */
+static void put_stack_line(const stack_table *t, size_t k, as_bytes *text) {
   size_t n;
   const uint64_t *path = as_intern_key(&t->stacks, k, &n);
   for (size_t i = 0; i < n; i++) {
     size_t m;
     const uint64_t *words = as_intern_key(&t->frames, (size_t)path[i], &m);
     if (i > 0)
-      as_bytes_put(&line, ";", 1);
-    as_bytes_put(&line, words + 1, (size_t)words[0]); /* an interned string: its length, then its bytes */
+      as_bytes_put(text, ";", 1);
+    as_bytes_put(text, words + 1, (size_t)words[0]); /* an interned string: its length, then its bytes */
   }
   char count[32];
   snprintf(count, sizeof count, " %" PRIu64 "\n", t->bytes[k]);
-  as_bytes_put(&line, count, strlen(count) + 1);
-  if (line.oom) {
-    free(line.buf);
-    return NULL;
-  }
-  return (char *)line.buf;
+  as_bytes_put(text, count, strlen(count));
 }
 
-/* The sorted lines into *out (free its buf). False on host OOM. */
+/* The sorted lines into *out (free its buf). The lines are written once into one buffer and sorted as
+ * (start, length) records, so that the memory is about twice the output's. False on host OOM. */
 static bool fold(const stack_table *t, as_bytes *out) {
   const size_t n = t->stacks.n;
-  char **lines = calloc(n ? n : 1, sizeof *lines);
-  bool ok = lines != NULL;
-  for (size_t k = 0; ok && k < n; k++)
-    ok = (lines[k] = stack_line(t, k)) != NULL;
+  as_bytes text = {0};
+  size_t *ends = malloc((n ? n : 1) * sizeof *ends); /* the buffer moves as it grows: offsets until done */
+  line_ref *lines = malloc((n ? n : 1) * sizeof *lines);
+  bool ok = ends != NULL && lines != NULL;
+  for (size_t k = 0; ok && k < n; k++) {
+    put_stack_line(t, k, &text);
+    ends[k] = text.len;
+    ok = !text.oom;
+  }
+  for (size_t k = 0; ok && k < n; k++) {
+    const size_t start = k ? ends[k - 1] : 0;
+    lines[k] = (line_ref){(const char *)text.buf + start, ends[k] - start};
+  }
   if (ok)
     qsort(lines, n, sizeof *lines, cmp_lines);
   for (size_t k = 0; ok && k < n; k++)
-    as_bytes_put(out, lines[k], strlen(lines[k]));
-  for (size_t k = 0; lines != NULL && k < n; k++)
-    free(lines[k]);
+    as_bytes_put(out, lines[k].s, lines[k].len);
+  free(text.buf);
+  free(ends);
   free(lines);
   return ok && !out->oom;
 }
 
-/* The line that says where the peak is and what it holds. */
+/* Where the peak is, so that a reader can find it in plot or replay, and what it holds, so that the
+ * lines can be checked against it. */
 static void say_peak(FILE *f, const peak_walk *p, const stack_table *t) {
   char size[AS_SIZE_BUF], exact[AS_SIZE_BUF + 8] = "";
   if (t->total >= 1024)
@@ -294,7 +352,7 @@ static void say_peak(FILE *f, const peak_walk *p, const stack_table *t) {
             as_action_name(p->at.e->action), p->at.e->time_us);
 }
 
-/* Whether the file has anything on `device`: segments or trace entries. */
+/* A --device with nothing on it is more likely a wrong number than an empty answer: run reports it. */
 static bool device_present(const as_snapshot *s, int device) {
   for (size_t i = 0; i < s->n_segments; i++)
     if (s->segments[i].device == device)
