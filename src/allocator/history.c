@@ -170,35 +170,44 @@ cachalot_status cl_ctx_check_locked(cl_device *d) {
 /* The rows a ring starts with: enough for a short recording, little for a long limit. */
 enum { FIRST_ROOM = 4096 };
 
-/* Doubles the ring's rows (not past cap). It has not wrapped (room < cap), so the rows keep their order.
+/* The rows the ring has: min(cap, FIRST_ROOM << trace_grown). */
+static size_t trace_rows(const cl_device *d) {
+  const size_t cap = d->trace.cap;
+  if (d->trace_grown >= sizeof(size_t) * 8 - 13) /* FIRST_ROOM << grown would overflow */
+    return cap;
+  const size_t rows = (size_t)FIRST_ROOM << d->trace_grown;
+  return rows < cap ? rows : cap;
+}
+
+/* Doubles the ring's rows (not past cap). It has not wrapped (rows < cap), so the rows keep their order.
  * Where the host has no memory for more, the ring keeps the rows it has and wraps there: history loses
  * its oldest entries sooner, nothing else. */
 static void grow_trace(cl_device *d) {
   cl_trace *t = &d->trace;
-  size_t room = t->room > t->cap / 2 ? t->cap : t->room * 2;
-  cl_trace_entry *entries = room <= SIZE_MAX / sizeof *entries ? realloc(t->entries, room * sizeof *entries) : NULL;
+  const size_t had = trace_rows(d);
+  d->trace_grown++;
+  const size_t rows = trace_rows(d);
+  cl_trace_entry *entries = rows <= SIZE_MAX / sizeof *entries ? realloc(t->entries, rows * sizeof *entries) : NULL;
   if (entries) {
     t->entries = entries;
-    memset(entries + t->room, 0, (room - t->room) * sizeof *entries);
+    memset(entries + had, 0, (rows - had) * sizeof *entries);
   }
   const size_t row = CL_TRACE_MAX_FRAMES * sizeof(void *);
   void **frames = NULL;
-  if (entries && t->frames && room <= SIZE_MAX / row && (frames = realloc(t->frames, room * row)) != NULL)
+  if (entries && t->frames && rows <= SIZE_MAX / row && (frames = realloc(t->frames, rows * row)) != NULL)
     t->frames = frames;
   if (!entries || (t->frames && !frames)) {
     cl_warn("memory history of device %d: host out of memory for %zu entries; keeping the last %zu", d->index,
-            room, t->room);
-    t->cap = t->room;
-    return;
+            rows, had);
+    t->cap = had; /* trace_rows is cap from now on */
   }
-  t->room = room;
 }
 
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                             cachalot_stream stream) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
-  if (t->count == t->room && t->room < t->cap)
+  if (t->count < t->cap && t->count == trace_rows(d))
     grow_trace(d);
   size_t slot;
   if (t->count < t->cap) {
@@ -292,7 +301,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
       d->trace.entries = bufs[i].entries;
       d->trace.frames = bufs[i].frames;
       d->trace.cap = max_entries;
-      d->trace.room = room;
+      d->trace_grown = 0;
     }
     cl_leave_exclusive(d);
   }
@@ -317,7 +326,7 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
         d->trace.entries[(d->trace.head + k) % d->trace.cap].n_frames = 0;
     } else if (d->trace.cap && !d->trace.frames) {
       /* entries recorded so far have n_frames 0 (set when stacks went off): rows are read below it */
-      d->trace.frames = calloc(d->trace.room * CL_TRACE_MAX_FRAMES, sizeof(void *));
+      d->trace.frames = calloc(trace_rows(d) * CL_TRACE_MAX_FRAMES, sizeof(void *));
       if (!d->trace.frames)
         rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_history_stacks: host out of memory");
     }

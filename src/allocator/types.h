@@ -282,13 +282,14 @@ typedef struct {
 } cl_trace_entry;
 
 /* The ring buffer: at most cap entries, the oldest at head, count of them valid. A cap of 0 means history
- * is off, and recording is one untaken branch. Rows are allocated as entries come (room of them, doubled
- * when full), so that a limit of sys.maxsize costs only what is recorded. Invariant: count <= room <= cap,
- * and room < cap only while head is 0 (the ring has not wrapped yet), so (head + k) % cap is a row. */
+ * is off, and recording is one untaken branch. Rows are allocated as entries come (4096 at first, doubled
+ * when full: the device's trace_grown), so that a limit of sys.maxsize costs only what is recorded.
+ * Invariant: count <= rows <= cap, and rows < cap only while head is 0 (the ring has not wrapped yet), so
+ * (head + k) % cap is a row. */
 typedef struct {
   cl_trace_entry *entries;
-  void **frames; /* room x CL_TRACE_MAX_FRAMES, or NULL without stacks */
-  size_t cap, head, count, room;
+  void **frames; /* rows x CL_TRACE_MAX_FRAMES, or NULL without stacks */
+  size_t cap, head, count;
 } cl_trace;
 
 
@@ -406,6 +407,9 @@ struct cl_device {
    * there in every build so that all builds agree on the layout). */
   pthread_t excl_owner;
   bool excl_held;
+  /* trace has min(cap, 4096 << trace_grown) rows (see cl_trace). A shift in a byte of padding, not a
+   * size_t: a larger cl_device turns the warm paths' devices[i] from one multiply into three. */
+  uint8_t trace_grown;
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
   bool total_known;
