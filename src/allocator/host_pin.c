@@ -52,10 +52,25 @@ static void touch_pages(char *p, size_t size, unsigned threads) {
   }
 }
 
+/* cudaHostAlloc and cudaHostRegister are calls CUDA refuses while any stream captures in global mode, and
+ * the refusal invalidates that capture; PyTorch pins during captures (a graph may copy from pinned
+ * memory), and cachalot is not always told of a capture. So the thread pins in relaxed mode, as
+ * device_alloc_locked allocates. */
+static cachalot_status pin_relaxed(cachalot_backend *b, void **ptr, size_t size, bool use_register) {
+  cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
+  cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = use_register ? b->ops->host_register(b, *ptr, size) : b->ops->host_alloc(b, size, ptr);
+  cachalot_capture_mode prev = mode;
+  (void)b->ops->capture_mode_exchange(b, &prev);
+  return rc;
+}
+
 cachalot_status cl_host_pin(cachalot_backend *b, size_t size, bool use_register, unsigned threads, void **ptr) {
   *ptr = NULL;
   if (!use_register)
-    return b->ops->host_alloc(b, size, ptr);
+    return pin_relaxed(b, ptr, size, false);
   void *p = NULL;
   /* aligned to the host's page: registration locks whole pages, so the block shares none with other memory */
   const long page = sysconf(_SC_PAGESIZE);
@@ -64,7 +79,7 @@ cachalot_status cl_host_pin(cachalot_backend *b, size_t size, bool use_register,
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory: cannot allocate %zu bytes to register",
                    size);
   touch_pages(p, size, threads > CL_MAX_REGISTER_THREADS ? CL_MAX_REGISTER_THREADS : threads);
-  cachalot_status rc = b->ops->host_register(b, p, size);
+  cachalot_status rc = pin_relaxed(b, &p, size, true);
   if (rc != CACHALOT_OK) {
     free(p);
     return rc;

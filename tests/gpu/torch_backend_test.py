@@ -15,6 +15,8 @@ route. Each child prints one JSON line; the parent compares.
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
                  (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
                  pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
+  pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
+                 capture stays valid and replays copy what the pinned block holds
   history        _record_memory_history(max_entries=sys.maxsize) + _dump_snapshot: Python frames on blocks
                  and trace entries, and torch.cuda._memory_viz renders the file
   graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
@@ -348,6 +350,27 @@ def c_settings(torch, mode):
     return {k: st.get(k) for k in SETTING_KEYS}
 
 
+def c_pinned_capture(torch, mode):
+    """Pinned memory made during a CUDA graph capture (global mode, torch.cuda.graph's default) and copied
+    from inside it: the capture stays valid, and each replay copies what the block holds then."""
+    torch.cuda.init()
+    dst = torch.zeros(1 << 16, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        h = torch.empty(1 << 16, pin_memory=True)  # pinned while the capture runs
+        small = torch.empty(8, pin_memory=True)
+        dst.copy_(h, non_blocking=True)
+    out = {"pinned": bool(h.is_pinned() and small.is_pinned())}
+    wrong = 0
+    for k in range(3):
+        h.fill_(k + 1)
+        g.replay()
+        torch.cuda.synchronize()
+        wrong += int((dst != k + 1).sum())
+    out["replay_wrong"] = wrong
+    return out
+
+
 HOST_KEYS = ("allocations.current", "allocated_bytes.current", "active_requests.current", "active_bytes.current",
              "num_host_alloc", "num_host_free")
 
@@ -508,6 +531,14 @@ def main():
               c["slice_wrong"] == 0 and n["slice_wrong"] == 0 and c["graph_buf_returned"] and
               c["after_empty"]["allocations.current"] <= n["after_empty"]["allocations.current"])
         result("pinned", ok, {"native": n, "cachalot": c})
+    if want("pinned_capture"):
+        reg = {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True",
+               "CACHALOT_ALLOC_CONF": "pinned_use_cuda_host_register:True"}
+        r = {"native": run("pinned_capture", "native", outdir), "cachalot": run("pinned_capture", "cachalot", outdir),
+             "native register": run("pinned_capture", "native", outdir, reg),
+             "cachalot register": run("pinned_capture", "cachalot", outdir, reg)}
+        ok = all("error" not in v and v["pinned"] and v["replay_wrong"] == 0 for v in r.values())
+        result("pinned_capture", ok, r)
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in c and "error" not in n and c["losses"] == n["losses"]

@@ -1354,6 +1354,41 @@ static void test_host_free_during_capture_keeps(void **state) {
   env_free(&e); /* destroy gives p back (ASan: nothing leaked) */
 }
 
+/* Pinning while a stream captures in global mode (CUDA refuses cudaHostAlloc and cudaHostRegister then,
+ * and the refusal invalidates the capture): the cache pins in relaxed mode, both ways, and the capture
+ * ends with its graph. The thread's own mode is global again afterwards: a device call the capture
+ * forbids is still refused. */
+static void test_host_pin_during_global_capture(void **state) {
+  (void)state;
+  static const char *const confs[] = {"", "pinned_use_cuda_host_register:True"};
+  for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+    env e = ENV(1, 0, confs[i]);
+    cachalot_stream s = STREAM(e.b, 0);
+    OK(cachalot_sim_capture_begin(e.b, s, CACHALOT_CAPTURE_GLOBAL));
+    char *p = NULL, *q = NULL;
+    OK(cachalot_host_malloc(e.a, 32, (void **)&p));
+    OK(cachalot_host_malloc(e.a, 64 * KiB, (void **)&q));
+    CHECK(e.a);
+    p[0] = q[0] = 1;
+    cachalot_host_stats st;
+    OK(cachalot_host_memory_stats(e.a, &st));
+    EQ(st.num_host_alloc, 2);
+    EQ(st.allocations.current, 2);
+    size_t pa = 0, pr = 0;
+    OK(cachalot_sim_host_pinned(e.b, &pa, &pr));
+    EQ(i == 0 ? pa : pr, st.allocated_bytes.current);
+    EQ(i == 0 ? pr : pa, 0);
+    cachalot_backend *b = e.b; /* the capture still forbids this thread's own unsafe calls */
+    void *dev = NULL;
+    STATUS(b->ops->alloc(b, 0, 1 << 20, &dev), CACHALOT_ERROR_DEVICE);
+    OK(cachalot_sim_capture_end(e.b, s));
+    OK(cachalot_host_free(e.a, p));
+    OK(cachalot_host_free(e.a, q));
+    CHECK(e.a);
+    env_free(&e);
+  }
+}
+
 static void test_host_pin_failures_both_ways(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
@@ -1502,6 +1537,7 @@ int main(void) {
       cmocka_unit_test(test_random_ops_with_faults),
       cmocka_unit_test(test_host_campaign),
       cmocka_unit_test(test_host_free_during_capture_keeps),
+      cmocka_unit_test(test_host_pin_during_global_capture),
       cmocka_unit_test(test_host_pin_failures_both_ways),
       cmocka_unit_test(test_host_unpin_refused),
   };

@@ -81,7 +81,9 @@ cachalot_status cl_sim_host_alloc(cachalot_backend *b, size_t size, void **ptr) 
   sim_lock(sim);
   cachalot_status st = CACHALOT_OK;
   void *p = NULL;
-  if (inject_host_locked(sim))
+  if (cl_sim_unsafe_call_prohibited_locked(sim)) /* cudaErrorStreamCaptureUnsupported */
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "%s", MSG_UNSUPPORTED);
+  else if (inject_host_locked(sim))
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected host allocation failure");
   else if (!(p = malloc(size)))
     st = host_oom("simulated host allocation");
@@ -121,6 +123,8 @@ cachalot_status cl_sim_host_register(cachalot_backend *b, void *ptr, size_t size
   if (overlap_locked(sim, ptr, size))
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated host register: [%p, +%zu) is already pinned", ptr,
                  size);
+  else if (cl_sim_unsafe_call_prohibited_locked(sim))
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "%s", MSG_UNSUPPORTED);
   else if (inject_host_locked(sim))
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected host register failure");
   else
