@@ -1,22 +1,14 @@
 #!/usr/bin/env bash
 # The debugging quick start on cachalot_demo, without a GPU (docs/tools.md):
 #   CACHALOT_RECORD_HISTORY=100000,stacks CACHALOT_SNAPSHOT_AT_EXIT=demo.json cachalot_demo
-# must write the snapshot, the library must say where in one line on stderr, and the demo hold the demo's three allocations in it, each with
-# the frames of the function that made it (with libdw: its name, cachalot_demo.c and the line of its
-# cachalot_malloc call). Its stats are in MiB. alloc_snapshot folded reads the file back.
+# must write the snapshot, the library say where in one line on stderr, and the snapshot hold the demo's
+# three allocations, each with the frames of the function that made it (with libdw: its name,
+# cachalot_demo.c and the line of its cachalot_malloc call). Its stats are in MiB. alloc_snapshot folded
+# reads the file back.
 #   demo_snapshot.sh CACHALOT_DEMO ALLOC_SNAPSHOT SOURCE_OF_THE_DEMO libdw|dladdr
 set -u -o pipefail
-export LC_ALL=C
 demo=$(realpath "$1") snap=$(realpath "$2") source=$(realpath "$3") symbolizer=$4
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-passed=0 failed=0
-fail() {
-  echo "FAIL $1: $2"
-  failed=$((failed + 1))
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/checks.sh"
 unset CACHALOT_RECORD_HISTORY CACHALOT_SNAPSHOT_AT_EXIT CACHALOT_SNAPSHOT_ON_OOM CACHALOT_SNAPSHOT_SOCKET
 
 # Without the variables: no snapshot, no allocation held, and the byte stats in MiB.
@@ -107,5 +99,4 @@ grep -q '^cachalot: warning: could not write the snapshot to no_such_dir/demo.js
   nodir.err && ok || fail no_dir "stderr: $(cat nodir.err)"
 grep -q 'snapshot written' nodir.err && fail no_dir "a note of a file not written: $(cat nodir.err)"
 
-echo "demo snapshot: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish "demo snapshot"

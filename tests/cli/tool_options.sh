@@ -5,17 +5,8 @@
 # nothing on standard output; and '-' as an output file is standard output, never a file named '-'.
 #   tool_options.sh CACHALOT_DEMO ALLOC_SNAPSHOT ALLOC_BENCH VERSION FIXTURES
 set -u -o pipefail
-export LC_ALL=C
 demo=$(realpath "$1") snap=$(realpath "$2") bench=$(realpath "$3") version=$4 fixtures=$(realpath "$5")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-passed=0 failed=0
-fail() {
-  echo "FAIL $1: $2"
-  failed=$((failed + 1))
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/checks.sh"
 
 # expect NAME STATUS STDOUT_PATTERN STDERR_PATTERN CMD...: the exit status, and each stream matching its
 # pattern (grep -E on the whole text; '' wants the stream empty, '*' takes anything).
@@ -111,5 +102,4 @@ else
   echo "skip *_full: no /dev/full"
 fi
 
-echo "tool options: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish "tool options"
