@@ -2,19 +2,23 @@
 include directories (';'-joined), its library directory, its _GLIBCXX_USE_CXX11_ABI and its version.
 When that torch cannot be built against, prints one line saying why on standard error and exits 1: no
 torch, a torch older than the backend supports, or headers that are missing or dangling links (Debian's
-python3-torch ships its include folders as links to a package it does not depend on)."""
+python3-torch ships its include folders as links to a package it does not depend on).
+
+usage: torch-build-info.py OLDEST   (MAJOR.MINOR, the oldest torch the backend supports: meson.build's
+torch_oldest, which the package's _build.py carries too)"""
 import os
 import re
 import sys
-
-# The oldest torch the backend is built and tested against (src/torch/ uses at::setHostAllocator and the
-# CUDAAllocator interface of this release).
-OLDEST = (2, 11)
 
 
 def fail(why):
     print(why, file=sys.stderr)
     sys.exit(1)
+
+
+if len(sys.argv) != 2 or not re.fullmatch(r"\d+\.\d+", sys.argv[1]):
+    fail("usage: torch-build-info.py MAJOR.MINOR (the oldest torch the backend supports)")
+OLDEST = tuple(int(x) for x in sys.argv[1].split("."))
 
 
 try:

@@ -32,7 +32,7 @@ import warnings
 from . import _build, _library, library_path
 
 OLDEST_TORCH = (2, 0)  # the pluggable route's torch.cuda.memory.CUDAPluggableAllocator first shipped in 2.0.0
-OLDEST_TORCH_BACKEND = (2, 11)  # what the build compiles the backend against (scripts/torch-build-info.py)
+OLDEST_TORCH_BACKEND = tuple(int(x) for x in _build.TORCH_OLDEST.split("."))  # meson.build's torch_oldest
 _NEEDS = ("cachalot.torch needs PyTorch %d.%d or newer (%d.%d or newer for its backend route; tested with 2.11)"
           % (OLDEST_TORCH + OLDEST_TORCH_BACKEND))
 _THEN = ("then reinstall cachalot from its checkout (`pip install --no-build-isolation .`) so that its backend is "
