@@ -170,14 +170,15 @@ cachalot_status cl_ctx_check_locked(cl_device *d) {
 /* The rows a ring starts with: enough for a short recording, little for a long limit. */
 enum { FIRST_ROOM = 4096 };
 
-/* The rows the ring has: min(cap, FIRST_ROOM << trace_grown). */
-static size_t trace_rows(const cl_device *d) {
-  const size_t cap = d->trace.cap;
-  if (d->trace_grown >= sizeof(size_t) * 8 - 13) /* FIRST_ROOM << grown would overflow */
+/* The rows of a ring of cap entries grown `grown` times: min(cap, FIRST_ROOM << grown). */
+static size_t rows_of(size_t cap, unsigned grown) {
+  if (grown >= sizeof(size_t) * 8 - 13) /* FIRST_ROOM << grown would overflow */
     return cap;
-  const size_t rows = (size_t)FIRST_ROOM << d->trace_grown;
+  const size_t rows = (size_t)FIRST_ROOM << grown;
   return rows < cap ? rows : cap;
 }
+
+static size_t trace_rows(const cl_device *d) { return rows_of(d->trace.cap, d->trace_grown); }
 
 /* Doubles the ring's rows (not past cap). It has not wrapped (rows < cap), so the rows keep their order.
  * Where the host has no memory for more, the ring keeps the rows it has and wraps there: history loses
@@ -271,7 +272,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: allocator is NULL");
   if (enabled && max_entries == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries must be at least 1");
-  const size_t room = max_entries < FIRST_ROOM ? max_entries : FIRST_ROOM;
+  const size_t room = rows_of(max_entries, 0);
   pthread_mutex_lock(&a->meta_lock);
   const bool stacks = a->trace_stacks;
   trace_buffers *bufs = calloc((size_t)a->device_count, sizeof *bufs);
