@@ -31,10 +31,20 @@ typedef void (*cachalot_oom_observer)(int device, size_t alloc_size, size_t limi
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_create(cachalot_backend *b, const char *conf,
                                                                 cachalot_allocator **out);
 
-/* Replaces the settings at run time (PyTorch's _set_allocator_settings): the string is validated
- * exactly as at create time and applied only when all of it is valid; keys it does not name keep their
- * current values. A new per_process_memory_fraction applies to every device. */
+/* Replaces the settings at run time, as PyTorch's _set_allocator_settings does: the string is validated
+ * exactly as at create time and applied only when all of it is valid. max_split_size_mb,
+ * roundup_power2_divisions and garbage_collection_threshold return to their defaults unless the string
+ * names them (PyTorch's rule: each call states those three afresh); other keys it does not name keep
+ * their current values. A new per_process_memory_fraction applies to every device. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf);
+
+/* Validates a config string as cachalot_create would, creating nothing: CACHALOT_OK, or
+ * CACHALOT_ERROR_CONFIG with the reason in cachalot_last_error(). NULL reads CACHALOT_ALLOC_CONF. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_check_config(const char *conf);
+
+/* The keys a config string may name, in a NULL-terminated static array: for a layer that receives one
+ * string meant for several parsers (PyTorch's PYTORCH_CUDA_ALLOC_CONF) and hands cachalot its share. */
+CACHALOT_API const char *const *cachalot_config_keys(void);
 
 /* The settings in force, after presets and set_settings: what the snapshot's allocator_settings show. */
 typedef struct {

@@ -14,8 +14,11 @@ install() makes cachalot the allocator behind every CUDA tensor. Two routes:
   PyTorch's CUDAPluggableAllocator, which passes malloc and free only (see cachalot._pluggable for what it
   lacks: record_stream above all).
 
-The config is a CACHALOT_ALLOC_CONF string (PyTorch's keys, SPEC-compatible): install(conf=...) or the
-environment variable; PYTORCH_CUDA_ALLOC_CONF is not read.
+Config, on the backend route: PYTORCH_ALLOC_CONF (else PYTORCH_CUDA_ALLOC_CONF), then install(conf=...) or
+CACHALOT_ALLOC_CONF, later keys winning; cachalot's own keys are accepted in either. They are read when
+PyTorch first uses CUDA, as native reads its config, and torch.cuda.memory._set_allocator_settings reaches
+cachalot at run time. install() touches no CUDA (a program may fork workers before its first CUDA use)
+and raises on a malformed config.
 
 PyTorch versions: 2.0 or newer, else importing this module raises ImportError (ModuleNotFoundError where
 there is no torch) with a message that says what to do. The pluggable route needs
@@ -71,6 +74,7 @@ __all__ = ["install", "route", "memory_stats", "snapshot", "annotate", "empty_ca
            "release_capture_pools", "backend_unavailable"]
 
 _route = None
+_conf = None  # install()'s conf
 _handle = None  # () -> the cachalot_allocator* the installed route serves from
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
@@ -92,18 +96,22 @@ def backend_unavailable():
 def install(conf=None, route="auto", pinned=True):
     """Makes cachalot PyTorch's CUDA allocator and returns the route in force ("backend" or "pluggable").
 
-    conf: a CACHALOT_ALLOC_CONF string (None: the environment variable's). route: "auto" (the backend
+    conf: a CACHALOT_ALLOC_CONF string (None: the environment variable's; see above for
+    PYTORCH_CUDA_ALLOC_CONF). route: "auto" (the backend
     where it can be used, else the pluggable fallback, with a warning that says why), "backend" or
     "pluggable". pinned: on the backend route, also make cachalot's host cache PyTorch's pinned-memory
     allocator (pin_memory(), DataLoader's pinning, torch.cuda.host_memory_stats()); the pluggable route
     leaves pinned memory to PyTorch. Call it before anything allocates CUDA memory; calling it again
     returns the route."""
-    global _route, _handle
+    global _route, _handle, _conf
     if route not in ("auto", "backend", "pluggable"):
         raise ValueError("route must be 'auto', 'backend' or 'pluggable', not %r" % (route,))
     if _route is not None:
         if route not in ("auto", _route):
             raise RuntimeError("cachalot is already installed on the %s route" % _route)
+        if conf is not None and conf != _conf:
+            raise RuntimeError("cachalot is already installed with conf=%r; to change settings at run time use "
+                               "torch.cuda.memory._set_allocator_settings(%r)" % (_conf, conf))
         return _route
     why = backend_unavailable() if route != "pluggable" else "the pluggable route was asked for"
     if why is None:
@@ -113,7 +121,7 @@ def install(conf=None, route="auto", pinned=True):
         err = ctypes.create_string_buffer(1024)
         if lib.cachalot_torch_backend_install(conf.encode() if conf is not None else None, err, len(err)) != 0:
             raise RuntimeError(err.value.decode())
-        _route, _handle = "backend", lib.cachalot_torch_backend_allocator  # installed, whatever follows
+        _route, _handle, _conf = "backend", lib.cachalot_torch_backend_allocator, conf  # installed, whatever follows
         if pinned:
             lib.cachalot_torch_host_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             if lib.cachalot_torch_host_install(err, len(err)) != 0:
@@ -132,7 +140,7 @@ def install(conf=None, route="auto", pinned=True):
     from . import _pluggable
 
     _lib_pluggable, _handle = _pluggable.install(conf)
-    _route = "pluggable"
+    _route, _conf = "pluggable", conf
     return _route
 
 

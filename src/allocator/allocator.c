@@ -244,6 +244,7 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   cl_enter_exclusive(d0);
   cl_config base = d0->cfg;
   cl_leave_exclusive(d0);
+  cl_config_reset_per_call(&base);
   cl_config cfg;
   cachalot_status rc = cl_config_parse(conf, &base, &cfg);
   char *raw = rc == CACHALOT_OK ? strdup(conf) : NULL;
@@ -263,6 +264,15 @@ cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
   pthread_mutex_unlock(&a->meta_lock);
   return rc;
 }
+
+cachalot_status cachalot_check_config(const char *conf) {
+  if (!conf)
+    conf = getenv("CACHALOT_ALLOC_CONF");
+  cl_config cfg;
+  return cl_config_parse(conf, NULL, &cfg);
+}
+
+const char *const *cachalot_config_keys(void) { return cl_config_keys(); }
 
 cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *out) {
   if (out)

@@ -422,25 +422,32 @@ static cachalot_status parse_roundup(lexer *lx, const tok *v, cl_config *c) {
 
 typedef cachalot_status (*value_parser)(lexer *lx, const tok *v, cl_config *c);
 
+/* Each key once: its name, its CL_KEY_* bit and its value's parser. */
+#define CL_KEYS(X)                                                                                       \
+  X("max_split_size_mb", CL_KEY_MAX_SPLIT, parse_max_split)                                              \
+  X("max_non_split_rounding_mb", CL_KEY_MAX_NON_SPLIT_ROUNDING, parse_max_non_split)                     \
+  X("garbage_collection_threshold", CL_KEY_GC_THRESHOLD, parse_gc)                                       \
+  X("roundup_power2_divisions", CL_KEY_ROUNDUP, parse_roundup)                                           \
+  X("expandable_segments", CL_KEY_EXPANDABLE, parse_expandable)                                          \
+  X("release_lock_on_cudamalloc", CL_KEY_RELEASE_LOCK, parse_release_lock)                               \
+  X("per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction)                                      \
+  X("detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures)                                    \
+  X("expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact)                           \
+  X("expandable_page_mb", CL_KEY_EXPANDABLE_PAGE, parse_expandable_page)                                 \
+  X("pinned_use_cuda_host_register", CL_KEY_PINNED_REGISTER, parse_pinned_register)                      \
+  X("pinned_num_register_threads", CL_KEY_PINNED_THREADS, parse_pinned_threads)                          \
+  X("preset", CL_KEY_PRESET, parse_preset)
+
+#define KEY_ENTRY(name, bit, parse) {name, bit, parse},
+#define KEY_NAME(name, bit, parse) name,
+
 static const struct {
   const char *name;
   unsigned bit;
   value_parser parse;
-} keys[] = {
-    {"max_split_size_mb", CL_KEY_MAX_SPLIT, parse_max_split},
-    {"max_non_split_rounding_mb", CL_KEY_MAX_NON_SPLIT_ROUNDING, parse_max_non_split},
-    {"garbage_collection_threshold", CL_KEY_GC_THRESHOLD, parse_gc},
-    {"roundup_power2_divisions", CL_KEY_ROUNDUP, parse_roundup},
-    {"expandable_segments", CL_KEY_EXPANDABLE, parse_expandable},
-    {"release_lock_on_cudamalloc", CL_KEY_RELEASE_LOCK, parse_release_lock},
-    {"per_process_memory_fraction", CL_KEY_FRACTION, parse_fraction},
-    {"detect_captures", CL_KEY_DETECT_CAPTURES, parse_detect_captures},
-    {"expandable_compact", CL_KEY_EXPANDABLE_COMPACT, parse_expandable_compact},
-    {"expandable_page_mb", CL_KEY_EXPANDABLE_PAGE, parse_expandable_page},
-    {"pinned_use_cuda_host_register", CL_KEY_PINNED_REGISTER, parse_pinned_register},
-    {"pinned_num_register_threads", CL_KEY_PINNED_THREADS, parse_pinned_threads},
-    {"preset", CL_KEY_PRESET, parse_preset},
-};
+} keys[] = {CL_KEYS(KEY_ENTRY)};
+
+static const char *const key_names[] = {CL_KEYS(KEY_NAME) NULL};
 
 #define KEY_LIST                                                                                         \
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
@@ -462,6 +469,16 @@ void cl_config_defaults(cl_config *c) {
   c->pinned_num_register_threads = 1;
   c->keys_set = 0;
 }
+
+void cl_config_reset_per_call(cl_config *c) {
+  cl_config d;
+  cl_config_defaults(&d);
+  c->max_split_size = d.max_split_size;
+  c->gc_threshold = d.gc_threshold;
+  memcpy(c->roundup_divisions, d.roundup_divisions, sizeof c->roundup_divisions);
+}
+
+const char *const *cl_config_keys(void) { return key_names; }
 
 /* The fields derived from others, set wherever a config is made. */
 static void finish(cl_config *c) {

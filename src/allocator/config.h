@@ -60,6 +60,13 @@ typedef struct cl_config {
 /* The defaults. */
 void cl_config_defaults(cl_config *c);
 
+/* Returns the keys PyTorch states afresh at each _set_allocator_settings call (max_split_size,
+ * roundup_power2_divisions, garbage_collection_threshold) to their defaults. */
+void cl_config_reset_per_call(cl_config *c);
+
+/* The key names the parser accepts, NULL-terminated. */
+const char *const *cl_config_keys(void);
+
 /* Parses `s` on top of `base` (copied to *out first; unnamed keys keep base's values). NULL or "" is
  * valid and changes nothing. On failure *out is unspecified, the status is CACHALOT_ERROR_CONFIG and the
  * message names the offending key or token and what was expected. */

@@ -14,8 +14,11 @@
 // What PyTorch's types look like is convert.cpp's business: this file holds the allocator PyTorch calls.
 #include "convert.h"
 #include "host.h"
+#include "settings.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/core/AllocatorConfig.h>
+#include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -35,34 +38,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace {
 
 using namespace cachalot_torch;
-
-void ctx_retain(void* p) { static_cast<Ctx*>(p)->refs.fetch_add(1, std::memory_order_relaxed); }
-void ctx_release(void* p) {
-  Ctx* c = static_cast<Ctx*>(p);
-  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-    delete c;
-}
-
-// One reference to a Ctx for the length of a call.
-struct CtxRef {
-  Ctx* p = nullptr;
-  CtxRef() = default;
-  explicit CtxRef(Ctx* c) : p(c) {}
-  CtxRef(const CtxRef&) = delete;
-  CtxRef& operator=(const CtxRef&) = delete;
-  ~CtxRef() {
-    if (p)
-      ctx_release(p);
-  }
-};
 
 thread_local std::vector<std::string> compile_contexts;
 
@@ -95,10 +80,33 @@ void raw_delete_fn(void* ptr);
 
 class Allocator final : public cca::CUDAAllocator {
  public:
-  Allocator(cachalot_allocator* a, int devices, std::string conf)
-      : a_(a), devices_(devices), conf_(std::move(conf)), user_metadata_(static_cast<size_t>(devices)) {}
+  // conf: install()'s config string; unset: CACHALOT_ALLOC_CONF's, read when cachalot is made.
+  explicit Allocator(std::optional<std::string> conf) : install_conf_(std::move(conf)) {}
 
-  cachalot_allocator* handle() const { return a_; }
+  // The allocator, made on first use: PyTorch's first CUDA use (init), or anything that needs it earlier.
+  // Nothing touches CUDA before that, so a program may fork workers before its first CUDA call.
+  cachalot_allocator* a() {
+    cachalot_allocator* p = a_.load(std::memory_order_acquire);
+    return p ? p : make();
+  }
+
+  cachalot_allocator* handle() { return a(); }
+
+  // PyTorch's _set_allocator_settings, after PyTorch's own parsers took the string: cachalot's share of it,
+  // now, or when cachalot is made if it is not yet.
+  void apply_settings(const std::string& env) {
+    const std::string share = cachalot_share(env);
+    std::lock_guard<std::mutex> g(make_mu_);
+    cachalot_allocator* p = a_.load(std::memory_order_acquire);
+    if (!p) {
+      pending_.push_back(share);
+      return;
+    }
+    if (cachalot_set_settings(p, share.c_str()) != CACHALOT_OK)
+      TORCH_CHECK_VALUE(false, cachalot_last_error());
+    std::lock_guard<std::mutex> m(mu_);
+    conf_ = env;
+  }
 
   // --- at::Allocator ---
 
@@ -132,6 +140,7 @@ class Allocator final : public cca::CUDAAllocator {
   void raw_delete(void* ptr) override { free_ptr(ptr); }
 
   void init(int device_count) override {
+    a();
     TORCH_CHECK(device_count <= devices_, "cachalot: PyTorch sees ", device_count, " CUDA devices, cachalot ",
                 devices_);
     initialized_ = true;
@@ -141,26 +150,26 @@ class Allocator final : public cca::CUDAAllocator {
 
   double getMemoryFraction(c10::DeviceIndex device) override {
     double f = 0;
-    check(cachalot_get_memory_fraction(a_, device, &f), "getMemoryFraction");
+    check(cachalot_get_memory_fraction(a(), device, &f), "getMemoryFraction");
     return f;
   }
 
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
-    check(cachalot_set_memory_fraction(a_, device, fraction), "setMemoryFraction");
+    check(cachalot_set_memory_fraction(a(), device, fraction), "setMemoryFraction");
   }
 
   std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
-    Snapshot snap(a_, false);
+    Snapshot snap(a(), false);
     return to_expandable_segment_sizes(*snap.s, device);
   }
 
   void emptyCache(MempoolId_t mempool_id) override {
     if (is_default(mempool_id)) {
-      check(cachalot_empty_cache(a_), "emptyCache");
+      check(cachalot_empty_cache(a()), "emptyCache");
       return;
     }
     for (int d = 0; d < devices_; d++)
-      check(cachalot_empty_cache_pool(a_, d, to_id(mempool_id)), "emptyCache");
+      check(cachalot_empty_cache_pool(a(), d, to_id(mempool_id)), "emptyCache");
   }
 
   void enable(bool value) override {
@@ -178,7 +187,7 @@ class Allocator final : public cca::CUDAAllocator {
       size_t total = 0;
       C10_CUDA_CHECK(cudaMemGetInfo(&largest, &total));
     }
-    Snapshot snap(a_, false);
+    Snapshot snap(a(), false);
     for (size_t i = 0; i < snap.s->n_segments; i++) {
       const cachalot_snapshot_segment& seg = snap.s->segments[i];
       if (seg.device != device)
@@ -191,7 +200,7 @@ class Allocator final : public cca::CUDAAllocator {
   }
 
   void* getBaseAllocation(void* ptr, size_t* size) override {
-    Snapshot snap(a_, false);
+    Snapshot snap(a(), false);
     const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
     for (size_t i = 0; i < snap.s->n_segments; i++) {
       const cachalot_snapshot_segment& seg = snap.s->segments[i];
@@ -209,25 +218,25 @@ class Allocator final : public cca::CUDAAllocator {
     // Memory another allocator handed out (from_blob, a pool's own allocator) is not cachalot's to track.
     if (!ptr.get() || ptr.get_deleter() != &raw_delete_fn)
       return;
-    check(cachalot_record_stream(a_, ptr.get(), stream.stream()), "recordStream");
+    check(cachalot_record_stream(a(), ptr.get(), stream.stream()), "recordStream");
   }
 
   cda::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     cachalot_device_stats s;
-    check(cachalot_memory_stats(a_, device, &s), "getDeviceStats");
+    check(cachalot_memory_stats(a(), device, &s), "getDeviceStats");
     return to_device_stats(s);
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    check(cachalot_reset_accumulated_stats(a_, device), "resetAccumulatedStats");
+    check(cachalot_reset_accumulated_stats(a(), device), "resetAccumulatedStats");
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check(cachalot_reset_peak_stats(a_, device), "resetPeakStats");
+    check(cachalot_reset_peak_stats(a(), device), "resetPeakStats");
   }
 
   cca::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces) override {
-    Snapshot snap(a_, include_traces);
+    Snapshot snap(a(), include_traces);
     cca::SnapshotInfo out;
     const int when = when_.load();
     for (size_t i = 0; i < snap.s->n_segments; i++) {
@@ -261,31 +270,31 @@ class Allocator final : public cca::CUDAAllocator {
     const auto key = std::make_pair(static_cast<int>(device), mempool_id);
     TORCH_CHECK(!routes_.count(key), "cachalot: beginAllocateToPool: already allocating to pool (", mempool_id.first,
                 ", ", mempool_id.second, ")");
-    check(cachalot_begin_allocate_to_pool(a_, device, to_id(mempool_id), &Allocator::filter_fn, f.get()),
+    check(cachalot_begin_allocate_to_pool(a(), device, to_id(mempool_id), &Allocator::filter_fn, f.get()),
           "beginAllocateToPool");
     routes_[key] = std::move(f);
   }
 
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
     std::lock_guard<std::mutex> g(routes_mu_);
-    check(cachalot_end_allocate_to_pool(a_, device, to_id(mempool_id)), "endAllocateToPool");
+    check(cachalot_end_allocate_to_pool(a(), device, to_id(mempool_id)), "endAllocateToPool");
     routes_.erase(std::make_pair(static_cast<int>(device), mempool_id));
   }
 
   void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
-    check(cachalot_release_pool(a_, device, to_id(mempool_id)), "releasePool");
+    check(cachalot_release_pool(a(), device, to_id(mempool_id)), "releasePool");
   }
 
   int getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id) override {
     int n = 0;
-    check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &n), "getPoolUseCount");
+    check(cachalot_pool_use_count(a(), device, to_id(mempool_id), &n), "getPoolUseCount");
     return n;
   }
 
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
     TORCH_CHECK(!allocator, "cachalot: a MemPool with an allocator of its own is not supported");
-    check(cachalot_pool_incref(a_, device, to_id(mempool_id)), "createOrIncrefPool");
+    check(cachalot_pool_incref(a(), device, to_id(mempool_id)), "createOrIncrefPool");
   }
 
   void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool use_on_oom) override {
@@ -300,8 +309,8 @@ class Allocator final : public cca::CUDAAllocator {
   bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t mempool_id,
                                 const std::unordered_set<void*>& expected_live_allocations) override {
     int uses = 0;
-    check(cachalot_pool_use_count(a_, device, to_id(mempool_id), &uses), "checkPoolLiveAllocations");
-    Snapshot snap(a_, false);
+    check(cachalot_pool_use_count(a(), device, to_id(mempool_id), &uses), "checkPoolLiveAllocations");
+    Snapshot snap(a(), false);
     size_t live = 0;
     for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, to_id(mempool_id))) {
       for (size_t k = 0; k < seg->n_blocks; k++) {
@@ -332,12 +341,12 @@ class Allocator final : public cca::CUDAAllocator {
     std::lock_guard<std::mutex> g(mu_);
     const size_t entries = std::max<size_t>(1, alloc_trace_max_entries);
     if (!enabled) {
-      check(cachalot_record_history(a_, false, 0), "recordHistory");
+      check(cachalot_record_history(a(), false, 0), "recordHistory");
       annotations_.clear();
       history_entries_ = 0;
     } else if (clearHistory || history_entries_ != entries) {
       // cachalot starts a fresh buffer; the same size asked again without clearing keeps what is there
-      check(cachalot_record_history(a_, true, entries), "recordHistory");
+      check(cachalot_record_history(a(), true, entries), "recordHistory");
       annotations_.clear();
       history_entries_ = entries;
     }
@@ -376,12 +385,14 @@ class Allocator final : public cca::CUDAAllocator {
 
   // One string per device, as native keeps it: allocations of any thread on the device carry it.
   void setUserMetadata(const std::string& metadata) override {
+    a(); // sizes user_metadata_
     const size_t d = current_device();
     std::lock_guard<std::mutex> g(mu_);
     user_metadata_[d] = metadata;
   }
 
   std::string getUserMetadata() override {
+    a();
     const size_t d = current_device();
     std::lock_guard<std::mutex> g(mu_);
     return user_metadata_[d];
@@ -416,7 +427,7 @@ class Allocator final : public cca::CUDAAllocator {
 
   std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, MempoolId_t id) override {
     auto st = std::make_shared<PoolState>();
-    check(cachalot_checkpoint_pool(a_, device, to_id(id), &st->st), "getCheckpointState");
+    check(cachalot_checkpoint_pool(a(), device, to_id(id), &st->st), "getCheckpointState");
     return st;
   }
 
@@ -425,7 +436,7 @@ class Allocator final : public cca::CUDAAllocator {
     const cachalot_pool_state* st = pool_state_of(pps, device);
     cca::CheckpointDelta delta;
     {
-      Snapshot snap(a_, false); // the pool's blocks handed out now: restoring frees them
+      Snapshot snap(a(), false); // the pool's blocks handed out now: restoring frees them
       for (const cachalot_snapshot_segment* seg : snap.pool_segments(device, st->pool))
         for (size_t k = 0; k < seg->n_blocks; k++)
           if (seg->blocks[k].state == CACHALOT_BLOCK_ALLOCATED)
@@ -433,7 +444,7 @@ class Allocator final : public cca::CUDAAllocator {
     }
     void** ptrs = nullptr;
     size_t n = 0;
-    check(cachalot_restore_pool(a_, st, &ptrs, &n), "setCheckpointPoolState");
+    check(cachalot_restore_pool(a(), st, &ptrs, &n), "setCheckpointPoolState");
     for (size_t i = 0; i < n; i++)
       delta.dataptrs_allocd.emplace_back(ptrs[i], ptrs[i], &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device));
     std::free(ptrs);
@@ -447,8 +458,8 @@ class Allocator final : public cca::CUDAAllocator {
   void* malloc_on(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream) {
     CtxRef ctx(context_for(cda::RecordContext::STATE, static_cast<size_t>(device)));
     void* p = nullptr;
-    cachalot_status rc = ctx.p ? cachalot_malloc_with_context(a_, device, nbytes, stream, ctx.p, &p)
-                               : cachalot_malloc(a_, device, nbytes, stream, &p);
+    cachalot_status rc = ctx.p ? cachalot_malloc_with_context(a(), device, nbytes, stream, ctx.p, &p)
+                               : cachalot_malloc(a(), device, nbytes, stream, &p);
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY) {
       // PyTorch's message and type: torch.OutOfMemoryError, which programs catch to shrink a batch.
       TORCH_CHECK_WITH(OutOfMemoryError, false, cachalot_last_error());
@@ -464,7 +475,7 @@ class Allocator final : public cca::CUDAAllocator {
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
                    ? context_for(cda::RecordContext::ALL, current_device())
                    : nullptr);
-    cachalot_status rc = ctx.p ? cachalot_free_with_context(a_, ptr, ctx.p) : cachalot_free(a_, ptr);
+    cachalot_status rc = ctx.p ? cachalot_free_with_context(a(), ptr, ctx.p) : cachalot_free(a(), ptr);
     if (rc != CACHALOT_OK)
       fail("free", rc);
   }
@@ -532,13 +543,19 @@ class Allocator final : public cca::CUDAAllocator {
 
   cca::AllocatorConfigInfo config_info() {
     cachalot_settings st;
-    check(cachalot_get_settings(a_, &st), "cachalot_get_settings");
+    check(cachalot_get_settings(a(), &st), "cachalot_get_settings");
     return to_config_info(st, conf_);
   }
 
-  cachalot_allocator* a_;
-  int devices_;
-  std::string conf_;
+  cachalot_allocator* make();
+
+  std::optional<std::string> install_conf_;
+  std::mutex make_mu_;                 // making the allocator; pending_
+  std::vector<std::string> pending_;   // settings given before it was made, in order
+  std::atomic<cachalot_allocator*> a_{nullptr};
+  cachalot_backend* backend_ = nullptr;
+  int devices_ = 0;
+  std::string conf_; // the settings string last applied (the snapshot's last_allocator_settings)
   bool initialized_ = false;
   std::mutex mu_; // observers, annotations, history settings
   std::vector<cca::OutOfMemoryObserver> observers_;
@@ -556,6 +573,47 @@ class Allocator final : public cca::CUDAAllocator {
 // Lives until the process ends: tensors freed at exit still reach it.
 Allocator* instance = nullptr;
 
+// Made when PyTorch first uses CUDA, reading the environment then as native reads its config at first
+// use (startup_conf), then the settings PyTorch was given before, in order.
+cachalot_allocator* Allocator::make() {
+  std::lock_guard<std::mutex> g(make_mu_);
+  if (cachalot_allocator* p = a_.load(std::memory_order_acquire))
+    return p;
+  const std::string conf = startup_conf(install_conf_);
+  cachalot_backend* b = nullptr;
+  TORCH_CHECK(cachalot_backend_cuda(&b) == CACHALOT_OK, "cachalot: CUDA backend: ", cachalot_last_error());
+  cachalot_allocator* p = nullptr;
+  const cachalot_context_ops ops = {&ctx_retain, &ctx_release};
+  int devices = 0;
+  cachalot_status rc = cachalot_create(b, conf.c_str(), &p);
+  if (rc == CACHALOT_OK)
+    rc = cachalot_device_count(p, &devices);
+  if (rc == CACHALOT_OK)
+    rc = cachalot_set_context_ops(p, &ops);
+  if (rc == CACHALOT_OK)
+    rc = cachalot_attach_oom_observer(p, &Allocator::on_oom, this);
+  for (size_t i = 0; rc == CACHALOT_OK && i < pending_.size(); i++)
+    rc = cachalot_set_settings(p, pending_[i].c_str());
+  if (rc != CACHALOT_OK) {
+    const std::string why = cachalot_last_error();
+    cachalot_destroy(p);
+    cachalot_backend_destroy(b);
+    TORCH_CHECK_VALUE(false, "cachalot: ", why);
+  }
+  pending_.clear();
+  backend_ = b;
+  devices_ = devices;
+  {
+    std::lock_guard<std::mutex> m(mu_);
+    user_metadata_.resize(static_cast<size_t>(devices));
+    conf_ = conf;
+  }
+  a_.store(p, std::memory_order_release);
+  return p;
+}
+
+cachalot_allocator* instance_allocator() { return instance->handle(); }
+
 void raw_delete_fn(void* ptr) { instance->free_ptr(ptr); }
 
 } // namespace
@@ -563,7 +621,8 @@ void raw_delete_fn(void* ptr) { instance->free_ptr(ptr); }
 extern "C" {
 
 // Makes cachalot PyTorch's CUDA allocator. conf: a CACHALOT_ALLOC_CONF string, NULL for the environment's.
-// 0 on success (also when already installed); otherwise -1 with the reason in err.
+// Touches no CUDA: cachalot is made at PyTorch's first CUDA use. 0 on success (also when already
+// installed); otherwise -1 with the reason in err (a malformed config string among them).
 __attribute__((visibility("default"))) int cachalot_torch_backend_install(const char* conf, char* err, size_t len) {
   try {
     if (instance && cca::get() == instance)
@@ -575,40 +634,34 @@ __attribute__((visibility("default"))) int cachalot_torch_backend_install(const 
                     ") is already in use: call cachalot.torch.install() before anything allocates CUDA memory");
       return -1;
     }
-    cachalot_backend* b = nullptr;
-    cachalot_status rc = cachalot_backend_cuda(&b);
-    if (rc != CACHALOT_OK) {
-      set_error(err, len, std::string("cachalot: CUDA backend: ") + cachalot_last_error());
+    const std::string torch_env = torch_env_conf();
+    if (auto backend = conf_value(torch_env, "backend"); backend && *backend != "native") {
+      set_error(err, len, "cachalot: PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF ask for backend:" + *backend +
+                              ", another allocator: unset it to use cachalot, or do not install cachalot");
       return -1;
     }
-    cachalot_allocator* a = nullptr;
-    rc = cachalot_create(b, conf, &a);
-    if (rc != CACHALOT_OK) {
+    // Malformed strings fail here, not at the first CUDA use: PyTorch's parsers read their variable now
+    // (with cachalot's keys known to them; their errors are PyTorch's, and backend:native is checked
+    // against the native allocator, still the one in use), then cachalot checks its share and its own.
+    register_settings_hook([](const std::string& env) {
+      if (instance)
+        instance->apply_settings(env);
+    });
+    c10::CachingAllocator::AcceleratorAllocatorConfig::instance();
+    cca::CUDAAllocatorConfig::instance();
+    if (cachalot_check_config(cachalot_share(torch_env).c_str()) != CACHALOT_OK ||
+        cachalot_check_config(conf) != CACHALOT_OK) {
       set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
-      cachalot_backend_destroy(b);
       return -1;
     }
-    int devices = 0;
-    const cachalot_context_ops ops = {&ctx_retain, &ctx_release};
-    const char* env = std::getenv("CACHALOT_ALLOC_CONF");
-    std::unique_ptr<Allocator> made;
-    rc = cachalot_device_count(a, &devices);
-    if (rc == CACHALOT_OK) {
-      made = std::make_unique<Allocator>(a, devices, conf ? conf : env ? env : "");
-      rc = cachalot_set_context_ops(a, &ops);
-    }
-    if (rc == CACHALOT_OK)
-      rc = cachalot_attach_oom_observer(a, &Allocator::on_oom, made.get());
-    if (rc != CACHALOT_OK) { // nothing of it was handed to PyTorch: all of it goes
-      set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
-      cachalot_destroy(a);
-      cachalot_backend_destroy(b);
-      return -1;
-    }
-    instance = made.release();
+    if (!instance)
+      instance = new Allocator(conf ? std::optional<std::string>(conf) : std::nullopt);
     cca::allocator.store(instance);
     c10::SetAllocator(c10::DeviceType::CUDA, instance, 0);
     return 0;
+  } catch (const c10::Error& e) { // PyTorch's own message (a malformed PYTORCH_CUDA_ALLOC_CONF), no C++ frames
+    set_error(err, len, e.what_without_backtrace());
+    return -1;
   } catch (const std::exception& e) {
     set_error(err, len, e.what());
     return -1;
@@ -623,7 +676,7 @@ __attribute__((visibility("default"))) int cachalot_torch_host_install(char* err
       set_error(err, len, "cachalot: install the CUDA allocator first (cachalot.torch.install())");
       return -1;
     }
-    install_host_allocator(instance->handle());
+    install_host_allocator(&instance_allocator);
     return 0;
   } catch (const std::exception& e) {
     set_error(err, len, e.what());
@@ -633,7 +686,11 @@ __attribute__((visibility("default"))) int cachalot_torch_host_install(char* err
 
 // The allocator the backend serves from (NULL before install): for cachalot's own calls (snapshots, stats).
 __attribute__((visibility("default"))) cachalot_allocator* cachalot_torch_backend_allocator(void) {
-  return instance ? instance->handle() : nullptr;
+  try {
+    return instance ? instance->handle() : nullptr;
+  } catch (const std::exception& e) { // not made: cachalot_last_error() already says why
+    return nullptr;
+  }
 }
 
 } // extern "C"

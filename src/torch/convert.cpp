@@ -13,6 +13,14 @@
 
 namespace cachalot_torch {
 
+void ctx_retain(void* p) { static_cast<Ctx*>(p)->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void ctx_release(void* p) {
+  Ctx* c = static_cast<Ctx*>(p);
+  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    delete c;
+}
+
 namespace {
 
 void copy_stat(c10::CachingAllocator::Stat& to, const cachalot_stat& from) {

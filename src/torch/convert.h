@@ -32,6 +32,23 @@ struct Ctx {
   std::string user_metadata;
 };
 
+// cachalot's context ops: a Ctx counts its references (one per block and trace entry that keeps it).
+void ctx_retain(void* p);
+void ctx_release(void* p);
+
+// One reference to a Ctx for the length of a call.
+struct CtxRef {
+  Ctx* p = nullptr;
+  CtxRef() = default;
+  explicit CtxRef(Ctx* c) : p(c) {}
+  CtxRef(const CtxRef&) = delete;
+  CtxRef& operator=(const CtxRef&) = delete;
+  ~CtxRef() {
+    if (p)
+      ctx_release(p);
+  }
+};
+
 // A checkpoint of a private pool (CUDA-graph trees): cachalot's pool state, owned.
 struct PoolState : cca::AllocatorState {
   cachalot_pool_state* st = nullptr;

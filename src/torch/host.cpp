@@ -37,11 +37,11 @@ void host_delete(void* ptr);
 
 class HostAllocator final : public at::HostAllocator {
  public:
-  HostAllocator(cachalot_allocator* a, at::HostAllocator* prev) : a_(a), prev_(prev) {}
+  HostAllocator(cachalot_allocator* (*get)(), at::HostAllocator* prev) : get_(get), prev_(prev) {}
 
   at::DataPtr allocate(size_t size) override {
     void* p = nullptr;
-    check(cachalot_host_malloc(a_, size, &p), "pinned host allocation");
+    check(cachalot_host_malloc(a(), size, &p), "pinned host allocation");
     if (p && captures_underway()) {
       const c10::Stream s = c10::cuda::getCurrentCUDAStream();
       std::lock_guard<std::mutex> g(mu_);
@@ -79,7 +79,7 @@ class HostAllocator final : public at::HostAllocator {
       }
     }
     // a deleter must not throw: a failure here (an event cannot be recorded) leaves the block allocated
-    if (cachalot_host_free(a_, p) != CACHALOT_OK)
+    if (cachalot_host_free(a(), p) != CACHALOT_OK)
       TORCH_WARN("cachalot: freeing pinned memory: ", cachalot_last_error());
   }
 
@@ -102,15 +102,15 @@ class HostAllocator final : public at::HostAllocator {
       for (auto& c : captures_)
         if (c.second(stream)) {
           // the mark tells whether the block is cachalot's; its event is recorded at the pool's release
-          if (cachalot_host_record_event(a_, block, s.device_index(), cs) != CACHALOT_OK)
+          if (cachalot_host_record_event(a(), block, s.device_index(), cs) != CACHALOT_OK)
             break;
           held_[block] = c.first;
           return true;
         }
     }
-    cachalot_status rc = cachalot_host_record_event(a_, block, s.device_index(), cs);
+    cachalot_status rc = cachalot_host_record_event(a(), block, s.device_index(), cs);
     if (rc == CACHALOT_ERROR_INVALID_POINTER && block != ptr)
-      rc = cachalot_host_record_event(a_, ptr, s.device_index(), cs);
+      rc = cachalot_host_record_event(a(), ptr, s.device_index(), cs);
     if (rc == CACHALOT_ERROR_INVALID_POINTER)
       return prev_ ? prev_->record_event(ptr, ctx, stream) : false;
     check(rc, "recording a stream's use of pinned memory");
@@ -118,22 +118,22 @@ class HostAllocator final : public at::HostAllocator {
   }
 
   void empty_cache() override {
-    check(cachalot_host_empty_cache(a_), "emptying the pinned host cache");
+    check(cachalot_host_empty_cache(a()), "emptying the pinned host cache");
     if (prev_)
       prev_->empty_cache();
   }
 
   at::HostStats get_stats() override {
     cachalot_host_stats s;
-    check(cachalot_host_memory_stats(a_, &s), "pinned host stats");
+    check(cachalot_host_memory_stats(a(), &s), "pinned host stats");
     return to_host_stats(s);
   }
 
   void reset_accumulated_stats() override {
-    check(cachalot_host_reset_accumulated_stats(a_), "resetting pinned host stats");
+    check(cachalot_host_reset_accumulated_stats(a()), "resetting pinned host stats");
   }
 
-  void reset_peak_stats() override { check(cachalot_host_reset_peak_stats(a_), "resetting pinned host peaks"); }
+  void reset_peak_stats() override { check(cachalot_host_reset_peak_stats(a()), "resetting pinned host peaks"); }
 
   void begin_allocate_to_pool(MempoolId_t pool, std::function<bool(c10::Stream)> filter) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -195,7 +195,7 @@ class HostAllocator final : public at::HostAllocator {
       return;
     }
     for (void* p : back)
-      if (cachalot_host_free(a_, p) != CACHALOT_OK)
+      if (cachalot_host_free(a(), p) != CACHALOT_OK)
         TORCH_WARN("cachalot: freeing pinned memory of a released graph pool: ", cachalot_last_error());
   }
 
@@ -208,7 +208,10 @@ class HostAllocator final : public at::HostAllocator {
 
   bool captures_underway() const { return n_captures_.load(std::memory_order_relaxed) != 0; }
 
-  cachalot_allocator* a_;
+  // The device allocator is made at PyTorch's first CUDA use; pinning is one (it needs the CUDA context).
+  cachalot_allocator* a() const { return get_(); }
+
+  cachalot_allocator* (*get_)();
   at::HostAllocator* prev_;
   std::mutex mu_;
   std::vector<std::pair<MempoolId_t, std::function<bool(c10::Stream)>>> captures_;
@@ -228,11 +231,11 @@ void host_delete(void* ptr) {
 
 namespace cachalot_torch {
 
-void install_host_allocator(cachalot_allocator* a) {
+void install_host_allocator(cachalot_allocator* (*get)()) {
   if (host_instance)
     return;
   at::HostAllocator* prev = at::getHostAllocator(at::kCUDA);
-  host_instance = new HostAllocator(a, prev); // lives as long as the process: PyTorch keeps pointers to it
+  host_instance = new HostAllocator(get, prev); // lives as long as the process: PyTorch keeps pointers to it
   at::setHostAllocator(at::kCUDA, host_instance, 1); // above the built-in one's registration (0)
 }
 

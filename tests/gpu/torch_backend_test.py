@@ -15,6 +15,10 @@ route. Each child prints one JSON line; the parent compares.
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
                  (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
                  pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
+  torch_settings PYTORCH_CUDA_ALLOC_CONF (read at CUDA's first use, cachalot's keys accepted in it,
+                 CACHALOT_ALLOC_CONF winning) and _set_allocator_settings at run time give the figures
+                 native gives (roundup, the three keys each call resets, expandable segments, errors);
+                 install() leaves CUDA untouched, so a forked child can use it
   pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
                  capture stays valid and replays copy what the pinned block holds
   history        _record_memory_history(max_entries=sys.maxsize) + _dump_snapshot: Python frames on blocks
@@ -350,6 +354,83 @@ def c_settings(torch, mode):
     return {k: st.get(k) for k in SETTING_KEYS}
 
 
+def c_torch_settings(torch, mode):
+    """PyTorch's own ways to configure its allocator: PYTORCH_CUDA_ALLOC_CONF (also when set after
+    install(), before CUDA's first use: LATE_ALLOC_CONF) and _set_allocator_settings at run time, with
+    PyTorch's rule that each call states max_split_size_mb, roundup_power2_divisions and
+    garbage_collection_threshold afresh. FORK_CHECK: install() left CUDA untouched, so a forked child can
+    use it."""
+    late = os.environ.pop("LATE_ALLOC_CONF", None)
+    if late is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = late
+    out = {"initialized_at_start": torch.cuda.is_initialized()}
+    if os.environ.get("FORK_CHECK"):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+
+        def work(q):
+            try:
+                q.put(float(torch.ones(10, device="cuda")[0].item()))
+            except Exception as e:  # the child's CUDA error, reported
+                q.put(str(e)[:300])
+
+        p = ctx.Process(target=work, args=(q,))
+        p.start()
+        out["fork_child"] = q.get(timeout=120)
+        p.join()
+    mb = 1 << 20
+
+    def seg_expandable(x):
+        for sg in torch.cuda.memory._snapshot()["segments"]:
+            if sg["address"] <= x.data_ptr() < sg["address"] + sg["total_size"]:
+                return bool(sg.get("is_expandable"))
+        return None
+
+    x = torch.empty(30 * mb, dtype=torch.uint8, device="cuda")
+    out["expandable_first"] = seg_expandable(x)
+    out["fraction"] = torch.cuda.get_per_process_memory_fraction()
+    del x
+
+    def delta(n):
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_stats()["active_bytes.all.allocated"]
+        y = torch.empty(n, dtype=torch.uint8, device="cuda")
+        d = torch.cuda.memory_stats()["active_bytes.all.allocated"] - before
+        del y
+        return d
+
+    n = 84 * mb
+    out["default"] = delta(n)
+    torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:4")
+    out["div4"] = delta(n)
+    torch.cuda.memory._set_allocator_settings("garbage_collection_threshold:0.5")
+    out["reset"] = delta(n)
+    torch.cuda.memory._set_allocator_settings("roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]")
+    out["list"] = delta(n)
+    errors = {}
+    for bad in ("foo:1,bar:2", "garbage_collection_threshold:1.2", "max_split_size_mb:2",
+                "pinned_num_register_threads:1024", "expandable_segments:maybe"):
+        try:
+            torch.cuda.memory._set_allocator_settings(bad)
+            errors[bad] = "accepted"
+        except Exception as e:
+            errors[bad] = type(e).__name__
+    out["errors"] = errors
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    x = torch.empty(30 * mb, dtype=torch.uint8, device="cuda")
+    out["expandable_set"] = seg_expandable(x)
+    del x
+    torch.cuda.memory._set_allocator_settings("expandable_segments:False,max_split_size_mb:64")
+    x = torch.empty(30 * mb, dtype=torch.uint8, device="cuda")
+    out["expandable_unset"] = seg_expandable(x)
+    del x
+    st = torch.cuda.memory._snapshot().get("allocator_settings", {})
+    out["settings"] = {k: st.get(k) for k in SETTING_KEYS}
+    return out
+
+
 def c_pinned_capture(torch, mode):
     """Pinned memory made during a CUDA graph capture (global mode, torch.cuda.graph's default) and copied
     from inside it: the capture stays valid, and each replay copies what the block holds then."""
@@ -567,6 +648,31 @@ def main():
             {k: v for k, v in c0.items() if k != "expandable_segments"}
         result("settings", ok, {"native expandable_segments:True": n, "cachalot": got, "both native": n2,
                                 "both cachalot": c2, "defaults native": n0})
+    if want("torch_settings"):
+        # PyTorch's variable and _set_allocator_settings reach cachalot as they reach native: the same figures
+        n = run("torch_settings", "native", outdir, {"FORK_CHECK": "1"})
+        c = run("torch_settings", "cachalot", outdir, {"FORK_CHECK": "1"})
+        ok = "error" not in n and n == c and c["fork_child"] == 1.0 and c["div4"] == 96 * (1 << 20)
+        detail = {"native": n, "cachalot": c}
+        env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,per_process_memory_fraction:0.5"}
+        late = {"LATE_ALLOC_CONF": "expandable_segments:True"}
+        for name, e in (("env", env), ("late env", late)):
+            n, c = (run("torch_settings", m, outdir, e) for m in ("native", "cachalot"))
+            ok = ok and "error" not in n and n == c and c["expandable_first"] is True
+            detail[name] = {"native": n, "cachalot": c}
+        # cachalot's own keys in PyTorch's variable; CACHALOT_ALLOC_CONF wins over it
+        mine = {"PYTORCH_CUDA_ALLOC_CONF": "preset:low_fragmentation"}
+        c1 = run("torch_settings", "cachalot", outdir, mine)
+        c2 = run("torch_settings", "cachalot", outdir, dict(mine, CACHALOT_ALLOC_CONF="expandable_segments:False"))
+        ok = ok and c1.get("expandable_first") is True and c2.get("expandable_first") is False
+        detail["preset in PYTORCH_CUDA_ALLOC_CONF"] = c1.get("expandable_first", c1)
+        detail["... and CACHALOT_ALLOC_CONF=expandable_segments:False"] = c2.get("expandable_first", c2)
+        # a malformed value: PyTorch's message, under both
+        bad = {"PYTORCH_CUDA_ALLOC_CONF": "per_process_memory_fraction:1.1"}
+        n, c = (run("torch_settings", m, outdir, bad) for m in ("native", "cachalot"))
+        ok = ok and all("per_process_memory_fraction is invalid" in r.get("error", "") for r in (n, c))
+        detail["bad fraction"] = {"native": n.get("error", n)[-200:], "cachalot": c.get("error", c)[-200:]}
+        result("torch_settings", ok, detail)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1
 

@@ -1271,10 +1271,27 @@ static void test_set_settings(void **state) {
   assert_memory_equal(&before, &after, sizeof before);
   void *p3 = ALLOC(e.a, 0, 84 * MiB, NULL); /* still 4 divisions: 96 MiB, not 88 */
   EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, 84 * MiB + 2 * 96 * MiB);
-  /* keys a string does not name keep their values */
-  OK(cachalot_set_settings(e.a, ""));
+  /* PyTorch's rule: each call states max_split_size_mb, roundup_power2_divisions and
+   * garbage_collection_threshold afresh (unnamed, they return to their defaults) ... */
+  OK(cachalot_set_settings(e.a, "garbage_collection_threshold:0.5,max_split_size_mb:1000"));
   OK(cachalot_set_settings(e.a, "release_lock_on_cudamalloc:False"));
   CHECK(e.a);
+  cachalot_settings now;
+  OK(cachalot_get_settings(e.a, &now));
+  EQ(now.max_split_size, SIZE_MAX);
+  assert_true(now.garbage_collection_threshold == 0.0);
+  EQ(now.roundup_power2_divisions[6], 0);
+  assert_false(now.release_lock_on_cudamalloc);
+  void *p84 = ALLOC(e.a, 0, 84 * MiB, NULL); /* no divisions now: 84 MiB */
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, 2 * 84 * MiB + 2 * 96 * MiB);
+  FREE(e.a, p84);
+  OK(cachalot_empty_cache(e.a)); /* its segment would count in the oversize figures below */
+  CHECK(e.a);
+  /* ... and every other key a string does not name keeps its value */
+  OK(cachalot_set_settings(e.a, "roundup_power2_divisions:4"));
+  CHECK(e.a);
+  OK(cachalot_get_settings(e.a, &now));
+  assert_false(now.release_lock_on_cudamalloc);
   void *p4 = ALLOC(e.a, 0, 84 * MiB, NULL);
   EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, 84 * MiB + 3 * 96 * MiB);
   EXPECT_OVERSIZE(e.a, 0, 0, 0);

@@ -9,8 +9,11 @@
 
 #include "allocator/config.h"
 
+#include <cachalot/cachalot.h>
+
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MIB ((size_t)1024 * 1024)
@@ -618,6 +621,35 @@ static void test_random_strings(void **state) {
   assert_true(accepted > 0); /* the generator does reach valid strings */
 }
 
+/* The public face of the parser: cachalot_check_config validates without creating anything, and
+ * cachalot_config_keys names every key the parser takes, each of which the parser then recognizes. */
+static void test_public_check_and_keys(void **state) {
+  (void)state;
+  const char *const *k = cachalot_config_keys();
+  size_t n = 0;
+  char conf[128], unknown[128];
+  for (; k[n]; n++) {
+    /* a known key with a bad value fails on its value, never as an unknown key */
+    snprintf(conf, sizeof conf, "%s:<bad>", k[n]);
+    assert_int_equal(cachalot_check_config(conf), CACHALOT_ERROR_CONFIG);
+    snprintf(unknown, sizeof unknown, "unknown key '%s'", k[n]);
+    assert_null(strstr(cachalot_last_error(), unknown));
+    assert_non_null(strstr(cachalot_last_error(), k[n]));
+  }
+  assert_int_equal(n, 13);
+  assert_string_equal(k[0], "max_split_size_mb");
+  assert_string_equal(k[12], "preset");
+  assert_int_equal(cachalot_check_config("max_split_size_mb:40,preset:low_fragmentation"), CACHALOT_OK);
+  assert_int_equal(cachalot_check_config(""), CACHALOT_OK);
+  assert_int_equal(cachalot_check_config("backend:native"), CACHALOT_ERROR_CONFIG);
+  assert_non_null(strstr(cachalot_last_error(), "unknown key 'backend'"));
+  assert_int_equal(setenv("CACHALOT_ALLOC_CONF", "garbage_collection_threshold:2", 1), 0);
+  assert_int_equal(cachalot_check_config(NULL), CACHALOT_ERROR_CONFIG);
+  assert_non_null(strstr(cachalot_last_error(), "garbage_collection_threshold"));
+  assert_int_equal(unsetenv("CACHALOT_ALLOC_CONF"), 0);
+  assert_int_equal(cachalot_check_config(NULL), CACHALOT_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -640,6 +672,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_table),
       cmocka_unit_test(test_long_words),
       cmocka_unit_test(test_random_strings),
+      cmocka_unit_test(test_public_check_and_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,121 @@
+// How PyTorch's config strings reach cachalot: cachalot's share of PYTORCH_ALLOC_CONF /
+// PYTORCH_CUDA_ALLOC_CONF, and the hook through which torch.cuda.memory._set_allocator_settings reaches
+// the allocator at run time.
+#include "settings.h"
+
+#include <c10/core/AllocatorConfig.h>
+#include <c10/cuda/CUDAAllocatorConfig.h>
+#include <c10/util/Exception.h>
+
+#include <cachalot/cachalot.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <set>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace cachalot_torch {
+
+namespace {
+
+// One config string as items "key:value" (a value may be a [list]), split at the commas outside brackets.
+std::vector<std::pair<std::string, std::string>> conf_items(const std::string& conf) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string item;
+  int depth = 0;
+  auto flush = [&] {
+    const size_t colon = item.find(':');
+    std::string key = item.substr(0, colon);
+    key.erase(std::remove_if(key.begin(), key.end(), [](unsigned char c) { return std::isspace(c); }), key.end());
+    if (!key.empty() || colon != std::string::npos)
+      out.emplace_back(key, item);
+    item.clear();
+  };
+  for (char c : conf) {
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    if (c == ',' && depth <= 0)
+      flush();
+    else
+      item += c;
+  }
+  flush();
+  return out;
+}
+
+} // namespace
+
+// PyTorch's parsers have already refused keys neither knows; the keys only PyTorch's allocators read
+// (pinned_use_background_threads, pinned_reserve_segment_size_mb, graph_capture_record_stream_reuse, ...)
+// are left to them.
+std::string cachalot_share(const std::string& conf) {
+  std::set<std::string> ours;
+  for (const char* const* k = cachalot_config_keys(); *k; k++)
+    ours.insert(*k);
+  std::string out;
+  for (auto& [key, item] : conf_items(conf)) {
+    std::string text = item;
+    if (key == "release_lock_on_hipmalloc" || key == "pinned_use_hip_host_register") {
+      const std::string cuda = key == "release_lock_on_hipmalloc" ? "release_lock_on_cudamalloc"
+                                                                   : "pinned_use_cuda_host_register";
+      text = cuda + item.substr(item.find(':'));
+    } else if (!ours.count(key)) {
+      continue;
+    }
+    out += (out.empty() ? "" : ",") + text;
+  }
+  return out;
+}
+
+std::optional<std::string> conf_value(const std::string& conf, const std::string& key) {
+  for (auto& [k, item] : conf_items(conf))
+    if (k == key && item.find(':') != std::string::npos) {
+      std::string v = item.substr(item.find(':') + 1);
+      v.erase(std::remove_if(v.begin(), v.end(), [](unsigned char c) { return std::isspace(c); }), v.end());
+      return v;
+    }
+  return std::nullopt;
+}
+
+std::string torch_env_conf() {
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+    if (const char* v = std::getenv(name))
+      return v;
+  return "";
+}
+
+std::string startup_conf(const std::optional<std::string>& install_conf) {
+  const char* env = std::getenv("CACHALOT_ALLOC_CONF");
+  const std::string own = install_conf ? *install_conf : env ? env : "";
+  std::string conf = cachalot_share(torch_env_conf());
+  if (!own.empty())
+    conf += (conf.empty() ? "" : ",") + own;
+  return conf;
+}
+
+// PyTorch keeps one device-config hook: cachalot's replaces CUDA's, hands the string to CUDA's parser as
+// that hook did, then to `apply`. cachalot's own keys join the set PyTorch accepts, in either variable.
+void register_settings_hook(std::function<void(const std::string&)> apply) {
+  static bool done = false;
+  if (done)
+    return;
+  using c10::CachingAllocator::AcceleratorAllocatorConfig;
+  std::unordered_set<std::string> extra;
+  for (const char* const* k = cachalot_config_keys(); *k; k++)
+    if (!AcceleratorAllocatorConfig::getKeys().count(*k))
+      extra.insert(*k);
+  AcceleratorAllocatorConfig::registerDeviceConfigParserHook(
+      [apply = std::move(apply)](const std::string& env) {
+        if (auto backend = conf_value(env, "backend"))
+          TORCH_CHECK_VALUE(false, "cachalot is PyTorch's CUDA allocator (cachalot.torch.install()): backend:", *backend,
+                            " cannot be chosen at run time");
+        c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::instance().parseArgs(env);
+        apply(env);
+      },
+      extra);
+  done = true;
+}
+
+} // namespace cachalot_torch

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""PyTorch's own CUDA-allocator tests, natively and under cachalot, in fresh processes.
+
+    python3 tests/gpu/pytorch_suite.py TESTS_DIR OUT_DIR [--modes native,cachalot] [--files a.py,b.py]
+
+TESTS_DIR holds test files from PyTorch's repository, `test/` of the release that matches the installed
+torch (e.g. for torch 2.11: `git clone --depth 1 --branch v2.11.0 https://github.com/pytorch/pytorch` and
+copy test/test_cuda.py, test_cuda_expandable_segments.py, test_cuda_trace.py and test_cuda_multigpu.py).
+They are PyTorch's code, not cachalot's: keep them in a git-ignored folder (.pytorch-tests/) and never
+commit them. Their helpers (torch.testing._internal) ship with torch itself and need pytest, psutil and
+expecttest; on a machine without pip access put expecttest.py (github.com/pytorch/expecttest) in
+TESTS_DIR/deps/, which the runner puts on PYTHONPATH.
+
+What runs: every test of those files whose class or name says it exercises the allocator (the words in
+TOPICS: memory, stats, snapshot, history, graph, pool, record_stream, pinned, host, OOM, fraction,
+expandable, trace, ...; all of test_cuda_trace.py). The selection is by topic, never by a list of names,
+and OUT_DIR/selected.txt and unselected.txt list both sides so that nothing is hidden.
+
+How: for each mode, each file runs in fresh pytest processes (test_cuda_trace.py one process per test,
+as that file asks). Under "cachalot" a sitecustomize.py on PYTHONPATH calls cachalot.torch.install() at
+interpreter start, so the subprocesses tests start get cachalot too. A process that crashes or hangs
+loses only its current test: the rest run again in a new process.
+
+Prints each mode's passed/failed/skipped counts and every test that passes natively and not under
+cachalot; exit status 1 when there is one. OUT_DIR gets each process's log and results.json.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FILES = ["test_cuda.py", "test_cuda_expandable_segments.py", "test_cuda_trace.py", "test_cuda_multigpu.py"]
+TOPICS = re.compile(
+    r"memory|mem_|stats|snapshot|history|graph|pool|record_stream|pin|host|oom|out_of_memory|fraction|"
+    r"expandable|alloc|cach|trace|callback|segment|block|profiler|viz|plot|ipc|empty|reserved|peak|"
+    r"stream_event|checkpoint|reclaim|release", re.I)
+ONE_PROCESS_PER_TEST = {"test_cuda_trace.py"}
+RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+SITE = """\
+import cachalot.torch
+cachalot.torch.install()
+"""
+# A pytest plugin loaded before the test files: where the test files are newer than the installed torch
+# (only PyTorch's repository at hand, not its release tag), the few helper names they import from
+# torch.testing._internal and that torch lacks are defined as that torch's own test files define them.
+# Natively and under cachalot alike; it changes no test.
+COMPAT = """\
+try:
+    import torch
+    import torch.testing._internal.common_utils as cu
+except ImportError:  # no torch: the test files will say so themselves
+    cu = None
+if cu is not None and not hasattr(cu, "TEST_CUDAMALLOCASYNC"):  # test_cuda.py of 2.11 computes it itself
+    cu.TEST_CUDAMALLOCASYNC = torch.cuda.is_available() and torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+if cu is not None and not hasattr(cu, "skipIfSandcastle"):
+    cu.skipIfSandcastle = lambda fn: fn  # IS_SANDCASTLE is False outside Meta's CI
+"""
+
+
+def pytest_config(tests_dir):
+    """Test ids relative to TESTS_DIR, whatever pytest configuration lies in the folders above it."""
+    ini = os.path.join(tempfile.gettempdir(), "pytorch-suite-pytest.ini")
+    if not os.path.exists(ini):
+        with open(ini, "w") as f:
+            f.write("[pytest]\n")
+    return ["-c", ini, "--rootdir", tests_dir]
+
+
+def collect(tests_dir, name, env):
+    """The test ids pytest collects from one file."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p",
+                        "suite_compat"] + pytest_config(tests_dir) + [name],
+                       cwd=tests_dir, env=env, capture_output=True, text=True, timeout=600)
+    ids = [line.strip() for line in p.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if not ids:
+        sys.stderr.write("collecting %s found nothing:\n%s\n" % (name, (p.stdout + p.stderr)[-3000:]))
+    return ids
+
+
+def selected(test_id, name):
+    return name in ONE_PROCESS_PER_TEST or bool(TOPICS.search(test_id.split("::", 1)[1]))
+
+
+def run_batch(tests_dir, ids, env, log, timeout):
+    """Runs ids in one pytest process; returns {id: outcome} for those it reached. A test that runs
+    longer than `timeout` seconds (no output meanwhile) ends the process."""
+    out = {}
+    with open(log, "a") as f:
+        f.write("$ pytest %d tests\n" % len(ids))
+        f.flush()
+        args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suite_compat", "-o",
+                "console_output_style=classic"] + pytest_config(tests_dir) + [
+                "--tb=short", "-rN"] + ids
+        p = subprocess.Popen(args, cwd=tests_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        last = [time.monotonic()]
+        done = threading.Event()
+
+        def watchdog():
+            while not done.wait(5):
+                if time.monotonic() - last[0] > timeout:
+                    f.write("\n[runner] no output for %d s: process killed\n" % timeout)
+                    os.killpg(p.pid, 9)
+                    return
+
+        threading.Thread(target=watchdog, daemon=True).start()
+        try:
+            for line in p.stdout:
+                last[0] = time.monotonic()
+                f.write(line)
+                m = RESULT.match(line)
+                if m and m.group(1) in ids:
+                    out[m.group(1)] = {"PASSED": "passed", "XPASS": "passed", "SKIPPED": "skipped",
+                                       "XFAIL": "skipped"}.get(m.group(2), "failed")
+        finally:
+            done.set()
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    return out
+
+
+def save(path, res):
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def run_mode(tests_dir, files, ids_of, env, outdir, mode, timeout, results, saved):
+    """Fills results {id: outcome}, saved after each process so that a run cut short keeps what it had."""
+    for name in files:
+        ids = ids_of[name]
+        log = os.path.join(outdir, "%s-%s.log" % (mode, name[:-3]))
+        open(log, "w").close()
+        batches = [[i] for i in ids] if name in ONE_PROCESS_PER_TEST else [ids]
+        for batch in batches:
+            left, empty = list(batch), 0
+            while left:
+                got = run_batch(tests_dir, left, env, log, timeout)
+                results.update(got)
+                saved()
+                rest = [i for i in left if i not in got]
+                if not rest:
+                    break
+                # the first test without a result is the one the process died or hung in (pytest runs the
+                # ids in the order collected, which is theirs); the others run again in a new process,
+                # unless processes keep dying before any result (then they all count as crashed)
+                empty = 0 if got else empty + 1
+                for i in (rest if empty >= 3 else rest[:1]):
+                    results[i] = "crashed"
+                left = [] if empty >= 3 else rest[1:]
+        saved()
+        sys.stdout.write("  %s %s: %d tests\n" % (mode, name, len(ids)))
+        sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tests_dir")
+    ap.add_argument("out_dir")
+    ap.add_argument("--modes", default="native,cachalot")
+    ap.add_argument("--files", default=",".join(FILES))
+    ap.add_argument("--timeout", type=int, default=240, help="seconds one test may run")
+    ap.add_argument("-k", dest="only", default=None, help="a regular expression: run only matching selected ids")
+    a = ap.parse_args()
+    tests_dir = os.path.abspath(a.tests_dir)
+    outdir = os.path.abspath(a.out_dir)
+    os.makedirs(outdir, exist_ok=True)
+    files = [f for f in a.files.split(",") if os.path.exists(os.path.join(tests_dir, f))]
+    if not files:
+        sys.exit("pytorch_suite: none of %s in %s (see this script's header for how to get them)" % (a.files, tests_dir))
+    base = dict(os.environ)
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CACHALOT_ALLOC_CONF"):
+        base.pop(k, None)
+    base["PYTHONUNBUFFERED"] = "1"
+    deps = os.path.join(tests_dir, "deps")  # PyTorch's test-only modules (expecttest) where pip cannot reach
+    if os.path.isdir(deps):
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (deps, base.get("PYTHONPATH")) if p)
+    compat = tempfile.mkdtemp(prefix="suite-compat-")
+    with open(os.path.join(compat, "suite_compat.py"), "w") as f:
+        f.write(COMPAT)
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (compat, base.get("PYTHONPATH")) if p)
+    site = tempfile.mkdtemp(prefix="cachalot-site-")
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SITE)
+    envs = {"native": dict(base),
+            "cachalot": dict(base, PYTHONPATH=os.pathsep.join(p for p in (site, base.get("PYTHONPATH")) if p))}
+
+    ids_of, unselected = {}, []
+    for name in files:
+        ids = collect(tests_dir, name, envs["native"])
+        ids_of[name] = [i for i in ids if selected(i, name) and (not a.only or re.search(a.only, i))]
+        unselected += [i for i in ids if not selected(i, name)]
+    with open(os.path.join(outdir, "selected.txt"), "w") as f:
+        f.write("".join(i + "\n" for n in files for i in ids_of[n]))
+    with open(os.path.join(outdir, "unselected.txt"), "w") as f:
+        f.write("".join(i + "\n" for i in unselected))
+    print("pytorch_suite: %d tests selected from %s (%d not about the allocator: unselected.txt)"
+          % (sum(len(v) for v in ids_of.values()), ", ".join(files), len(unselected)))
+
+    res = {}
+    for mode in a.modes.split(","):
+        res[mode] = {}
+        run_mode(tests_dir, files, ids_of, envs[mode], outdir, mode, a.timeout, res[mode],
+                 lambda: save(os.path.join(outdir, "results.json"), res))
+    for mode, r in res.items():
+        counts = {k: sum(1 for v in r.values() if v == k) for k in ("passed", "failed", "crashed", "skipped")}
+        print("%-8s passed %d, failed %d, crashed %d, skipped %d" % (
+            mode, counts["passed"], counts["failed"], counts["crashed"], counts["skipped"]))
+    if "native" in res and "cachalot" in res:
+        worse = sorted(i for i, v in res["native"].items() if v == "passed" and res["cachalot"].get(i) != "passed")
+        better = sorted(i for i, v in res["cachalot"].items() if v == "passed" and res["native"].get(i) != "passed")
+        for i in worse:
+            print("passes natively, not under cachalot (%s): %s" % (res["cachalot"].get(i, "not run"), i))
+        for i in better:
+            print("passes under cachalot, not natively (%s): %s" % (res["native"].get(i, "not run"), i))
+        print("pytorch_suite: %d tests pass natively and not under cachalot" % len(worse))
+        return 1 if worse else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
