@@ -129,9 +129,10 @@ typedef struct {
 } cachalot_snapshot_info;
 
 /* Takes the snapshot of every device. With include_trace: its trace entries too (user_defined ones left
- * out: the actions above have none), after recording a
- * "snapshot" trace entry on each device as the JSON snapshot does; without: segments and blocks only, and
- * the history is left as it is. Every context in it holds a reference until cachalot_snapshot_info_free. */
+ * out: the actions above have none), then records a "snapshot" trace entry on each device, as PyTorch's
+ * allocator does after reading its trace: the next snapshot shows it (the JSON snapshot records it
+ * before, to mark its own moment). Without include_trace: segments and blocks only, and the history is
+ * left as it is. Every context in it holds a reference until cachalot_snapshot_info_free. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace,
                                                                        cachalot_snapshot_info **out);
 /* Lets go of the snapshot's contexts and frees it. NULL is a no-op. */

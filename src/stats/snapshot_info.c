@@ -117,9 +117,12 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
   for (int i = 0; i < a->device_count && ok; i++) {
     cl_device *d = &a->devices[i];
     cl_enter_exclusive(d);
-    if (include_trace) /* a query of the segments alone (a binding's lookup) leaves the history as it is */
-      cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current, NULL);
     ok = take_segments_locked(d, s, &cap_seg) && (!include_trace || take_trace_locked(d, s, &cap_trace));
+    /* The "snapshot" entry marks the moment in the history, as PyTorch's allocator records it: after the
+     * trace is read, so a snapshot's trace ends with the program's last event and the next one shows the
+     * mark. A query of the segments alone (a binding's lookup) leaves the history as it is. */
+    if (include_trace)
+      cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current, NULL);
     cl_leave_exclusive(d);
   }
   if (!ok) {

@@ -18,6 +18,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/AllocatorConfig.h>
+#include <c10/core/impl/GPUTrace.h>
 #include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -89,8 +90,6 @@ class Allocator final : public cca::CUDAAllocator {
     cachalot_allocator* p = a_.load(std::memory_order_acquire);
     return p ? p : make();
   }
-
-  cachalot_allocator* handle() { return a(); }
 
   // PyTorch's _set_allocator_settings, after PyTorch's own parsers took the string: cachalot's share of it,
   // now, or when cachalot is made if it is not yet.
@@ -466,12 +465,17 @@ class Allocator final : public cca::CUDAAllocator {
     }
     if (rc != CACHALOT_OK)
       fail("malloc", rc);
+    // torch.cuda._gpu_trace (the CUDA stream sanitizer's hooks), called where native calls them
+    if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
+      (*trace)->trace_gpu_memory_allocation(c10::kCUDA, reinterpret_cast<uintptr_t>(p));
     return p;
   }
 
   void free_ptr(void* ptr) {
     if (!ptr)
       return;
+    if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
+      (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
                    ? context_for(cda::RecordContext::ALL, current_device())
                    : nullptr);
@@ -612,7 +616,7 @@ cachalot_allocator* Allocator::make() {
   return p;
 }
 
-cachalot_allocator* instance_allocator() { return instance->handle(); }
+cachalot_allocator* instance_allocator() { return instance->a(); }
 
 void raw_delete_fn(void* ptr) { instance->free_ptr(ptr); }
 
@@ -687,7 +691,7 @@ __attribute__((visibility("default"))) int cachalot_torch_host_install(char* err
 // The allocator the backend serves from (NULL before install): for cachalot's own calls (snapshots, stats).
 __attribute__((visibility("default"))) cachalot_allocator* cachalot_torch_backend_allocator(void) {
   try {
-    return instance ? instance->handle() : nullptr;
+    return instance ? instance->a() : nullptr;
   } catch (const std::exception& e) { // not made: cachalot_last_error() already says why
     return nullptr;
   }

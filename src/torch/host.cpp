@@ -20,7 +20,6 @@
 
 #include <cachalot/cachalot.h>
 
-#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -41,16 +40,9 @@ class HostAllocator final : public at::HostAllocator {
 
   at::DataPtr allocate(size_t size) override {
     void* p = nullptr;
+    // A block made during a capture is the capture's only once a copy the capture records uses it
+    // (record_event): freed before that, it is reused at once, as PyTorch's host allocator reuses it.
     check(cachalot_host_malloc(a(), size, &p), "pinned host allocation");
-    if (p && captures_underway()) {
-      const c10::Stream s = c10::cuda::getCurrentCUDAStream();
-      std::lock_guard<std::mutex> g(mu_);
-      for (auto& c : captures_)
-        if (c.second(s)) {
-          held_[p] = c.first;
-          break;
-        }
-    }
     return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
   }
 
@@ -143,7 +135,6 @@ class HostAllocator final : public at::HostAllocator {
     if (p.uses++ == 0)
       p.device = c10::cuda::current_device();
     captures_.emplace_back(pool, std::move(filter));
-    n_captures_.store(captures_.size(), std::memory_order_relaxed);
   }
 
   void end_allocate_to_pool(MempoolId_t pool) override {
@@ -151,8 +142,7 @@ class HostAllocator final : public at::HostAllocator {
     for (auto it = captures_.begin(); it != captures_.end(); ++it)
       if (it->first == pool) {
         captures_.erase(it);
-        n_captures_.store(captures_.size(), std::memory_order_relaxed);
-        return;
+            return;
       }
     TORCH_CHECK(false, "cachalot: endAllocateToPool: not recording to this pool");
   }
@@ -206,8 +196,6 @@ class HostAllocator final : public at::HostAllocator {
     std::vector<void*> held;     // freed by the program, kept for the pool's graphs
   };
 
-  bool captures_underway() const { return n_captures_.load(std::memory_order_relaxed) != 0; }
-
   // The device allocator is made at PyTorch's first CUDA use; pinning is one (it needs the CUDA context).
   cachalot_allocator* a() const { return get_(); }
 
@@ -215,7 +203,6 @@ class HostAllocator final : public at::HostAllocator {
   at::HostAllocator* prev_;
   std::mutex mu_;
   std::vector<std::pair<MempoolId_t, std::function<bool(c10::Stream)>>> captures_;
-  std::atomic<size_t> n_captures_{0};
   std::map<MempoolId_t, Pool> pools_;
   std::map<void*, MempoolId_t> held_; // allocated blocks that belong to a capture's pool
 };

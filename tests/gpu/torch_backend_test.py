@@ -15,12 +15,15 @@ route. Each child prints one JSON line; the parent compares.
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
                  (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
                  pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
+  gpu_trace      torch.cuda._gpu_trace's allocation and deallocation hooks fire once per tensor, with its
+                 address, as native's do
   torch_settings PYTORCH_CUDA_ALLOC_CONF (read at CUDA's first use, cachalot's keys accepted in it,
                  CACHALOT_ALLOC_CONF winning) and _set_allocator_settings at run time give the figures
                  native gives (roundup, the three keys each call resets, expandable segments, errors);
                  install() leaves CUDA untouched, so a forked child can use it
   pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
-                 capture stays valid and replays copy what the pinned block holds
+                 capture stays valid and replays copy what the pinned block holds; a block freed in the
+                 capture is reused at once unless a captured copy read it
   history        _record_memory_history(max_entries=sys.maxsize) + _dump_snapshot: Python frames on blocks
                  and trace entries, and torch.cuda._memory_viz renders the file
   graphs         torch.cuda.graph with a pool each and with one shared pool: replays equal eager, reserved
@@ -431,6 +434,23 @@ def c_torch_settings(torch, mode):
     return out
 
 
+def c_gpu_trace(torch, mode):
+    """torch.cuda._gpu_trace's allocation and deallocation hooks (what the CUDA stream sanitizer uses): called
+    once per tensor with its address, as native calls them."""
+    import torch.cuda._gpu_trace as gpu_trace
+
+    torch._C._activate_gpu_trace()
+    allocs, frees = [], []
+    gpu_trace.register_callback_for_memory_allocation(allocs.append)
+    gpu_trace.register_callback_for_memory_deallocation(frees.append)
+    x = torch.empty(1000, device="cuda")
+    y = torch.empty(1 << 20, device="cuda")
+    px, py = x.data_ptr(), y.data_ptr()
+    del x, y
+    return {"allocs": [a in (px, py) for a in allocs], "frees": [f in (px, py) for f in frees],
+            "same_pointers": sorted(allocs) == sorted(frees) == sorted([px, py])}
+
+
 def c_pinned_capture(torch, mode):
     """Pinned memory made during a CUDA graph capture (global mode, torch.cuda.graph's default) and copied
     from inside it: the capture stays valid, and each replay copies what the block holds then."""
@@ -449,6 +469,21 @@ def c_pinned_capture(torch, mode):
         torch.cuda.synchronize()
         wrong += int((dst != k + 1).sum())
     out["replay_wrong"] = wrong
+    # A block pinned and freed inside a capture, never copied from there, is reused at once; one a captured
+    # copy read is the pool's and is not (PyTorch's rule for its own host allocator)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2, capture_error_mode="thread_local"):
+        unused = torch.randn(8).pin_memory()
+        unused_ptr = unused.data_ptr()
+        del unused
+        again = torch.randn(8).pin_memory()
+        out["unused_reused"] = again.data_ptr() == unused_ptr
+        used = torch.randn(8).pin_memory()
+        dst[:8].copy_(used, non_blocking=True)
+        used_ptr = used.data_ptr()
+        del used
+        after = torch.randn(8).pin_memory()
+        out["used_kept"] = after.data_ptr() != used_ptr
     return out
 
 
@@ -618,7 +653,8 @@ def main():
         r = {"native": run("pinned_capture", "native", outdir), "cachalot": run("pinned_capture", "cachalot", outdir),
              "native register": run("pinned_capture", "native", outdir, reg),
              "cachalot register": run("pinned_capture", "cachalot", outdir, reg)}
-        ok = all("error" not in v and v["pinned"] and v["replay_wrong"] == 0 for v in r.values())
+        ok = all("error" not in v and v["pinned"] and v["replay_wrong"] == 0 and v["unused_reused"] and
+                 v["used_kept"] for v in r.values())
         result("pinned_capture", ok, r)
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
@@ -648,6 +684,10 @@ def main():
             {k: v for k, v in c0.items() if k != "expandable_segments"}
         result("settings", ok, {"native expandable_segments:True": n, "cachalot": got, "both native": n2,
                                 "both cachalot": c2, "defaults native": n0})
+    if want("gpu_trace"):
+        n, c = (run("gpu_trace", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c and c["same_pointers"]
+        result("gpu_trace", ok, {"native": n, "cachalot": c})
     if want("torch_settings"):
         # PyTorch's variable and _set_allocator_settings reach cachalot as they reach native: the same figures
         n = run("torch_settings", "native", outdir, {"FORK_CHECK": "1"})

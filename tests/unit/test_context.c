@@ -182,14 +182,15 @@ static void test_history_on_block_and_entries(void **state) {
 
   cachalot_snapshot_info *si = TAKE(e.a, true);
   /* segment_alloc, alloc p, alloc n, alloc x, free_requested x, free_completed x, free_requested p,
-   * free_completed p, free_requested n, free_completed n, snapshot */
+   * free_completed p, free_requested n, free_completed n (the snapshot's own entry comes after the trace
+   * is read, as PyTorch's) */
   const cachalot_trace_action want[] = {
       CACHALOT_TRACE_SEGMENT_ALLOC, CACHALOT_TRACE_ALLOC,          CACHALOT_TRACE_ALLOC,
       CACHALOT_TRACE_ALLOC,         CACHALOT_TRACE_FREE_REQUESTED, CACHALOT_TRACE_FREE_COMPLETED,
       CACHALOT_TRACE_FREE_REQUESTED, CACHALOT_TRACE_FREE_COMPLETED, CACHALOT_TRACE_FREE_REQUESTED,
-      CACHALOT_TRACE_FREE_COMPLETED, CACHALOT_TRACE_SNAPSHOT};
-  const void *want_ctx[] = {NULL, &c, NULL, NULL, NULL, NULL, &f, NULL, NULL, NULL, NULL};
-  EQ(si->n_trace, 11);
+      CACHALOT_TRACE_FREE_COMPLETED};
+  const void *want_ctx[] = {NULL, &c, NULL, NULL, NULL, NULL, &f, NULL, NULL, NULL};
+  EQ(si->n_trace, 10);
   for (size_t i = 0; i < si->n_trace; i++) {
     EQ(si->trace[i].action, want[i]);
     PTR_EQ(si->trace[i].context, want_ctx[i]);
@@ -251,9 +252,9 @@ static void test_ring_overwrite_releases(void **state) {
   REFS(c[2], 2);
   REFS(c[3], 2);
   cachalot_snapshot_info *si = TAKE(e.a, true);
-  EQ(si->n_trace, 2); /* [free_completed 0, snapshot] */
-  EQ(si->trace[0].action, CACHALOT_TRACE_FREE_COMPLETED);
-  EQ(si->trace[1].action, CACHALOT_TRACE_SNAPSHOT);
+  EQ(si->n_trace, 2); /* [free_requested 0, free_completed 0]; the snapshot's entry comes after */
+  EQ(si->trace[0].action, CACHALOT_TRACE_FREE_REQUESTED);
+  EQ(si->trace[1].action, CACHALOT_TRACE_FREE_COMPLETED);
   REFS(c[1], 3); /* blocks 1..3 in the snapshot */
   cachalot_snapshot_info_free(e.a, si);
   for (int i = 1; i < 4; i++) {
@@ -279,23 +280,21 @@ static void test_history_grows_as_entries_come(void **state) {
   for (int i = 0; i < 3000; i++)
     FREE(e.a, ALLOC(e.a, 0, 512, NULL));
   cachalot_snapshot_info *si = TAKE(e.a, true);
-  EQ(si->n_trace, 1 + 3 * 3000 + 1); /* segment_alloc, the pairs, snapshot: 9002 > 2 x 4096 */
+  EQ(si->n_trace, 1 + 3 * 3000); /* segment_alloc, the pairs: 9001 > 2 x 4096 */
   EQ(si->trace[0].action, CACHALOT_TRACE_SEGMENT_ALLOC);
-  for (size_t k = 1; k + 1 < si->n_trace; k++) {
+  for (size_t k = 1; k < si->n_trace; k++) {
     EQ(si->trace[k].action, cycle[(k - 1) % 3]);
     EQ(si->trace[k].size, 512);
   }
-  EQ(si->trace[si->n_trace - 1].action, CACHALOT_TRACE_SNAPSHOT);
   cachalot_snapshot_info_free(e.a, si);
 
   HISTORY(e.a, true, 5000); /* cleared; the segment stays cached, so no segment_alloc */
   for (int i = 0; i < 3000; i++)
     FREE(e.a, ALLOC(e.a, 0, 512, NULL));
   si = TAKE(e.a, true);
-  EQ(si->n_trace, 5000); /* entries 4001..8999 of the 9000, then the snapshot */
-  for (size_t k = 0; k + 1 < si->n_trace; k++)
-    EQ(si->trace[k].action, cycle[(4001 + k) % 3]);
-  EQ(si->trace[4999].action, CACHALOT_TRACE_SNAPSHOT);
+  EQ(si->n_trace, 5000); /* the first take's snapshot entry is gone with the clearing: entries 4000..8999 */
+  for (size_t k = 0; k < si->n_trace; k++)
+    EQ(si->trace[k].action, cycle[(4000 + k) % 3]);
   cachalot_snapshot_info_free(e.a, si);
   HISTORY(e.a, false, 0);
   env_free(&e);
@@ -388,7 +387,7 @@ static void test_failed_malloc_keeps_nothing(void **state) {
   CHECK(e.a);
   REFS(c, 1);
   cachalot_snapshot_info *si = TAKE(e.a, true);
-  EQ(si->n_trace, 2);
+  EQ(si->n_trace, 1);
   EQ(si->trace[0].action, CACHALOT_TRACE_OOM);
   PTR_EQ(si->trace[0].context, NULL);
   cachalot_snapshot_info_free(e.a, si);
@@ -607,7 +606,7 @@ static void test_snapshot_take_layout(void **state) {
     EXPECT_SEGMENT(&si->segments[i], &want[i]);
 
   /* device 0's entries, oldest first, then device 1's */
-  EQ(si->n_trace, 7 + 6);
+  EQ(si->n_trace, 6 + 5);
   const cachalot_trace_entry *tr = si->trace;
   EXPECT_TRACE(&tr[0], CACHALOT_TRACE_SEGMENT_ALLOC, 0, p, 2 * MiB, s, NULL);
   EXPECT_TRACE(&tr[1], CACHALOT_TRACE_ALLOC, 0, p, 1000, s, &c);
@@ -615,15 +614,11 @@ static void test_snapshot_take_layout(void **state) {
   EXPECT_TRACE(&tr[3], CACHALOT_TRACE_ALLOC, 0, q, 3 * MiB, s, &d);
   EXPECT_TRACE(&tr[4], CACHALOT_TRACE_SEGMENT_ALLOC, 0, r, 2 * MiB, cap, NULL);
   EXPECT_TRACE(&tr[5], CACHALOT_TRACE_ALLOC, 0, r, 512, cap, NULL);
-  /* the snapshot entry's size is the device's active bytes */
-  EXPECT_TRACE(&tr[6], CACHALOT_TRACE_SNAPSHOT, 0, 0, 1024 + 3 * MiB + 512, NULL, NULL);
-  EXPECT_TRACE(&tr[7], CACHALOT_TRACE_SEGMENT_ALLOC, 1, t, 2 * MiB, s1, NULL);
-  EXPECT_TRACE(&tr[8], CACHALOT_TRACE_ALLOC, 1, t, 512, s1, NULL);
-  EXPECT_TRACE(&tr[9], CACHALOT_TRACE_ALLOC, 1, u, 512, s1, NULL);
-  EXPECT_TRACE(&tr[10], CACHALOT_TRACE_FREE_REQUESTED, 1, u, 512, s1, NULL);
-  EXPECT_TRACE(&tr[11], CACHALOT_TRACE_FREE_COMPLETED, 1, u, 512, s1, NULL);
-  /* the snapshot entry is recorded before the trace is read: the snapshot sees itself */
-  EXPECT_TRACE(&tr[12], CACHALOT_TRACE_SNAPSHOT, 1, 0, 512, NULL, NULL);
+  EXPECT_TRACE(&tr[6], CACHALOT_TRACE_SEGMENT_ALLOC, 1, t, 2 * MiB, s1, NULL);
+  EXPECT_TRACE(&tr[7], CACHALOT_TRACE_ALLOC, 1, t, 512, s1, NULL);
+  EXPECT_TRACE(&tr[8], CACHALOT_TRACE_ALLOC, 1, u, 512, s1, NULL);
+  EXPECT_TRACE(&tr[9], CACHALOT_TRACE_FREE_REQUESTED, 1, u, 512, s1, NULL);
+  EXPECT_TRACE(&tr[10], CACHALOT_TRACE_FREE_COMPLETED, 1, u, 512, s1, NULL);
   for (size_t i = 0; i < si->n_trace; i++) {
     assert_true(tr[i].time_us > 0);
     if (i && tr[i].device == tr[i - 1].device)
@@ -634,6 +629,13 @@ static void test_snapshot_take_layout(void **state) {
   cachalot_snapshot_info_free(e.a, si);
   REFS(c, 3);
   REFS(d, 3);
+  /* each device's "snapshot" entry, recorded after its trace was read (as PyTorch's), is in the next
+   * snapshot, its size the device's active bytes then */
+  si = TAKE(e.a, true);
+  EQ(si->n_trace, 7 + 6);
+  EXPECT_TRACE(&si->trace[6], CACHALOT_TRACE_SNAPSHOT, 0, 0, 1024 + 3 * MiB + 512, NULL, NULL);
+  EXPECT_TRACE(&si->trace[12], CACHALOT_TRACE_SNAPSHOT, 1, 0, 512, NULL, NULL);
+  cachalot_snapshot_info_free(e.a, si);
 
   FREE(e.a, p);
   FREE(e.a, q);
@@ -669,9 +671,13 @@ static void test_snapshot_take_without_trace(void **state) {
   REFS(c, 1);
   OK(cachalot_set_context_ops(e.a, NULL));
 
-  /* without trace the history is left as it is: only the second take records its "snapshot" entry */
+  /* without trace the history is left as it is: only the second take records its "snapshot" entry,
+   * which the third shows */
   HISTORY(e.a, true, 100);
   si = TAKE(e.a, false);
+  cachalot_snapshot_info_free(e.a, si);
+  si = TAKE(e.a, true);
+  EQ(si->n_trace, 0);
   cachalot_snapshot_info_free(e.a, si);
   si = TAKE(e.a, true);
   EQ(si->n_trace, 1);
