@@ -118,7 +118,10 @@ typedef struct {
   size_t size;
   cachalot_stream stream;
   int64_t time_us; /* since the epoch */
-  void *context;   /* or NULL */
+  /* As PyTorch gives its entries one: the call's context (the malloc's on its alloc and segment_alloc
+   * or segment_map entries, the free's on its free entries), else, on a block's free entries, the one its
+   * allocation left with it; NULL otherwise. */
+  void *context;
 } cachalot_trace_entry;
 
 typedef struct {

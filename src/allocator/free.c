@@ -169,10 +169,13 @@ CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, c
 
 void cl_free_block_locked(cl_device *d, cl_block *b) {
   CL_ASSERT_EXCLUSIVE(d);
-  cl_ctx_drop_locked(d, b->ptr); /* a block pending free keeps its context until it is free */
+  const uintptr_t ptr = b->ptr;
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
   free_block(d, CL_EXCLUSIVE, b, b->seg->small, &m);
+  /* A block pending free keeps its context until it is free: its free_completed entry, recorded above,
+   * takes it when the free gives none. No block starts at ptr meanwhile (the merge only joins free ones). */
+  cl_ctx_drop_locked(d, ptr);
 }
 
 /* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps

@@ -204,6 +204,25 @@ static void grow_trace(cl_device *d) {
   }
 }
 
+/* The context a trace entry keeps, as PyTorch's allocator gives its entries one: the call's (the malloc's
+ * for the block and the segment it makes, the free's for the block it frees), else, for the free events of
+ * a block, the context its allocation left with it (a free without one, an event completing later). */
+static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr) {
+  switch (action) {
+  case CL_TRACE_ALLOC:
+  case CL_TRACE_SEGMENT_ALLOC:
+  case CL_TRACE_SEGMENT_MAP:
+    return cl_tls_alloc_ctx;
+  case CL_TRACE_FREE_REQUESTED:
+  case CL_TRACE_FREE_COMPLETED:
+    if (cl_tls_free_ctx)
+      return cl_tls_free_ctx;
+    return d->block_ctx ? cl_ctx_of_locked(d, (uintptr_t)addr) : NULL;
+  default:
+    return NULL;
+  }
+}
+
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                             cachalot_stream stream) {
   CL_ASSERT_EXCLUSIVE(d);
@@ -224,7 +243,7 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
   e->ctx = NULL;
   free(e->text);
   e->text = NULL;
-  void *ctx = action == CL_TRACE_ALLOC ? cl_tls_alloc_ctx : action == CL_TRACE_FREE_REQUESTED ? cl_tls_free_ctx : NULL;
+  void *ctx = entry_ctx(d, action, addr);
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);
     e->ctx = ctx;

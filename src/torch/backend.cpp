@@ -8,17 +8,18 @@
 // first CUDA allocation, as torch.cuda.memory.change_current_allocator does for a pluggable allocator.
 //
 // Contexts: while history is on, each allocation carries a Ctx (PyTorch's gathered stack, the compile
-// context, the user metadata) through cachalot_malloc_with_context; cachalot keeps it with the block and the
+// context) through cachalot_malloc_with_context; cachalot keeps it with the block and the
 // trace entry, counting references through ctx_retain / ctx_release, and snapshot() hands it back.
 //
 // What PyTorch's types look like is convert.cpp's business: this file holds the allocator PyTorch calls.
 #include "convert.h"
 #include "host.h"
+#include "metadata.h"
+#include "observe.h"
 #include "settings.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/AllocatorConfig.h>
-#include <c10/core/impl/GPUTrace.h>
 #include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -251,10 +252,11 @@ class Allocator final : public cca::CUDAAllocator {
       const auto action = torch_action(e.action);
       if (skip_.count(action) || e.device < 0 || e.device >= devices_)
         continue;
-      // PyTorch keeps stacks on alloc entries from RecordContext::ALLOC on, on free entries with ALL only
-      // (cachalot is given a free context only then).
+      // PyTorch keeps stacks on trace entries from RecordContext::ALLOC on: a free entry has the free's
+      // (with ALL) or else the block's (cachalot's rule too), a segment entry the malloc's.
       const bool keep = when >= static_cast<int>(cda::RecordContext::ALLOC);
-      out.device_traces[static_cast<size_t>(e.device)].push_back(to_trace_entry(e, action, keep));
+      out.device_traces[static_cast<size_t>(e.device)].push_back(
+          to_trace_entry(e, action, keep, metadata_.at(static_cast<size_t>(e.device), e.time_us)));
     }
     if (include_traces)
       out.external_annotations = annotations_;
@@ -384,17 +386,17 @@ class Allocator final : public cca::CUDAAllocator {
 
   // One string per device, as native keeps it: allocations of any thread on the device carry it.
   void setUserMetadata(const std::string& metadata) override {
-    a(); // sizes user_metadata_
+    a(); // sizes metadata_
     const size_t d = current_device();
     std::lock_guard<std::mutex> g(mu_);
-    user_metadata_[d] = metadata;
+    metadata_.set(d, metadata, now_us());
   }
 
   std::string getUserMetadata() override {
     a();
     const size_t d = current_device();
     std::lock_guard<std::mutex> g(mu_);
-    return user_metadata_[d];
+    return metadata_.current(d);
   }
 
   void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
@@ -455,7 +457,8 @@ class Allocator final : public cca::CUDAAllocator {
   // --- the calls tensors make ---
 
   void* malloc_on(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream) {
-    CtxRef ctx(context_for(cda::RecordContext::STATE, static_cast<size_t>(device)));
+    CtxRef ctx(context_for(cda::RecordContext::STATE));
+    const int64_t mark = profiler_mark(a(), device);
     void* p = nullptr;
     cachalot_status rc = ctx.p ? cachalot_malloc_with_context(a(), device, nbytes, stream, ctx.p, &p)
                                : cachalot_malloc(a(), device, nbytes, stream, &p);
@@ -465,23 +468,24 @@ class Allocator final : public cca::CUDAAllocator {
     }
     if (rc != CACHALOT_OK)
       fail("malloc", rc);
-    // torch.cuda._gpu_trace (the CUDA stream sanitizer's hooks), called where native calls them
-    if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
-      (*trace)->trace_gpu_memory_allocation(c10::kCUDA, reinterpret_cast<uintptr_t>(p));
+    observed_malloc(a(), device, p, mark);
     return p;
   }
 
   void free_ptr(void* ptr) {
     if (!ptr)
       return;
-    if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
-      (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
+    observing_free(ptr);
+    // the profiler's event names the current device (a block's own is not looked up for it)
+    const auto device = profiling_memory() ? static_cast<c10::DeviceIndex>(current_device()) : 0;
+    const int64_t mark = profiling_memory() ? profiler_mark(a(), device) : -1;
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
-                   ? context_for(cda::RecordContext::ALL, current_device())
+                   ? context_for(cda::RecordContext::ALL)
                    : nullptr);
     cachalot_status rc = ctx.p ? cachalot_free_with_context(a(), ptr, ctx.p) : cachalot_free(a(), ptr);
     if (rc != CACHALOT_OK)
       fail("free", rc);
+    observed_free(a(), device, ptr, mark);
   }
 
   // Called by cachalot at every out-of-memory failure, with no cachalot lock held.
@@ -527,7 +531,7 @@ class Allocator final : public cca::CUDAAllocator {
 
   // A context for a call on `device`, when history records contexts at `level` (PyTorch's
   // maybeGatherContext). Called before cachalot takes any lock: the recorder may take the GIL.
-  Ctx* context_for(cda::RecordContext level, size_t device) {
+  Ctx* context_for(cda::RecordContext level) {
     if (when_.load(std::memory_order_relaxed) < static_cast<int>(level))
       return nullptr;
     cda::CreateContextFn recorder = recorder_.load();
@@ -537,11 +541,6 @@ class Allocator final : public cca::CUDAAllocator {
     c->gathered = recorder();
     if (!compile_contexts.empty())
       c->compile_context = compile_contexts.back();
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (device < user_metadata_.size())
-        c->user_metadata = user_metadata_[device];
-    }
     return c.release();
   }
 
@@ -564,7 +563,7 @@ class Allocator final : public cca::CUDAAllocator {
   std::mutex mu_; // observers, annotations, history settings
   std::vector<cca::OutOfMemoryObserver> observers_;
   std::vector<cda::AnnotationEntry> annotations_; // a ring of history_entries_ at most
-  std::vector<std::string> user_metadata_;        // per device
+  MetadataTimeline metadata_;
   std::set<cda::TraceEntry::Action> skip_;
   size_t history_entries_ = 0;
   std::atomic<bool> history_on_{false};
@@ -609,7 +608,7 @@ cachalot_allocator* Allocator::make() {
   devices_ = devices;
   {
     std::lock_guard<std::mutex> m(mu_);
-    user_metadata_.resize(static_cast<size_t>(devices));
+    metadata_.resize(static_cast<size_t>(devices));
     conf_ = conf;
   }
   a_.store(p, std::memory_order_release);

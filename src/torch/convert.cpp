@@ -162,10 +162,13 @@ cda::TraceEntry::Action torch_action(cachalot_trace_action a) {
   return cda::TraceEntry::SNAPSHOT;
 }
 
-cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_context) {
-  const Ctx* c = keep_context ? static_cast<const Ctx*>(e.context) : nullptr;
+cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_frames,
+                               const std::string& user_metadata) {
+  // PyTorch writes "N/A" where an entry has no compiled region; its frames only from RecordContext::ALLOC on
+  const Ctx* c = static_cast<const Ctx*>(e.context);
+  const std::string region = c && !c->compile_context.empty() ? c->compile_context : "N/A";
   cda::TraceEntry te(action, static_cast<c10::DeviceIndex>(e.device), e.addr, e.size, e.stream, MempoolId_t{0, 0}, 0,
-                     c ? c->gathered : nullptr, c ? c->compile_context : "", c ? c->user_metadata : "");
+                     c && keep_frames ? c->gathered : nullptr, region, user_metadata);
   te.time_.t_ = static_cast<time_t>(e.time_us); // PyTorch's snapshot reads microseconds here
   return te;
 }

@@ -24,12 +24,11 @@ namespace cda = c10::CachingDeviceAllocator;
 using c10::MempoolId_t;
 
 // What cachalot keeps with a block or trace entry: PyTorch's context (a CapturedTraceback, which
-// torch.cuda.memory._snapshot() symbolizes) and the strings PyTorch attaches to trace entries.
+// torch.cuda.memory._snapshot() symbolizes) and the compiled region the call came from.
 struct Ctx {
   std::atomic<int> refs{1};
   std::shared_ptr<c10::GatheredContext> gathered;
-  std::string compile_context;
-  std::string user_metadata;
+  std::string compile_context; // "" outside a compiled region
 };
 
 // cachalot's context ops: a Ctx counts its references (one per block and trace entry that keeps it).
@@ -74,8 +73,10 @@ cda::SegmentInfo to_segment_info(const cachalot_snapshot_segment& seg);
 
 cda::TraceEntry::Action torch_action(cachalot_trace_action a);
 
-// keep_context: whether the entry carries its stack and strings (history records contexts at ALLOC or more).
-cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_context);
+// keep_frames: whether the entry carries its stack (history records contexts at ALLOC or more);
+// user_metadata: the string in force when it was recorded.
+cda::TraceEntry to_trace_entry(const cachalot_trace_entry& e, cda::TraceEntry::Action action, bool keep_frames,
+                               const std::string& user_metadata);
 
 // The settings in force (cachalot_get_settings) as PyTorch's snapshot shows them; conf: the string given.
 cca::AllocatorConfigInfo to_config_info(const cachalot_settings& st, const std::string& conf);

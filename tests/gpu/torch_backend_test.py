@@ -15,6 +15,10 @@ route. Each child prints one JSON line; the parent compares.
   settings       the snapshot's allocator_settings say expandable_segments as the config string decides
                  (the preset, later keys, white space), as native's do with PYTORCH_CUDA_ALLOC_CONF; the
                  pinned_*, max_split_size, garbage_collection_threshold and roundup keys as native's
+  trace_strings  every trace entry's user metadata (the string in force when it was recorded), compiled
+                 region and frames, at each context level: as native's, entry for entry
+  profiler       torch.profiler.profile(profile_memory=True) sees cachalot's allocations and frees as it
+                 sees native's (memory_viz's snapshot of the profile: the same events, frames named)
   gpu_trace      torch.cuda._gpu_trace's allocation and deallocation hooks fire once per tensor, with its
                  address, as native's do
   torch_settings PYTORCH_CUDA_ALLOC_CONF (read at CUDA's first use, cachalot's keys accepted in it,
@@ -434,6 +438,43 @@ def c_torch_settings(torch, mode):
     return out
 
 
+def c_trace_strings(torch, mode):
+    """What each trace entry of torch.cuda.memory._snapshot() says besides its action, for each context
+    level: the user metadata in force when it was recorded (every action), its compiled region ("N/A"
+    outside one) and whether it has frames."""
+    out = {}
+    for context in ("alloc", "all", "state"):
+        torch.cuda.memory.empty_cache()
+        torch.cuda.memory._set_memory_metadata("metadata test")
+        torch.cuda.memory._record_memory_history(context=context)
+        x = torch.rand(3, 4, device="cuda")
+        y = torch.empty(3 << 20, device="cuda")
+        del x, y
+        torch.cuda.memory.empty_cache()
+        torch.cuda.memory._set_memory_metadata("")
+        z = torch.empty(5, device="cuda")
+        del z
+        ss = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(None)
+        out[context] = [[e["action"], e.get("user_metadata"), e.get("compile_context"), bool(e.get("frames"))]
+                        for e in ss["device_traces"][0]]
+    return out
+
+
+def c_profiler(torch, mode):
+    """torch.profiler's memory events (profile_memory=True), as memory_viz turns them into a snapshot."""
+    from torch.cuda._memory_viz import _profile_to_snapshot
+
+    torch.cuda.init()
+    with torch.profiler.profile(with_stack=True, profile_memory=True, record_shapes=True) as prof:
+        x = torch.rand(128, 128, device="cuda")
+        y = x * x + x * x
+        del x, y
+    text = json.dumps(_profile_to_snapshot(prof))
+    return {"names_this_function": "c_profiler" in text, "has_category": "category" in text,
+            "allocs": text.count('"action": "alloc"'), "frees": text.count('"action": "free_completed"')}
+
+
 def c_gpu_trace(torch, mode):
     """torch.cuda._gpu_trace's allocation and deallocation hooks (what the CUDA stream sanitizer uses): called
     once per tensor with its address, as native calls them."""
@@ -684,6 +725,14 @@ def main():
             {k: v for k, v in c0.items() if k != "expandable_segments"}
         result("settings", ok, {"native expandable_segments:True": n, "cachalot": got, "both native": n2,
                                 "both cachalot": c2, "defaults native": n0})
+    if want("trace_strings"):
+        n, c = (run("trace_strings", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c
+        result("trace_strings", ok, {"native": n, "cachalot": c})
+    if want("profiler"):
+        n, c = (run("profiler", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c and c["names_this_function"] and c["allocs"] > 0
+        result("profiler", ok, {"native": n, "cachalot": c})
     if want("gpu_trace"):
         n, c = (run("gpu_trace", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in n and n == c and c["same_pointers"]

@@ -164,17 +164,17 @@ static void test_history_on_block_and_entries(void **state) {
   OK(cachalot_set_context_ops(e.a, &OPS));
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, s, &c);
-  REFS(c, 3); /* the block and the alloc entry */
+  REFS(c, 4); /* the block, the alloc entry and the segment_alloc entry of the segment it made */
   void *n = ALLOC_CTX(e.a, 0, 512, s, NULL); /* a NULL context is allowed and keeps nothing */
   /* the thread's context is the call's alone: a plain malloc/free afterwards keeps nothing */
   void *x = ALLOC(e.a, 0, 512, s);
   FREE(e.a, x);
-  REFS(c, 3);
+  REFS(c, 4);
   STATUS(cachalot_set_context_ops(e.a, &OPS), CACHALOT_ERROR_INVALID_STATE);
-  CONTAINS(cachalot_last_error(), "2 context references are still kept");
+  CONTAINS(cachalot_last_error(), "3 context references are still kept");
   FREE_CTX(e.a, p, &f);
-  REFS(c, 2); /* the block's reference goes at free, the alloc entry's stays */
-  REFS(f, 2); /* the free_requested entry */
+  REFS(c, 3); /* the block's reference goes at free, the entries' stay */
+  REFS(f, 3); /* the free_requested and free_completed entries */
   /* a failed free keeps nothing */
   STATUS(cachalot_free_with_context(e.a, (void *)(uintptr_t)0x10, &g), CACHALOT_ERROR_INVALID_POINTER);
   REFS(g, 1);
@@ -189,7 +189,7 @@ static void test_history_on_block_and_entries(void **state) {
       CACHALOT_TRACE_ALLOC,         CACHALOT_TRACE_FREE_REQUESTED, CACHALOT_TRACE_FREE_COMPLETED,
       CACHALOT_TRACE_FREE_REQUESTED, CACHALOT_TRACE_FREE_COMPLETED, CACHALOT_TRACE_FREE_REQUESTED,
       CACHALOT_TRACE_FREE_COMPLETED};
-  const void *want_ctx[] = {NULL, &c, NULL, NULL, NULL, NULL, &f, NULL, NULL, NULL};
+  const void *want_ctx[] = {&c, &c, NULL, NULL, NULL, NULL, &f, &f, NULL, NULL};
   EQ(si->n_trace, 10);
   for (size_t i = 0; i < si->n_trace; i++) {
     EQ(si->trace[i].action, want[i]);
@@ -197,11 +197,11 @@ static void test_history_on_block_and_entries(void **state) {
   }
   PTR_EQ(si->trace[1].addr, p);
   PTR_EQ(si->trace[6].addr, p);
-  REFS(c, 3); /* one more for the snapshot's alloc entry */
-  REFS(f, 3);
+  REFS(c, 5); /* one more for each of the snapshot's entries */
+  REFS(f, 5);
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 2);
-  REFS(f, 2);
+  REFS(c, 3);
+  REFS(f, 3);
 
   HISTORY(e.a, false, 0); /* the trace's references go */
   REFS(c, 1);
@@ -222,11 +222,11 @@ static void test_history_restart_releases_entries(void **state) {
   OK(cachalot_set_context_ops(e.a, &OPS));
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, NULL, &c);
-  REFS(c, 3);
+  REFS(c, 4); /* the block, its alloc and segment_alloc entries */
   HISTORY(e.a, true, 100);
   REFS(c, 2);
-  FREE(e.a, p);
-  REFS(c, 1);
+  FREE(e.a, p); /* its free entries take the block's context: the new buffer keeps two */
+  REFS(c, 3);
   HISTORY(e.a, false, 0);
   env_free(&e);
   REFS(c, 1);
@@ -246,8 +246,9 @@ static void test_ring_overwrite_releases(void **state) {
   REFS(c[1], 2);
   REFS(c[2], 3);
   REFS(c[3], 3);
-  FREE(e.a, p[0]); /* [free_requested 0, free_completed 0]: 2's and 3's entries are overwritten */
-  REFS(c[0], 1);
+  FREE(e.a, p[0]); /* [free_requested 0, free_completed 0], which take block 0's context (the free gives
+                      none): 2's and 3's entries are overwritten */
+  REFS(c[0], 3);
   REFS(c[1], 2);
   REFS(c[2], 2);
   REFS(c[3], 2);
@@ -260,7 +261,8 @@ static void test_ring_overwrite_releases(void **state) {
   for (int i = 1; i < 4; i++) {
     REFS(c[i], 2);
     FREE(e.a, p[i]);
-    REFS(c[i], 1);
+    REFS(c[i], 3); /* its two free entries fill the ring */
+    REFS(c[i - 1], 1);
   }
   HISTORY(e.a, false, 0);
   env_free(&e);
@@ -311,8 +313,8 @@ static void test_history_off_lets_go_of_blocks(void **state) {
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, s, &c);
   void *q = ALLOC_CTX(e.a, 0, 3 * MiB, s, &d);
-  REFS(c, 3);
-  REFS(d, 3);
+  REFS(c, 4); /* the block, its alloc entry and the segment_alloc entry of its segment */
+  REFS(d, 4);
   HISTORY(e.a, false, 0);
   REFS(c, 1);
   REFS(d, 1);
@@ -361,7 +363,7 @@ static void test_history_off_then_free_each(void **state) {
     REFS(c[i], i < 4 ? 1 : 3);
   for (int i = 0; i < 8; i++) {
     FREE(e.a, p[i]);
-    REFS(c[i], i < 4 ? 1 : 2); /* the alloc entry stays in the ring */
+    REFS(c[i], i < 4 ? 1 : 4); /* the alloc entry stays in the ring, and its free entries take it */
     for (int k = i + 1; k < 8; k++)
       REFS(c[k], k < 4 ? 1 : 3);
   }
@@ -416,11 +418,11 @@ static void test_destroy_releases_everything(void **state) {
   cachalot_mempool_id id = cachalot_graph_pool_handle(e.a);
   OK(cachalot_begin_allocate_to_pool(e.a, 1, id, only, cap));
   (void)ALLOC_CTX(e.a, 1, 3 * MiB, cap, &c[4]);
-  REFS(c[0], 3);
-  REFS(c[1], 3);
-  REFS(c[2], 2);
-  REFS(c[3], 2);
-  REFS(c[4], 3);
+  REFS(c[0], 4); /* the block, its alloc entry, its segment's segment_alloc entry */
+  REFS(c[1], 4);
+  REFS(c[2], 3); /* the alloc and segment_alloc entries */
+  REFS(c[3], 3); /* the free_requested and free_completed entries */
+  REFS(c[4], 4);
   cachalot_snapshot_info *si = TAKE(e.a, true);
   cachalot_snapshot_info_free(e.a, si);
   cachalot_destroy(e.a); /* the routing still active, the blocks still allocated */
@@ -454,12 +456,18 @@ static void test_pending_free_keeps_context(void **state) {
   EQ(b->requested, 1000);
   EQ(b->state, CACHALOT_BLOCK_PENDING_FREE);
   PTR_EQ(b->context, &c);
-  REFS(c, 4); /* the block, the alloc entry, the snapshot's block */
+  REFS(c, 5); /* the block, the alloc and segment_alloc entries, the snapshot's block */
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 3);
+  REFS(c, 4);
   COMPLETE(&e, side);
-  EMPTY(e.a); /* the completed event is seen: the block is free, its context goes */
-  REFS(c, 2);
+  EMPTY(e.a); /* the completed event is seen: the block is free, its context goes to the free_completed
+                 entry, which no free call gave one (PyTorch's rule: the block's own) */
+  REFS(c, 4);
+  si = TAKE(e.a, true);
+  PTR_EQ(si->trace[si->n_trace - 2].context, &c); /* free_completed, then the segment's segment_free */
+  EQ(si->trace[si->n_trace - 2].action, CACHALOT_TRACE_FREE_COMPLETED);
+  EQ(si->trace[si->n_trace - 1].action, CACHALOT_TRACE_SEGMENT_FREE);
+  cachalot_snapshot_info_free(e.a, si);
   EXPECT_POOLS(e.a, 0, PX0, PX0);
   HISTORY(e.a, false, 0);
   REFS(c, 1);
@@ -488,7 +496,7 @@ static void test_restore_releases_block_contexts(void **state) {
   CHECK(e.a);
   EQ(n, 1);
   PTR_EQ(ptrs[0], x);
-  REFS(c, 2); /* p is free again; its alloc entry stays */
+  REFS(c, 4); /* p is free again; its alloc entry stays, and its free entries took its context */
   void *again = ALLOC_CTX(e.a, 0, 1000, cap, NULL);
   PTR_EQ(again, p);
   FREE(e.a, again);
@@ -581,8 +589,8 @@ static void test_snapshot_take_layout(void **state) {
   char *t = ALLOC(e.a, 1, 512, s1);
   char *u = ALLOC(e.a, 1, 512, s1);
   FREE(e.a, u); /* merges back into the free rest of device 1's segment */
-  REFS(c, 3);
-  REFS(d, 3);
+  REFS(c, 4); /* the block, its alloc entry and its segment's segment_alloc entry */
+  REFS(d, 4);
 
   cachalot_snapshot_info *si = TAKE(e.a, true);
   const cachalot_mempool_id dflt = {0, 0};
@@ -608,9 +616,9 @@ static void test_snapshot_take_layout(void **state) {
   /* device 0's entries, oldest first, then device 1's */
   EQ(si->n_trace, 6 + 5);
   const cachalot_trace_entry *tr = si->trace;
-  EXPECT_TRACE(&tr[0], CACHALOT_TRACE_SEGMENT_ALLOC, 0, p, 2 * MiB, s, NULL);
+  EXPECT_TRACE(&tr[0], CACHALOT_TRACE_SEGMENT_ALLOC, 0, p, 2 * MiB, s, &c); /* the malloc's context */
   EXPECT_TRACE(&tr[1], CACHALOT_TRACE_ALLOC, 0, p, 1000, s, &c);
-  EXPECT_TRACE(&tr[2], CACHALOT_TRACE_SEGMENT_ALLOC, 0, q, 20 * MiB, s, NULL);
+  EXPECT_TRACE(&tr[2], CACHALOT_TRACE_SEGMENT_ALLOC, 0, q, 20 * MiB, s, &d);
   EXPECT_TRACE(&tr[3], CACHALOT_TRACE_ALLOC, 0, q, 3 * MiB, s, &d);
   EXPECT_TRACE(&tr[4], CACHALOT_TRACE_SEGMENT_ALLOC, 0, r, 2 * MiB, cap, NULL);
   EXPECT_TRACE(&tr[5], CACHALOT_TRACE_ALLOC, 0, r, 512, cap, NULL);
@@ -624,11 +632,11 @@ static void test_snapshot_take_layout(void **state) {
     if (i && tr[i].device == tr[i - 1].device)
       assert_true(tr[i].time_us >= tr[i - 1].time_us);
   }
-  REFS(c, 5); /* the block and the alloc entry, each once in cachalot and once in the snapshot */
-  REFS(d, 5);
+  REFS(c, 7); /* the block and the two entries, each once in cachalot and once in the snapshot */
+  REFS(d, 7);
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 3);
-  REFS(d, 3);
+  REFS(c, 4);
+  REFS(d, 4);
   /* each device's "snapshot" entry, recorded after its trace was read (as PyTorch's), is in the next
    * snapshot, its size the device's active bytes then */
   si = TAKE(e.a, true);
@@ -659,7 +667,7 @@ static void test_snapshot_take_without_trace(void **state) {
   EQ(si->n_trace, 0);
   EQ(si->n_segments, 1);
   PTR_EQ(si->segments[0].blocks[0].context, &c);
-  REFS(c, 4); /* + the snapshot's block only */
+  REFS(c, 5); /* the block, the alloc and segment_alloc entries, + the snapshot's block only */
   /* the snapshot's own references outlive the block's and the trace's, and hold off new ops */
   FREE(e.a, p);
   HISTORY(e.a, false, 0);

@@ -1,0 +1,56 @@
+// What PyTorch's observers of allocations see of cachalot's (observe.h).
+#include "observe.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/GPUTrace.h>
+#include <c10/macros/Macros.h>
+
+namespace cachalot_torch {
+
+namespace {
+
+bool totals(cachalot_allocator* a, c10::DeviceIndex device, int64_t* allocated, int64_t* reserved) {
+  cachalot_device_stats s;
+  if (cachalot_memory_stats(a, device, &s) != CACHALOT_OK)
+    return false;
+  *allocated = s.allocated_bytes[CACHALOT_STAT_ALL].current;
+  *reserved = s.reserved_bytes[CACHALOT_STAT_ALL].current;
+  return true;
+}
+
+void report(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark) {
+  int64_t allocated = 0, reserved = 0;
+  if (mark >= 0 && totals(a, device, &allocated, &reserved))
+    c10::reportMemoryUsageToProfiler(p, allocated - mark, static_cast<size_t>(allocated),
+                                     static_cast<size_t>(reserved), c10::Device(c10::DeviceType::CUDA, device));
+}
+
+} // namespace
+
+bool profiling_memory() { return c10::memoryProfilingEnabled(); }
+
+int64_t profiler_mark(cachalot_allocator* a, c10::DeviceIndex device) {
+  int64_t allocated = 0, reserved = 0;
+  if (C10_LIKELY(!c10::memoryProfilingEnabled()) || !totals(a, device, &allocated, &reserved))
+    return -1;
+  return allocated;
+}
+
+void observed_malloc(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark) {
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
+    (*trace)->trace_gpu_memory_allocation(c10::kCUDA, reinterpret_cast<uintptr_t>(p));
+  if (C10_UNLIKELY(mark >= 0))
+    report(a, device, p, mark);
+}
+
+void observing_free(void* p) {
+  if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
+    (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(p));
+}
+
+void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark) {
+  if (C10_UNLIKELY(mark >= 0))
+    report(a, device, p, mark);
+}
+
+} // namespace cachalot_torch

@@ -1,0 +1,35 @@
+// Private to the PyTorch backend: what PyTorch's observers of allocations see of cachalot's, as they see
+// native's: torch.cuda._gpu_trace's hooks (the CUDA stream sanitizer) and the profiler's memory events
+// (torch.profiler.profile(profile_memory=True), which memory_viz's profile_plot draws).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cachalot/cachalot.h>
+
+#include <cstdint>
+
+#pragma GCC visibility push(hidden)
+
+namespace cachalot_torch {
+
+// Whether the profiler records memory now (one thread-local read).
+bool profiling_memory();
+
+// Before a malloc or free on `device`: the device's allocated bytes while the profiler records memory,
+// else -1.
+int64_t profiler_mark(cachalot_allocator* a, c10::DeviceIndex device);
+
+// After a malloc of p (mark: profiler_mark's before it): the GPU trace hook, and the profiler's event with
+// the block's size (the change in allocated bytes: cachalot rounds as native does).
+void observed_malloc(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark);
+
+// Before the free of p: the GPU trace hook, as native calls it.
+void observing_free(void* p);
+
+// After the free of p on `device` (mark: profiler_mark's before it): the profiler's event.
+void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark);
+
+} // namespace cachalot_torch
+
+#pragma GCC visibility pop
