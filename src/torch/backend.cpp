@@ -17,6 +17,7 @@
 #include "metadata.h"
 #include "observe.h"
 #include "settings.h"
+#include "uncached.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/AllocatorConfig.h>
@@ -172,11 +173,9 @@ class Allocator final : public cca::CUDAAllocator {
       check(cachalot_empty_cache_pool(a(), d, to_id(mempool_id)), "emptyCache");
   }
 
-  void enable(bool value) override {
-    TORCH_CHECK(value, "cachalot: enable(False) (an allocator that does not cache) is not supported");
-  }
+  void enable(bool value) override { enabled_.store(value, std::memory_order_relaxed); }
 
-  bool isEnabled() const override { return true; }
+  bool isEnabled() const override { return enabled_.load(std::memory_order_relaxed); }
 
   // cuDNN asks this with *largestBlock 0 for the workspace it may use: as native, the device's free memory
   // then, or the largest cached free block (of any pool) if that is larger.
@@ -399,10 +398,7 @@ class Allocator final : public cca::CUDAAllocator {
     return metadata_.current(d);
   }
 
-  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
-    std::lock_guard<std::mutex> g(mu_);
-    observers_.push_back(std::move(observer));
-  }
+  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override { oom_.attach(std::move(observer)); }
 
   void attachAllocatorTraceTracker(cca::AllocatorTraceTracker) override {
     TORCH_CHECK(false, "cachalot: attachAllocatorTraceTracker (a callback at each allocator event) is not supported");
@@ -457,6 +453,11 @@ class Allocator final : public cca::CUDAAllocator {
   // --- the calls tensors make ---
 
   void* malloc_on(c10::DeviceIndex device, size_t nbytes, cudaStream_t stream) {
+    if (C10_UNLIKELY(!enabled_.load(std::memory_order_relaxed))) { // caching_allocator_enable(False)
+      void* p = uncached_malloc(nbytes);
+      observed_malloc(a(), device, p, -1);
+      return p;
+    }
     CtxRef ctx(context_for(cda::RecordContext::STATE));
     const int64_t mark = profiler_mark(a(), device);
     void* p = nullptr;
@@ -476,6 +477,8 @@ class Allocator final : public cca::CUDAAllocator {
     if (!ptr)
       return;
     observing_free(ptr);
+    if (C10_UNLIKELY(uncached_any()) && uncached_free(ptr))
+      return;
     // the profiler's event names the current device (a block's own is not looked up for it)
     const auto device = profiling_memory() ? static_cast<c10::DeviceIndex>(current_device()) : 0;
     const int64_t mark = profiling_memory() ? profiler_mark(a(), device) : -1;
@@ -486,27 +489,6 @@ class Allocator final : public cca::CUDAAllocator {
     if (rc != CACHALOT_OK)
       fail("free", rc);
     observed_free(a(), device, ptr, mark);
-  }
-
-  // Called by cachalot at every out-of-memory failure, with no cachalot lock held.
-  static void on_oom(int device, size_t alloc_size, size_t limit, size_t device_free, void* self) {
-    auto* me = static_cast<Allocator*>(self);
-    std::vector<cca::OutOfMemoryObserver> obs;
-    {
-      std::lock_guard<std::mutex> g(me->mu_);
-      obs = me->observers_;
-    }
-    // An exception must not cross cachalot's C frames (the call would not finish): the failure is reported
-    // as an out-of-memory error anyway, and the observer's own error as a warning.
-    for (const auto& o : obs) {
-      try {
-        o(device, alloc_size, limit, device_free);
-      } catch (const std::exception& e) {
-        TORCH_WARN("cachalot: an out-of-memory observer raised: ", e.what());
-      } catch (...) {
-        TORCH_WARN("cachalot: an out-of-memory observer raised");
-      }
-    }
   }
 
  private:
@@ -561,12 +543,13 @@ class Allocator final : public cca::CUDAAllocator {
   std::string conf_; // the settings string last applied (the snapshot's last_allocator_settings)
   bool initialized_ = false;
   std::mutex mu_; // observers, annotations, history settings
-  std::vector<cca::OutOfMemoryObserver> observers_;
+  OomObservers oom_;
   std::vector<cda::AnnotationEntry> annotations_; // a ring of history_entries_ at most
   MetadataTimeline metadata_;
   std::set<cda::TraceEntry::Action> skip_;
   size_t history_entries_ = 0;
   std::atomic<bool> history_on_{false};
+  std::atomic<bool> enabled_{true}; // false: caching_allocator_enable(False), uncached.h
   std::atomic<int> when_{static_cast<int>(cda::RecordContext::NEVER)};
   std::atomic<cda::CreateContextFn> recorder_{nullptr};
   std::mutex routes_mu_;
@@ -594,7 +577,7 @@ cachalot_allocator* Allocator::make() {
   if (rc == CACHALOT_OK)
     rc = cachalot_set_context_ops(p, &ops);
   if (rc == CACHALOT_OK)
-    rc = cachalot_attach_oom_observer(p, &Allocator::on_oom, this);
+    rc = cachalot_attach_oom_observer(p, &OomObservers::call, &oom_);
   for (size_t i = 0; rc == CACHALOT_OK && i < pending_.size(); i++)
     rc = cachalot_set_settings(p, pending_[i].c_str());
   if (rc != CACHALOT_OK) {

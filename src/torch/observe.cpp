@@ -4,6 +4,9 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/GPUTrace.h>
 #include <c10/macros/Macros.h>
+#include <c10/util/Exception.h>
+
+#include <utility>
 
 namespace cachalot_torch {
 
@@ -51,6 +54,31 @@ void observing_free(void* p) {
 void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark) {
   if (C10_UNLIKELY(mark >= 0))
     report(a, device, p, mark);
+}
+
+void OomObservers::attach(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver o) {
+  std::lock_guard<std::mutex> g(mu_);
+  observers_.push_back(std::move(o));
+}
+
+void OomObservers::call(int device, size_t alloc_size, size_t limit, size_t device_free, void* self) {
+  auto* me = static_cast<OomObservers*>(self);
+  std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> obs;
+  {
+    std::lock_guard<std::mutex> g(me->mu_);
+    obs = me->observers_;
+  }
+  // An exception must not cross cachalot's C frames (the call would not finish): the failure is reported
+  // as an out-of-memory error anyway, and the observer's own error as a warning.
+  for (const auto& o : obs) {
+    try {
+      o(static_cast<int64_t>(device), alloc_size, limit, device_free);
+    } catch (const std::exception& e) {
+      TORCH_WARN("cachalot: an out-of-memory observer raised: ", e.what());
+    } catch (...) {
+      TORCH_WARN("cachalot: an out-of-memory observer raised");
+    }
+  }
 }
 
 } // namespace cachalot_torch

@@ -1,13 +1,17 @@
 // Private to the PyTorch backend: what PyTorch's observers of allocations see of cachalot's, as they see
-// native's: torch.cuda._gpu_trace's hooks (the CUDA stream sanitizer) and the profiler's memory events
-// (torch.profiler.profile(profile_memory=True), which memory_viz's profile_plot draws).
+// native's: torch.cuda._gpu_trace's hooks (the CUDA stream sanitizer), the profiler's memory events
+// (torch.profiler.profile(profile_memory=True), which memory_viz's profile_plot draws) and the
+// out-of-memory observers.
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 
 #include <cachalot/cachalot.h>
 
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #pragma GCC visibility push(hidden)
 
@@ -29,6 +33,18 @@ void observing_free(void* p);
 
 // After the free of p on `device` (mark: profiler_mark's before it): the profiler's event.
 void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark);
+
+// torch._C._cuda_attach_out_of_memory_observer's observers, called at each out-of-memory failure.
+class OomObservers {
+ public:
+  void attach(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver o);
+  // cachalot's observer (cachalot_attach_oom_observer): called with no cachalot lock held; self is this.
+  static void call(int device, size_t alloc_size, size_t limit, size_t device_free, void* self);
+
+ private:
+  std::mutex mu_;
+  std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers_;
+};
 
 } // namespace cachalot_torch
 
