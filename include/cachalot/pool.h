@@ -51,6 +51,15 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_release_pool(cachalot_a
  * about ids. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device,
                                                                      cachalot_mempool_id id);
+/* PyTorch's MemPool(no_split=True): blocks of pool `id` on `device` are never split, each handed out
+ * whole (a new segment's only block, or a cached block as it is). For a pool in use (use count > 0). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_no_split(cachalot_allocator *a, int device,
+                                                                           cachalot_mempool_id id);
+/* PyTorch's MemPool(use_on_oom=True): when a malloc of `device`'s default pool finds no memory (after
+ * its retry), it takes a cached free block of pool `id` on its stream, if one fits, before failing; the
+ * block then belongs to `id`. Off with on = false (a MemPool's destructor). For a pool in use. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_use_on_oom(cachalot_allocator *a, int device,
+                                                                             cachalot_mempool_id id, bool on);
 /* The use count of pool `id` (CACHALOT_ERROR_INVALID_ARGUMENT when there is no such pool). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device,
                                                                         cachalot_mempool_id id, int *out);

@@ -36,6 +36,25 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   return b;
 }
 
+
+/* The last resort of a default-pool malloc that found no memory: a cached free block of a pool marked
+ * use_on_oom, on the same stream, as PyTorch's allocator takes one (no new segment for it). *pool becomes
+ * that pool. NULL when none fits. */
+static cl_block *use_on_oom_block_locked(cl_device *d, cachalot_stream s, bool small, size_t size, cl_pool **pool) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_pool *p, *tmp;
+  HASH_ITER(hh, d->pools, p, tmp) {
+    if (!p->use_on_oom || p->use_count == 0) /* a released pool's blocks only go back */
+      continue;
+    cl_block *b = get_free_block_locked(d, p, s, small, size);
+    if (b) {
+      *pool = p;
+      return b;
+    }
+  }
+  return NULL;
+}
+
 /* Metadata first, so that a host allocation failure never strands device memory: the lane, the free
  * index, the segment (a spare's when there is one) and its block, all set up but for the memory. */
 static cachalot_status segment_metadata_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small,
@@ -201,7 +220,9 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
                              cl_block **link, cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
   cl_lane *lane = seg->lane;
-  const bool split = cl_should_split(&d->cfg, small || seg->expandable, b->size, size);
+  /* a private pool (exclusive mode only: the warm path serves the default pool) may forbid splitting */
+  const bool split = cl_should_split(&d->cfg, small || seg->expandable, b->size, size) &&
+                     (mode == CL_WARM || !seg->pool->no_split);
   const bool already_split = b->prev || b->next;
   cl_block *a = b; /* the block handed out */
   if (mode == CL_WARM) {
@@ -355,6 +376,9 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
       (void)cl_release_all_locked(d);
       rc = new_memory_locked(d, p, s, small, rounded, true, &b, &host_oom);
     }
+    if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && p == &d->default_pool &&
+        (b = use_on_oom_block_locked(d, s, small, rounded, &p)))
+      rc = CACHALOT_OK;
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);
     if (rc != CACHALOT_OK) {

@@ -212,6 +212,38 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   return CACHALOT_OK;
 }
 
+/* Sets a flag of a pool in use; turning use_on_oom off is allowed on any id (a MemPool's destructor). */
+static cachalot_status set_pool_flag(cachalot_allocator *a, int device, cachalot_mempool_id id, const char *who,
+                                     bool no_split, bool on) {
+  cachalot_status rc = check_private_id(id, who);
+  cl_device *d = NULL;
+  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
+    return rc;
+  cl_pool *p = cl_find_pool_locked(d, id);
+  if (p && p->use_count > 0) {
+    if (no_split)
+      p->no_split = true;
+    else
+      p->use_on_oom = on;
+  } else if (!no_split && !on) {
+    if (p)
+      p->use_on_oom = false;
+  } else {
+    rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
+                 p ? "released" : "no such", ID_ARGS(id));
+  }
+  cl_leave_exclusive(d);
+  return rc;
+}
+
+cachalot_status cachalot_pool_set_no_split(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  return set_pool_flag(a, device, id, "cachalot_pool_set_no_split", true, true);
+}
+
+cachalot_status cachalot_pool_set_use_on_oom(cachalot_allocator *a, int device, cachalot_mempool_id id, bool on) {
+  return set_pool_flag(a, device, id, "cachalot_pool_set_use_on_oom", false, on);
+}
+
 cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cachalot_mempool_id id, int *out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: out is NULL");

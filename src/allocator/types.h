@@ -228,6 +228,9 @@ struct cl_pool {
   cl_bins *last_bins; /* the last bins looked up: most requests repeat their stream */
   uint64_t lookups[2];
   int use_count;
+  /* in use_count's padding: cl_device holds the default pool, and its size is the warm path's business */
+  bool no_split;   /* its blocks are never split (MemPool(no_split=True)) */
+  bool use_on_oom; /* a default-pool malloc about to fail takes a free block of it (MemPool(use_on_oom)) */
   size_t n_segments;
   UT_hash_handle hh; /* the device's private pool table, key id */
 };

@@ -297,13 +297,12 @@ class Allocator final : public cca::CUDAAllocator {
     check(cachalot_pool_incref(a(), device, to_id(mempool_id)), "createOrIncrefPool");
   }
 
-  void setUseOnOOM(c10::DeviceIndex, MempoolId_t, bool use_on_oom) override {
-    // MemPool's destructor turns it off unconditionally; off is all cachalot does.
-    TORCH_CHECK(!use_on_oom, "cachalot: MemPool(use_on_oom=True) is not supported");
+  void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom) override {
+    check(cachalot_pool_set_use_on_oom(a(), device, to_id(mempool_id), use_on_oom), "setUseOnOOM");
   }
 
-  void setNoSplit(c10::DeviceIndex, MempoolId_t) override {
-    TORCH_CHECK(false, "cachalot: MemPool(no_split=True) is not supported");
+  void setNoSplit(c10::DeviceIndex device, MempoolId_t mempool_id) override {
+    check(cachalot_pool_set_no_split(a(), device, to_id(mempool_id)), "setNoSplit");
   }
 
   bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t mempool_id,

@@ -520,6 +520,98 @@ static void test_checkpoint_restore(void **state) {
   env_free(&e);
 }
 
+/* MemPool(no_split=True): every block of the pool is handed out whole, each its segment's only block (two
+ * 4 MiB requests: two 20 MiB segments, where the default pool splits one); the default pool still splits.
+ * Errors: the default id, a pool not made, a released pool. */
+static void test_no_split_pool(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  STATUS(cachalot_pool_set_no_split(e.a, 0, p), CACHALOT_ERROR_INVALID_ARGUMENT); /* not made yet */
+  CONTAINS(cachalot_last_error(), "no such pool");
+  OK(cachalot_pool_incref(e.a, 0, p));
+  OK(cachalot_pool_set_no_split(e.a, 0, p));
+  STATUS(cachalot_pool_set_no_split(e.a, 0, (cachalot_mempool_id){0, 0}), CACHALOT_ERROR_INVALID_ARGUMENT);
+  BEGIN(e.a, p, s);
+  char *a = ALLOC(e.a, 0, 4 * MiB, s);
+  char *b = ALLOC(e.a, 0, 4 * MiB, s);
+  char *c = ALLOC(e.a, 0, 1000, s); /* small: a whole 2 MiB segment */
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0,
+               PX(.alloc = 1, .alloc_b = 2 * MiB, .active = 1, .active_b = 2 * MiB, .req_b = 1000, .seg = 1,
+                  .res_b = 2 * MiB),
+               PX(.alloc = 2, .alloc_b = 40 * MiB, .active = 2, .active_b = 40 * MiB, .req_b = 8 * MiB, .seg = 2,
+                  .res_b = 40 * MiB));
+  FREE(e.a, b);
+  char *b2 = ALLOC(e.a, 0, 1 * MiB + 512, s); /* a cached whole block, taken whole again */
+  assert_ptr_equal(b2, b);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_LARGE_POOL].current, 40 * MiB);
+  END(e.a, p);
+  char *d = ALLOC(e.a, 0, 4 * MiB, s); /* the default pool splits as ever */
+  char *f = ALLOC(e.a, 0, 4 * MiB, s);
+  assert_ptr_equal(f, d + 4 * MiB);
+  CHECK(e.a);
+  FREE(e.a, a);
+  FREE(e.a, b2);
+  FREE(e.a, c);
+  FREE(e.a, d);
+  FREE(e.a, f);
+  RELEASE(e.a, p); /* the incref's use, then the routing's */
+  RELEASE(e.a, p);
+  STATUS(cachalot_pool_set_no_split(e.a, 0, p), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "released pool");
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
+/* MemPool(use_on_oom=True): a default-pool malloc that finds no memory, after its retry, takes a cached
+ * free block of such a pool on its stream (which then holds it), and fails when none fits; a pool without
+ * the flag, or whose flag went off, is not used. */
+static void test_use_on_oom_pool(void **state) {
+  (void)state;
+  env e = ENV(1, 80 * MiB, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_mempool_id keep = cachalot_graph_pool_handle(e.a), use = cachalot_graph_pool_handle(e.a);
+  STATUS(cachalot_pool_set_use_on_oom(e.a, 0, use, true), CACHALOT_ERROR_INVALID_ARGUMENT); /* not made */
+  OK(cachalot_pool_set_use_on_oom(e.a, 0, use, false)); /* off needs no pool */
+  OK(cachalot_pool_incref(e.a, 0, keep));
+  OK(cachalot_pool_incref(e.a, 0, use));
+  OK(cachalot_pool_set_use_on_oom(e.a, 0, use, true));
+  BEGIN(e.a, keep, s);
+  char *a = ALLOC(e.a, 0, 40 * MiB, s);
+  END(e.a, keep);
+  BEGIN(e.a, use, s);
+  char *b = ALLOC(e.a, 0, 40 * MiB, s);
+  END(e.a, use);
+  void *x = (void *)(uintptr_t)1;
+  STATUS(cachalot_malloc(e.a, 0, 40 * MiB, s, &x), CACHALOT_ERROR_OUT_OF_MEMORY); /* nothing free anywhere */
+  assert_null(x);
+  FREE(e.a, a);
+  FREE(e.a, b);
+  CHECK(e.a);
+  char *c = ALLOC(e.a, 0, 30 * MiB, s); /* no device memory: use's free block, split */
+  assert_ptr_equal(c, b);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 30 * MiB, .active = 1, .active_b = 30 * MiB, .req_b = 30 * MiB, .seg = 2,
+                  .res_b = 80 * MiB, .split = 1, .split_b = 10 * MiB));
+  STATUS(cachalot_malloc(e.a, 0, 30 * MiB, s, &x), CACHALOT_ERROR_OUT_OF_MEMORY); /* keep's is not used */
+  CHECK(e.a);
+  FREE(e.a, c); /* back to use */
+  OK(cachalot_pool_set_use_on_oom(e.a, 0, use, false));
+  STATUS(cachalot_malloc(e.a, 0, 30 * MiB, s, &x), CACHALOT_ERROR_OUT_OF_MEMORY);
+  CHECK(e.a);
+  for (int i = 0; i < 2; i++) { /* the incref's use and the routing's */
+    RELEASE(e.a, keep);
+    RELEASE(e.a, use);
+  }
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ids),
@@ -535,6 +627,8 @@ int main(void) {
       cmocka_unit_test(test_destroy_during_capture_warns),
       cmocka_unit_test(test_cross_device_use_freed_during_capture),
       cmocka_unit_test(test_checkpoint_restore),
+      cmocka_unit_test(test_no_split_pool),
+      cmocka_unit_test(test_use_on_oom_pool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
