@@ -60,6 +60,23 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_no_split(cacha
  * block then belongs to `id`. Off with on = false (a MemPool's destructor). For a pool in use. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_use_on_oom(cachalot_allocator *a, int device,
                                                                              cachalot_mempool_id id, bool on);
+/* Where a private pool's segments come from instead of the backend (PyTorch's MemPool(allocator=...)):
+ * alloc returns `size` bytes of device memory on `device` for `stream`, or NULL when it has none (the
+ * malloc then goes on as after a failed device allocation); free gives a segment back; release, if not
+ * NULL, is called once when the pool is gone and none of its segments is left (or at destroy), after
+ * which ctx is not used. The functions run with no allocator lock held, but must not call cachalot on the
+ * same device. Such a pool never uses expandable segments; the memory fraction applies to it. */
+typedef struct {
+  void *(*alloc)(size_t size, int device, cachalot_stream stream, void *ctx);
+  void (*free)(void *ptr, size_t size, int device, cachalot_stream stream, void *ctx);
+  void (*release)(void *ctx);
+  void *ctx;
+} cachalot_segment_source;
+
+/* Gives pool `id` (in use, with no segment yet, and no source) the source *src, copied. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device,
+                                                                         cachalot_mempool_id id,
+                                                                         const cachalot_segment_source *src);
 /* The use count of pool `id` (CACHALOT_ERROR_INVALID_ARGUMENT when there is no such pool). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device,
                                                                         cachalot_mempool_id id, int *out);

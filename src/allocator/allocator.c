@@ -86,7 +86,10 @@ static void free_device(cl_device *d) {
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
-    if (!s->expandable && be->ops->free(be, d->index, (void *)s->ptr) != CACHALOT_OK) {
+    const cachalot_segment_source *src = cl_pool_source(d, s->pool);
+    if (src)
+      src->free((void *)s->ptr, s->size, d->index, s->stream, src->ctx);
+    else if (!s->expandable && be->ops->free(be, d->index, (void *)s->ptr) != CACHALOT_OK) {
       kept += s->size;
       kept_segments++;
       if (!why[0])

@@ -71,6 +71,11 @@ void cl_allocator_destroy(cachalot_allocator *a);
 cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a);
 static inline bool cl_capturing(const cl_device *d) { return d->n_routes > 0; }
 static inline bool cl_pool_is_default(const cl_device *d, const cl_pool *p) { return p == &d->default_pool; }
+/* The source of p's segments, or NULL for the backend's (cachalot_pool_set_source). */
+static inline const cachalot_segment_source *cl_pool_source(const cl_device *d, const cl_pool *p) {
+  const cachalot_segment_source *src = cl_pool_is_default(d, p) ? NULL : &((const cl_private_pool *)p)->source;
+  return src && src->alloc ? src : NULL;
+}
 /* The pool a request on `s` goes to: the first route, most recent first, whose filter takes `s`. */
 cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s);
 /* Private pool `id` of d, or NULL. */

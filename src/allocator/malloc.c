@@ -104,9 +104,10 @@ static cachalot_status segment_metadata_locked(cl_device *d, cl_pool *p, cachalo
   return CACHALOT_OK;
 }
 
-/* The device call, with exclusive mode left around it unless release_lock_on_cudamalloc is False
- * (`inflight` keeps the memory fraction honest meanwhile). */
-static cachalot_status device_alloc_locked(cl_device *d, size_t alloc_size, void **ptr) {
+/* The device call (or the pool's source's), with exclusive mode left around it unless
+ * release_lock_on_cudamalloc is False (`inflight` keeps the memory fraction honest meanwhile). */
+static cachalot_status device_alloc_locked(cl_device *d, const cachalot_segment_source *src, cachalot_stream s,
+                                           size_t alloc_size, void **ptr) {
   CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
   const bool drop = d->cfg.release_lock_on_cudamalloc;
@@ -120,7 +121,13 @@ static cachalot_status device_alloc_locked(cl_device *d, size_t alloc_size, void
   cachalot_capture_mode mode = CACHALOT_CAPTURE_RELAXED;
   cachalot_status rc = b->ops->capture_mode_exchange(b, &mode);
   if (rc == CACHALOT_OK) {
-    rc = b->ops->alloc(b, d->index, alloc_size, ptr);
+    if (src) {
+      *ptr = src->alloc(alloc_size, d->index, s, src->ctx);
+      rc = *ptr ? CACHALOT_OK
+                : cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "the pool's allocator gave no memory for %zu bytes", alloc_size);
+    } else {
+      rc = b->ops->alloc(b, d->index, alloc_size, ptr);
+    }
     cachalot_capture_mode prev = mode;
     (void)b->ops->capture_mode_exchange(b, &prev);
   }
@@ -174,7 +181,8 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     return rc;
 
   void *ptr = NULL;
-  rc = device_alloc_locked(d, alloc_size, &ptr);
+  const cachalot_segment_source *src = cl_pool_source(d, p);
+  rc = device_alloc_locked(d, src, s, alloc_size, &ptr);
   seg->ptr = (uintptr_t)ptr;
   seg->size = alloc_size;
   /* The table after the device allocation: its size follows the segment's, and a request the device
@@ -183,7 +191,10 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
     seg->at = calloc(cl_seg_entries(seg), sizeof *seg->at);
   if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
     cachalot_backend *b = d->owner->backend;
-    (void)b->ops->free(b, d->index, ptr); /* rare: no host memory for the table or a page map node */
+    if (src) /* rare: no host memory for the table or a page map node */
+      src->free(ptr, alloc_size, d->index, s, src->ctx);
+    else
+      (void)b->ops->free(b, d->index, ptr);
     *host_oom = true;
     rc = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
@@ -203,7 +214,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
 static cachalot_status new_memory_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t rounded,
                                          bool is_retry, cl_block **out, bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
-  if (d->cfg.expandable_segments)
+  if (d->cfg.expandable_segments && !cl_pool_source(d, p)) /* a source's memory cannot be mapped */
     return cl_expand_locked(d, p, s, small, rounded, is_retry, out, host_oom);
   return alloc_segment_locked(d, p, s, small, cl_segment_size(rounded), is_retry, out, host_oom);
 }

@@ -37,6 +37,9 @@ cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s) {
 }
 
 static void pool_free(cl_device *d, cl_pool *p) {
+  const cachalot_segment_source *src = cl_pool_source(d, p);
+  if (src && src->release) /* none of its segments is left: the source's owner may let go of it */
+    src->release(src->ctx);
   cl_bins *bins, *tmp;
   HASH_ITER(hh, p->bins, bins, tmp) {
     HASH_DEL(p->bins, bins);
@@ -106,7 +109,8 @@ static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id,
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "%s: pool " ID_FMT " was released (use count 0) and cannot be used again", who, ID_ARGS(id));
   if (!p) {
-    p = calloc(1, sizeof *p);
+    cl_private_pool *pp = calloc(1, sizeof *pp);
+    p = pp ? &pp->base : NULL;
     bool hash_oom = !p;
     if (p) {
       p->id = id;
@@ -232,6 +236,29 @@ static cachalot_status set_pool_flag(cachalot_allocator *a, int device, cachalot
     rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
                  p ? "released" : "no such", ID_ARGS(id));
   }
+  cl_leave_exclusive(d);
+  return rc;
+}
+
+cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device, cachalot_mempool_id id,
+                                         const cachalot_segment_source *src) {
+  static const char who[] = "cachalot_pool_set_source";
+  if (!src || !src->alloc || !src->free)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s", who,
+                   !src ? "source is NULL" : "the source needs both alloc and free");
+  cachalot_status rc = check_private_id(id, who);
+  cl_device *d = NULL;
+  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
+    return rc;
+  cl_pool *p = cl_find_pool_locked(d, id);
+  if (!p || p->use_count == 0)
+    rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
+                 p ? "released" : "no such", ID_ARGS(id));
+  else if (p->n_segments || cl_pool_source(d, p))
+    rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " %s", who, ID_ARGS(id),
+                 p->n_segments ? "already has segments" : "already has a source");
+  else
+    ((cl_private_pool *)p)->source = *src;
   cl_leave_exclusive(d);
   return rc;
 }

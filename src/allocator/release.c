@@ -57,7 +57,12 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   /* Other threads leave `releasing` segments alone (no index holds them, every walk skips them), so the
    * releasing thread may use ptr and device_freed without the lock. */
   for (cl_segment *s = head; s; s = s->release_next) {
-    cachalot_status st = b->ops->free(b, d->index, (void *)s->ptr);
+    const cachalot_segment_source *src = cl_pool_source(d, s->pool); /* the pool outlives its segments */
+    cachalot_status st = CACHALOT_OK;
+    if (src)
+      src->free((void *)s->ptr, s->size, d->index, s->stream, src->ctx);
+    else
+      st = b->ops->free(b, d->index, (void *)s->ptr);
     if (st != CACHALOT_OK && result == CACHALOT_OK)
       result = st;
     s->device_freed = st == CACHALOT_OK;

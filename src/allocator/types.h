@@ -235,6 +235,13 @@ struct cl_pool {
   UT_hash_handle hh; /* the device's private pool table, key id */
 };
 
+/* A private pool: a pool and what only private pools have. The default pool, which cl_device holds, is a
+ * bare cl_pool (its size is the warm path's business). */
+typedef struct cl_private_pool {
+  cl_pool base; /* first: a private pool's cl_pool * is its cl_private_pool * */
+  cachalot_segment_source source; /* alloc NULL: segments from the backend */
+} cl_private_pool;
+
 /* An active begin_allocate_to_pool: requests whose stream passes `filter` go to `pool`. */
 typedef struct cl_route {
   cl_pool *pool;

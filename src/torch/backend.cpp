@@ -16,6 +16,7 @@
 #include "host.h"
 #include "metadata.h"
 #include "observe.h"
+#include "pool_source.h"
 #include "settings.h"
 #include "uncached.h"
 
@@ -293,8 +294,13 @@ class Allocator final : public cca::CUDAAllocator {
 
   void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
-    TORCH_CHECK(!allocator, "cachalot: a MemPool with an allocator of its own is not supported");
+    int uses = 0; // a new pool takes the MemPool's allocator; an existing one is given a use, as native's
+    const bool fresh = cachalot_pool_use_count(a(), device, to_id(mempool_id), &uses) != CACHALOT_OK;
+    TORCH_CHECK(fresh || !allocator, "cachalot: createOrIncrefPool: pool (", mempool_id.first, ", ",
+                mempool_id.second, ") exists: it cannot take an allocator now");
     check(cachalot_pool_incref(a(), device, to_id(mempool_id)), "createOrIncrefPool");
+    if (allocator)
+      set_pool_source(a(), device, to_id(mempool_id), std::move(allocator));
   }
 
   void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom) override {

@@ -612,6 +612,108 @@ static void test_use_on_oom_pool(void **state) {
   env_free(&e);
 }
 
+/* A pool's segments from a source of the caller's (PyTorch's MemPool(allocator=...)): each new segment of
+ * the pool is one alloc call of the segment's size on the malloc's stream, each segment given back one
+ * free call of the same, the source's release once the pool and its last segment are gone; the default
+ * pool still uses the device; expandable segments are not used for it; a source that gives nothing is
+ * the device's out of memory (after the retry); the errors of set_source. */
+typedef struct {
+  int allocs, frees, releases;
+  size_t bytes; /* live */
+  size_t limit; /* what it can give in all */
+  cachalot_stream last_stream;
+} fake_source;
+
+static void *fake_alloc(size_t size, int device, cachalot_stream s, void *ctx) {
+  fake_source *f = ctx;
+  assert_int_equal(device, 0);
+  if (f->bytes + size > f->limit)
+    return NULL;
+  f->allocs++;
+  f->bytes += size;
+  f->last_stream = s;
+  return aligned_alloc(2 * MiB, size); /* never touched: an address like any other to cachalot */
+}
+
+static void fake_free(void *ptr, size_t size, int device, cachalot_stream s, void *ctx) {
+  fake_source *f = ctx;
+  (void)s;
+  assert_int_equal(device, 0);
+  f->frees++;
+  f->bytes -= size;
+  free(ptr);
+}
+
+static void fake_release(void *ctx) { ((fake_source *)ctx)->releases++; }
+
+static void test_pool_source(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "expandable_segments:True");
+  cachalot_stream s = STREAM(e.b, 0);
+  fake_source f = {.limit = 24 * MiB};
+  const cachalot_segment_source src = {fake_alloc, fake_free, fake_release, &f};
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  STATUS(cachalot_pool_set_source(e.a, 0, p, &src), CACHALOT_ERROR_INVALID_ARGUMENT); /* no such pool */
+  OK(cachalot_pool_incref(e.a, 0, p));
+  STATUS(cachalot_pool_set_source(e.a, 0, p, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  const cachalot_segment_source half = {fake_alloc, NULL, NULL, &f};
+  STATUS(cachalot_pool_set_source(e.a, 0, p, &half), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "both alloc and free");
+  OK(cachalot_pool_set_source(e.a, 0, p, &src));
+  STATUS(cachalot_pool_set_source(e.a, 0, p, &src), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "already has a source");
+  BEGIN(e.a, p, s);
+  char *a = ALLOC(e.a, 0, 1000, s);     /* a 2 MiB segment from the source */
+  char *b = ALLOC(e.a, 0, 4 * MiB, s);  /* a 20 MiB one, not an expandable run */
+  EQ(f.allocs, 2);
+  EQ(f.bytes, 22 * MiB);
+  assert_ptr_equal(f.last_stream, s);
+  EQ(USED(e.b, 0), 0); /* nothing from the device */
+  void *x = (void *)(uintptr_t)1;
+  STATUS(cachalot_malloc(e.a, 0, 18 * MiB, s, &x), CACHALOT_ERROR_OUT_OF_MEMORY); /* the source has 2 MiB left */
+  assert_null(x);
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0,
+               PX(.alloc = 1, .alloc_b = 1024, .active = 1, .active_b = 1024, .req_b = 1000, .seg = 1, .res_b = 2 * MiB,
+                  .split = 1, .split_b = 2 * MiB - 1024),
+               PX(.alloc = 1, .alloc_b = 4 * MiB, .active = 1, .active_b = 4 * MiB, .req_b = 4 * MiB, .seg = 1,
+                  .res_b = 20 * MiB, .split = 1, .split_b = 16 * MiB));
+  STATUS(cachalot_pool_set_source(e.a, 0, p, &src), CACHALOT_ERROR_INVALID_STATE);
+  END(e.a, p);
+  char *c = ALLOC(e.a, 0, 1000, s); /* the default pool: the device's (an expandable run) */
+  EQ(f.allocs, 2);
+  assert_true(USED(e.b, 0) > 0);
+  FREE(e.a, a);
+  FREE(e.a, b);
+  FREE(e.a, c);
+  EMPTY(e.a); /* the pool is in use: its segments stay */
+  EQ(f.frees, 0);
+  RELEASE(e.a, p); /* the incref's use and the routing's */
+  RELEASE(e.a, p);
+  EQ(f.releases, 0);
+  EMPTY(e.a);
+  EQ(f.frees, 2);
+  EQ(f.bytes, 0);
+  EQ(f.releases, 1); /* the pool went with its last segment */
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  CHECK(e.a);
+
+  /* destroy gives a source's segments back to it, then releases it */
+  fake_source g = {.limit = 64 * MiB};
+  const cachalot_segment_source src2 = {fake_alloc, fake_free, fake_release, &g};
+  cachalot_mempool_id q = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_pool_incref(e.a, 0, q));
+  OK(cachalot_pool_set_source(e.a, 0, q, &src2));
+  BEGIN(e.a, q, s);
+  (void)ALLOC(e.a, 0, 30 * MiB, s);
+  END(e.a, q);
+  EQ(g.allocs, 1);
+  env_free(&e);
+  EQ(g.frees, 1);
+  EQ(g.bytes, 0);
+  EQ(g.releases, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ids),
@@ -629,6 +731,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_restore),
       cmocka_unit_test(test_no_split_pool),
       cmocka_unit_test(test_use_on_oom_pool),
+      cmocka_unit_test(test_pool_source),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
