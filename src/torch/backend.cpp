@@ -101,7 +101,7 @@ class Allocator final : public cca::CUDAAllocator {
     std::lock_guard<std::mutex> g(make_mu_);
     cachalot_allocator* p = a_.load(std::memory_order_acquire);
     if (!p) {
-      pending_.push_back(share);
+      pending_.emplace_back(share, env);
       return;
     }
     if (cachalot_set_settings(p, share.c_str()) != CACHALOT_OK)
@@ -116,10 +116,12 @@ class Allocator final : public cca::CUDAAllocator {
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     void* p = nbytes ? malloc_on(device, nbytes, c10::cuda::getCurrentCUDAStream(device).stream()) : nullptr;
-    return {p, p, &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device)};
+    return {p, p, raw_deleter(), c10::Device(c10::DeviceType::CUDA, device)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete_fn; }
+  // caching_allocator_enable(False): the uncached allocations' own deleter, so that record_stream and
+  // the like, which look for cachalot's deleter, leave them alone as native's leave its uncached ones
+  c10::DeleterFnPtr raw_deleter() const override { return isEnabled() ? &raw_delete_fn : &uncached_delete; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
@@ -139,7 +141,11 @@ class Allocator final : public cca::CUDAAllocator {
     return nbytes ? malloc_on(device, nbytes, stream) : nullptr;
   }
 
-  void raw_delete(void* ptr) override { free_ptr(ptr); }
+  void raw_delete(void* ptr) override {
+    if (C10_UNLIKELY(uncached_any()) && uncached_free(ptr)) // raw_alloc'd while uncached
+      return;
+    free_ptr(ptr);
+  }
 
   void init(int device_count) override {
     a();
@@ -166,12 +172,13 @@ class Allocator final : public cca::CUDAAllocator {
   }
 
   void emptyCache(MempoolId_t mempool_id) override {
+    cachalot_allocator* al = a(); // made: devices_ is set
     if (is_default(mempool_id)) {
-      check(cachalot_empty_cache(a()), "emptyCache");
+      check(cachalot_empty_cache(al), "emptyCache");
       return;
     }
     for (int d = 0; d < devices_; d++)
-      check(cachalot_empty_cache_pool(a(), d, to_id(mempool_id)), "emptyCache");
+      check(cachalot_empty_cache_pool(al, d, to_id(mempool_id)), "emptyCache");
   }
 
   void enable(bool value) override { enabled_.store(value, std::memory_order_relaxed); }
@@ -343,15 +350,16 @@ class Allocator final : public cca::CUDAAllocator {
                      cda::RecordContext when, bool clearHistory, const std::vector<std::string>& skip_actions) override {
     TORCH_CHECK(when == cda::RecordContext::NEVER || context_recorder,
                 "cachalot: recordHistory needs a context recorder to record contexts");
+    cachalot_allocator* al = a(); // before mu_: making the allocator takes it
     std::lock_guard<std::mutex> g(mu_);
     const size_t entries = std::max<size_t>(1, alloc_trace_max_entries);
     if (!enabled) {
-      check(cachalot_record_history(a(), false, 0), "recordHistory");
+      check(cachalot_record_history(al, false, 0), "recordHistory");
       annotations_.clear();
       history_entries_ = 0;
     } else if (clearHistory || history_entries_ != entries) {
       // cachalot starts a fresh buffer; the same size asked again without clearing keeps what is there
-      check(cachalot_record_history(a(), true, entries), "recordHistory");
+      check(cachalot_record_history(al, true, entries), "recordHistory");
       annotations_.clear();
       history_entries_ = entries;
     }
@@ -482,10 +490,8 @@ class Allocator final : public cca::CUDAAllocator {
     if (!ptr)
       return;
     observing_free(ptr);
-    if (C10_UNLIKELY(uncached_any()) && uncached_free(ptr))
-      return;
     // the profiler's event names the current device (a block's own is not looked up for it)
-    const auto device = profiling_memory() ? static_cast<c10::DeviceIndex>(current_device()) : 0;
+    const c10::DeviceIndex device = profiling_memory() ? static_cast<c10::DeviceIndex>(current_device()) : 0;
     const int64_t mark = profiling_memory() ? profiler_mark(a(), device) : -1;
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
                    ? context_for(cda::RecordContext::ALL)
@@ -516,7 +522,7 @@ class Allocator final : public cca::CUDAAllocator {
     return static_cast<size_t>(device);
   }
 
-  // A context for a call on `device`, when history records contexts at `level` (PyTorch's
+  // A context for a call, when history records contexts at `level` (PyTorch's
   // maybeGatherContext). Called before cachalot takes any lock: the recorder may take the GIL.
   Ctx* context_for(cda::RecordContext level) {
     if (when_.load(std::memory_order_relaxed) < static_cast<int>(level))
@@ -541,9 +547,9 @@ class Allocator final : public cca::CUDAAllocator {
 
   std::optional<std::string> install_conf_;
   std::mutex make_mu_;                 // making the allocator; pending_
-  std::vector<std::string> pending_;   // settings given before it was made, in order
+  std::vector<std::pair<std::string, std::string>> pending_; // settings given before it was made, in order:
+                                                             // cachalot's share, the string given
   std::atomic<cachalot_allocator*> a_{nullptr};
-  cachalot_backend* backend_ = nullptr;
   int devices_ = 0;
   std::string conf_; // the settings string last applied (the snapshot's last_allocator_settings)
   bool initialized_ = false;
@@ -584,21 +590,20 @@ cachalot_allocator* Allocator::make() {
   if (rc == CACHALOT_OK)
     rc = cachalot_attach_oom_observer(p, &OomObservers::call, &oom_);
   for (size_t i = 0; rc == CACHALOT_OK && i < pending_.size(); i++)
-    rc = cachalot_set_settings(p, pending_[i].c_str());
+    rc = cachalot_set_settings(p, pending_[i].first.c_str());
   if (rc != CACHALOT_OK) {
     const std::string why = cachalot_last_error();
     cachalot_destroy(p);
     cachalot_backend_destroy(b);
     TORCH_CHECK_VALUE(false, "cachalot: ", why);
   }
-  pending_.clear();
-  backend_ = b;
-  devices_ = devices;
   {
     std::lock_guard<std::mutex> m(mu_);
     metadata_.resize(static_cast<size_t>(devices));
-    conf_ = conf;
+    conf_ = pending_.empty() ? conf : pending_.back().second;
   }
+  pending_.clear();
+  devices_ = devices;
   a_.store(p, std::memory_order_release);
   return p;
 }
@@ -640,6 +645,10 @@ __attribute__((visibility("default"))) int cachalot_torch_backend_install(const 
     });
     c10::CachingAllocator::AcceleratorAllocatorConfig::instance();
     cca::CUDAAllocatorConfig::instance();
+    if (auto key = unknown_key(torch_env)) {
+      set_error(err, len, "cachalot: unrecognized key '" + *key + "' in PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF");
+      return -1;
+    }
     if (cachalot_check_config(cachalot_share(torch_env).c_str()) != CACHALOT_OK ||
         cachalot_check_config(conf) != CACHALOT_OK) {
       set_error(err, len, std::string("cachalot: ") + cachalot_last_error());
@@ -679,7 +688,7 @@ __attribute__((visibility("default"))) int cachalot_torch_host_install(char* err
 __attribute__((visibility("default"))) cachalot_allocator* cachalot_torch_backend_allocator(void) {
   try {
     return instance ? instance->a() : nullptr;
-  } catch (const std::exception& e) { // not made: cachalot_last_error() already says why
+  } catch (const std::exception&) { // not made: cachalot_last_error() already says why
     return nullptr;
   }
 }

@@ -6,7 +6,7 @@
 // CUDA graphs: PyTorch routes the pinned allocations of a capture to a private pool (begin/end_allocate_to_
 // pool) because a captured copy reads its pinned source at every replay, long after the tensor is freed.
 // cachalot's host cache has no private pools, so this layer keeps such blocks out of the cache instead: a
-// block allocated for a capture, or marked with a capturing stream, goes back only when its pool is
+// block that a captured copy read (marked with a capturing stream) goes back only when its pool is
 // released (the graphs that could replay it are gone), after a device synchronization.
 #include "convert.h"
 #include "host.h"

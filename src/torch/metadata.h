@@ -19,12 +19,16 @@ class MetadataTimeline {
   void resize(size_t devices) { changes_.resize(devices); }
   void set(size_t device, std::string metadata, int64_t now_us);
   std::string current(size_t device) const;
-  // The string in force at t_us on `device` ("" before the first change kept).
+  // The string in force at t_us on `device` (before the oldest change kept: the value it replaced).
   std::string at(size_t device, int64_t t_us) const;
 
  private:
-  static constexpr size_t kMaxChanges = 4096; // older changes go: entries that old read the oldest kept
-  std::vector<std::deque<std::pair<int64_t, std::string>>> changes_;
+  static constexpr size_t kMaxChanges = 4096; // older changes go: entries that old read `before`
+  struct Device {
+    std::deque<std::pair<int64_t, std::string>> changes; // by time
+    std::string before; // the value before the oldest change kept ("" until one is dropped)
+  };
+  std::vector<Device> changes_;
 };
 
 } // namespace cachalot_torch

@@ -57,10 +57,13 @@ std::string cachalot_share(const std::string& conf) {
   std::string out;
   for (auto& [key, item] : conf_items(conf)) {
     std::string text = item;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) // not "key:value": PyTorch's parser says what is wrong with it
+      continue;
     if (key == "release_lock_on_hipmalloc" || key == "pinned_use_hip_host_register") {
       const std::string cuda = key == "release_lock_on_hipmalloc" ? "release_lock_on_cudamalloc"
                                                                    : "pinned_use_cuda_host_register";
-      text = cuda + item.substr(item.find(':'));
+      text = cuda + item.substr(colon);
     } else if (!ours.count(key)) {
       continue;
     }
@@ -84,6 +87,14 @@ std::string torch_env_conf() {
     if (const char* v = std::getenv(name))
       return v;
   return "";
+}
+
+std::optional<std::string> unknown_key(const std::string& conf) {
+  const auto& known = c10::CachingAllocator::AcceleratorAllocatorConfig::getKeys();
+  for (auto& [key, item] : conf_items(conf))
+    if (key != "backend" && !known.count(key))
+      return key;
+  return std::nullopt;
 }
 
 std::string startup_conf(const std::optional<std::string>& install_conf) {
@@ -111,6 +122,10 @@ void register_settings_hook(std::function<void(const std::string&)> apply) {
         if (auto backend = conf_value(env, "backend"))
           TORCH_CHECK_VALUE(false, "cachalot is PyTorch's CUDA allocator (cachalot.torch.install()): backend:", *backend,
                             " cannot be chosen at run time");
+        // cachalot's share is checked before PyTorch's CUDA parser takes the string, so that a value only
+        // cachalot refuses changes nothing there either, and raises now, not at the first CUDA use
+        if (cachalot_check_config(cachalot_share(env).c_str()) != CACHALOT_OK)
+          TORCH_CHECK_VALUE(false, "cachalot: ", cachalot_last_error());
         c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::instance().parseArgs(env);
         apply(env);
       },

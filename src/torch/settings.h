@@ -21,6 +21,11 @@ std::optional<std::string> conf_value(const std::string& conf, const std::string
 // PYTORCH_CUDA_ALLOC_CONF; empty when neither is set.
 std::string torch_env_conf();
 
+// The first key of a config string that neither PyTorch's parsers nor cachalot know (call after
+// register_settings_hook: cachalot's keys are known then), if any. PyTorch's CUDA parser refuses such a
+// key in the variable it reads, but not in the other one, which cachalot may read.
+std::optional<std::string> unknown_key(const std::string& conf);
+
 // The config cachalot starts with: its share of PyTorch's variable, then install()'s conf or, without it,
 // CACHALOT_ALLOC_CONF (later keys win).
 std::string startup_conf(const std::optional<std::string>& install_conf);

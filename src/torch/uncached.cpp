@@ -1,7 +1,10 @@
 // torch.cuda.caching_allocator_enable(False): allocations that bypass the cache (uncached.h).
 #include "uncached.h"
 
+#include "observe.h"
+
 #include <c10/cuda/CUDAException.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -38,6 +41,15 @@ bool uncached_free(void* p) {
   }
   C10_CUDA_CHECK(cudaFree(p));
   return true;
+}
+
+void uncached_delete(void* p) {
+  observing_free(p);
+  try {
+    (void)uncached_free(p);
+  } catch (const std::exception& e) {
+    TORCH_WARN("cachalot: freeing an uncached allocation: ", e.what());
+  }
 }
 
 } // namespace cachalot_torch

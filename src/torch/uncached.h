@@ -18,6 +18,9 @@ bool uncached_any();
 // Gives p back with cudaFree if it is one of them: true then, false when p is not one.
 bool uncached_free(void* p);
 
+// Their DataPtrs' deleter: the GPU trace hook, then uncached_free (no exception: a deleter must not throw).
+void uncached_delete(void* p);
+
 } // namespace cachalot_torch
 
 #pragma GCC visibility pop

@@ -19,6 +19,8 @@ route. Each child prints one JSON line; the parent compares.
                  region and frames, at each context level: as native's, entry for entry
   profiler       torch.profiler.profile(profile_memory=True) sees cachalot's allocations and frees as it
                  sees native's (memory_viz's snapshot of the profile: the same events, frames named)
+  mempool_features  MemPool(no_split=True) gives each block a segment; caching_allocator_enable(False)
+                 allocates outside the cache and its tensors ignore record_stream: as native
   gpu_trace      torch.cuda._gpu_trace's allocation and deallocation hooks fire once per tensor, with its
                  address, as native's do
   torch_settings PYTORCH_CUDA_ALLOC_CONF (read at CUDA's first use, cachalot's keys accepted in it,
@@ -475,6 +477,36 @@ def c_profiler(torch, mode):
             "allocs": text.count('"action": "alloc"'), "frees": text.count('"action": "free_completed"')}
 
 
+def c_mempool_features(torch, mode):
+    """MemPool(no_split=True): each block a segment of its own; caching_allocator_enable(False): a raw
+    allocation counted in no statistic and freed at once; the same figures as native's."""
+    torch.cuda.init()
+    torch.cuda.empty_cache()
+    out = {}
+    nelem = 1 << 20  # 4 MiB of float32
+    for no_split in (False, True):
+        pool = torch.cuda.MemPool(no_split=no_split)
+        with torch.cuda.use_mem_pool(pool):
+            a = torch.randn(nelem, device="cuda")
+            b = torch.randn(nelem, device="cuda")
+        segs = pool.snapshot()
+        out["no_split" if no_split else "split"] = {"segments": len(segs), "blocks": sorted(len(s["blocks"]) for s in segs)}
+        del a, b, pool
+    stream = torch.cuda.current_stream().cuda_stream
+    before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+    torch.cuda.caching_allocator_enable(False)
+    try:
+        p = torch._C._cuda_cudaCachingAllocator_raw_alloc(1 << 20, stream)
+        t = torch.empty(1000, device="cuda")
+        t.record_stream(torch.cuda.Stream())  # an uncached tensor: nothing to record, no error
+        del t
+        torch._C._cuda_cudaCachingAllocator_raw_delete(p)
+    finally:
+        torch.cuda.caching_allocator_enable(True)
+    out["uncached_requested"] = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+    return out
+
+
 def c_gpu_trace(torch, mode):
     """torch.cuda._gpu_trace's allocation and deallocation hooks (what the CUDA stream sanitizer uses): called
     once per tensor with its address, as native calls them."""
@@ -733,6 +765,10 @@ def main():
         n, c = (run("profiler", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in n and n == c and c["names_this_function"] and c["allocs"] > 0
         result("profiler", ok, {"native": n, "cachalot": c})
+    if want("mempool_features"):
+        n, c = (run("mempool_features", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c and c["no_split"]["segments"] == 2
+        result("mempool_features", ok, {"native": n, "cachalot": c})
     if want("gpu_trace"):
         n, c = (run("gpu_trace", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in n and n == c and c["same_pointers"]
