@@ -91,9 +91,18 @@ std::string torch_env_conf() {
 
 std::optional<std::string> unknown_key(const std::string& conf) {
   const auto& known = c10::CachingAllocator::AcceleratorAllocatorConfig::getKeys();
-  for (auto& [key, item] : conf_items(conf))
-    if (key != "backend" && !known.count(key))
+  // the keys PyTorch's CUDA parser takes by name, whichever of them its key set lists
+  static const std::set<std::string> by_name = {"backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+                                                "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+                                                "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
+                                                "graph_capture_record_stream_reuse", "pinned_use_background_threads"};
+  for (auto& [key, item] : conf_items(conf)) {
+    bool ours = false;
+    for (const char* const* k = cachalot_config_keys(); *k && !ours; k++)
+      ours = key == *k;
+    if (!ours && !by_name.count(key) && !known.count(key))
       return key;
+  }
   return std::nullopt;
 }
 
