@@ -8,6 +8,9 @@
 #          the LD_PRELOAD interposer
 #   torch  the Python package installed with pip, the PyTorch backend beside the native allocator, the
 #          stats comparison, PyTorch's viewer on cachalot's snapshots, the pluggable route, DDP (2 GPUs)
+#   suite  PyTorch's own allocator tests natively and under cachalot (tests/gpu/pytorch_suite.py), from
+#          PYTORCH_TESTS (default .pytorch-tests/, git-ignored: see that script for how to fill it);
+#          PYTORCH_SUITE_FILES and PYTORCH_SUITE_MODES pick files and modes, so that a run fits a call
 set -u -o pipefail
 out=${1:-${OUT:-./device-out}}
 mkdir -p "$out"
@@ -65,5 +68,20 @@ if [[ $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_a
     tee "$out/torch-ddp.log"
   ddp=${PIPESTATUS[0]}
   [ "$ddp" -eq 0 ] || [ "$ddp" -eq 77 ] || rc=1
+fi
+if [[ $parts == *,suite,* ]]; then
+  tests_dir=${PYTORCH_TESTS:-$root/.pytorch-tests}
+  if [ ! -f "$tests_dir/test_cuda.py" ]; then
+    echo "suite: skipped: no PyTorch test files in $tests_dir (tests/gpu/pytorch_suite.py says how to get them)" |
+      tee "$out/pytorch-suite.log"
+  else
+    if ! (cd /tmp && python3 -c 'import cachalot.torch' 2>/dev/null); then
+      PYTHONPATH="$root/.device/py" python3 -m pip install -q --no-build-isolation --no-index \
+        -Csetup-args=-Ddeps_dir=.device "$root" >"$out/pip-install.log" 2>&1 || { tail -30 "$out/pip-install.log"; rc=1; }
+    fi
+    (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/pytorch_suite.py" "$tests_dir" "$out/pytorch-suite" \
+      --files "${PYTORCH_SUITE_FILES:-test_cuda.py,test_cuda_expandable_segments.py,test_cuda_trace.py,test_cuda_multigpu.py}" \
+      --modes "${PYTORCH_SUITE_MODES:-native,cachalot}") 2>&1 | tee "$out/pytorch-suite.log" || rc=1
+  fi
 fi
 exit $rc

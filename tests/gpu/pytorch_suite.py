@@ -22,7 +22,9 @@ interpreter start, so the subprocesses tests start get cachalot too. A process t
 loses only its current test: the rest run again in a new process.
 
 Prints each mode's passed/failed/skipped counts and every test that passes natively and not under
-cachalot; exit status 1 when there is one. OUT_DIR gets each process's log and results.json.
+cachalot; exit status 1 when there is one. OUT_DIR gets each process's log and results.json. A run too
+long for one sitting splits by mode or file (--modes, --files); --with RESULTS.json brings an earlier
+run's modes in for the comparison (--modes '' runs nothing and only compares).
 """
 import argparse
 import json
@@ -169,6 +171,8 @@ def main():
     ap.add_argument("--files", default=",".join(FILES))
     ap.add_argument("--timeout", type=int, default=240, help="seconds one test may run")
     ap.add_argument("-k", dest="only", default=None, help="a regular expression: run only matching selected ids")
+    ap.add_argument("--with", dest="earlier", action="append", default=[],
+                    help="results.json of an earlier run (another mode, another call) to compare with this one")
     a = ap.parse_args()
     tests_dir = os.path.abspath(a.tests_dir)
     outdir = os.path.abspath(a.out_dir)
@@ -206,10 +210,14 @@ def main():
           % (sum(len(v) for v in ids_of.values()), ", ".join(files), len(unselected)))
 
     res = {}
-    for mode in a.modes.split(","):
+    for mode in [m for m in a.modes.split(",") if m]:
         res[mode] = {}
         run_mode(tests_dir, files, ids_of, envs[mode], outdir, mode, a.timeout, res[mode],
                  lambda: save(os.path.join(outdir, "results.json"), res))
+    for path in a.earlier:  # the modes of earlier runs, where this run has none of its own
+        with open(path) as f:
+            for mode, r in json.load(f).items():
+                res.setdefault(mode, r)
     for mode, r in res.items():
         counts = {k: sum(1 for v in r.values() if v == k) for k in ("passed", "failed", "crashed", "skipped")}
         print("%-8s passed %d, failed %d, crashed %d, skipped %d" % (
