@@ -64,8 +64,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_use_on_oom(cac
  * alloc returns `size` bytes of device memory on `device` for `stream`, or NULL when it has none (the
  * malloc then goes on as after a failed device allocation); free gives a segment back; release, if not
  * NULL, is called once when the pool is gone and none of its segments is left (or at destroy), after
- * which ctx is not used. The functions run with no allocator lock held, but must not call cachalot on the
- * same device. Such a pool never uses expandable segments; the memory fraction applies to it. */
+ * which ctx is not used. alloc and free run with the device's lock dropped, as device calls do, except
+ * with release_lock_on_cudamalloc:False, on a host out-of-memory path and at destroy; release runs with it
+ * held. None of them may call cachalot on the same device. Such a pool never uses expandable segments;
+ * the memory fraction applies to it. */
 typedef struct {
   void *(*alloc)(size_t size, int device, cachalot_stream stream, void *ctx);
   void (*free)(void *ptr, size_t size, int device, cachalot_stream stream, void *ctx);
@@ -73,7 +75,7 @@ typedef struct {
   void *ctx;
 } cachalot_segment_source;
 
-/* Gives pool `id` (in use, with no segment yet, and no source) the source *src, copied. */
+/* Gives pool `id` (in use, never allocated from, without a source) the source *src, copied. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device,
                                                                          cachalot_mempool_id id,
                                                                          const cachalot_segment_source *src);

@@ -86,7 +86,7 @@ static void free_device(cl_device *d) {
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
-    const cachalot_segment_source *src = cl_pool_source(d, s->pool);
+    const cachalot_segment_source *src = s->from_source ? cl_pool_source(d, s->pool) : NULL;
     if (src)
       src->free((void *)s->ptr, s->size, d->index, s->stream, src->ctx);
     else if (!s->expandable && be->ops->free(be, d->index, (void *)s->ptr) != CACHALOT_OK) {

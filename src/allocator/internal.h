@@ -71,6 +71,13 @@ void cl_allocator_destroy(cachalot_allocator *a);
 cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a);
 static inline bool cl_capturing(const cl_device *d) { return d->n_routes > 0; }
 static inline bool cl_pool_is_default(const cl_device *d, const cl_pool *p) { return p == &d->default_pool; }
+/* A malloc's hold on its private pool while it may drop the device lock (released meanwhile, the pool
+ * stays until the hold goes); the default pool needs none. cl_pool_unhold_locked collects it if freeable. */
+static inline void cl_pool_hold_locked(cl_device *d, cl_pool *p) {
+  if (!cl_pool_is_default(d, p))
+    ((cl_private_pool *)p)->holds++;
+}
+void cl_pool_unhold_locked(cl_device *d, cl_pool *p);
 /* The source of p's segments, or NULL for the backend's (cachalot_pool_set_source). */
 static inline const cachalot_segment_source *cl_pool_source(const cl_device *d, const cl_pool *p) {
   const cachalot_segment_source *src = cl_pool_is_default(d, p) ? NULL : &((const cl_private_pool *)p)->source;

@@ -189,6 +189,7 @@ static cachalot_status alloc_segment_locked(cl_device *d, cl_pool *p, cachalot_s
    * refuses must be reported as the device's out of memory, not the host's. */
   if (rc == CACHALOT_OK && !seg->at)
     seg->at = calloc(cl_seg_entries(seg), sizeof *seg->at);
+  seg->from_source = src != NULL;
   if (rc == CACHALOT_OK && (!seg->at || !cl_page_map_add(&d->owner->pages, seg))) {
     cachalot_backend *b = d->owner->backend;
     if (src) /* rare: no host memory for the table or a page map node */
@@ -370,6 +371,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   if (!b) {
     cl_release_list rel = {0};
     bool host_oom = false;
+    cl_pool *const held = p; /* the steps below may drop the lock: p must outlive a release meanwhile */
+    cl_pool_hold_locked(d, held);
     /* During a capture nothing goes back to the device (a free would break the capture, or take memory
      * the captured work uses): no collection, no oversize release, no release-all retry. */
     if (d->fraction >= 0 && d->cfg.gc_threshold > 0 && !cl_capturing(d)) {
@@ -390,6 +393,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && p == &d->default_pool &&
         (b = use_on_oom_block_locked(d, s, small, rounded, &p)))
       rc = CACHALOT_OK;
+    cl_pool_unhold_locked(d, held); /* b, if any, keeps its pool: it is in one of its segments */
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom)
       return cl_out_of_memory_unlock(d, alloc_size);
     if (rc != CACHALOT_OK) {

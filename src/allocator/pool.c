@@ -63,11 +63,19 @@ void cl_pools_collect_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_pool *p, *tmp;
   HASH_ITER(hh, d->pools, p, tmp) {
-    if (p->use_count == 0 && p->n_segments == 0 && !routed_locked(d, p)) {
+    if (p->use_count == 0 && p->n_segments == 0 && !routed_locked(d, p) && !((cl_private_pool *)p)->holds) {
       HASH_DELETE(hh, d->pools, p);
       pool_free(d, p);
     }
   }
+}
+
+void cl_pool_unhold_locked(cl_device *d, cl_pool *p) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (cl_pool_is_default(d, p))
+    return;
+  if (--((cl_private_pool *)p)->holds == 0 && p->use_count == 0)
+    cl_pools_collect_locked(d); /* released meanwhile, and now without a segment: it goes */
 }
 
 void cl_pools_destroy_locked(cl_device *d) {
@@ -254,9 +262,9 @@ cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device, cach
   if (!p || p->use_count == 0)
     rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
                  p ? "released" : "no such", ID_ARGS(id));
-  else if (p->n_segments || cl_pool_source(d, p))
+  else if (p->bins || ((cl_private_pool *)p)->holds || cl_pool_source(d, p)) /* bins: a malloc reached it */
     rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " %s", who, ID_ARGS(id),
-                 p->n_segments ? "already has segments" : "already has a source");
+                 cl_pool_source(d, p) ? "already has a source" : "has already been allocated from");
   else
     ((cl_private_pool *)p)->source = *src;
   cl_leave_exclusive(d);

@@ -57,7 +57,8 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list) {
   /* Other threads leave `releasing` segments alone (no index holds them, every walk skips them), so the
    * releasing thread may use ptr and device_freed without the lock. */
   for (cl_segment *s = head; s; s = s->release_next) {
-    const cachalot_segment_source *src = cl_pool_source(d, s->pool); /* the pool outlives its segments */
+    /* where the memory came from is the segment's: the pool (which outlives its segments) has the source */
+    const cachalot_segment_source *src = s->from_source ? cl_pool_source(d, s->pool) : NULL;
     cachalot_status st = CACHALOT_OK;
     if (src)
       src->free((void *)s->ptr, s->size, d->index, s->stream, src->ctx);

@@ -131,6 +131,8 @@ struct cl_segment {
   cl_vrange *vr;                 /* expandable: its reservation */
   size_t at_cap;                 /* expandable: entries allocated for `at` (it grows with the run) */
   cl_segment *run_prev, *run_next; /* expandable: the runs of vr, in address order */
+  bool from_source;              /* its memory came from its pool's source (cachalot_pool_set_source), which
+                                    takes it back; else from the backend */
 };
 _Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fill the first cache line");
 
@@ -240,6 +242,8 @@ struct cl_pool {
 typedef struct cl_private_pool {
   cl_pool base; /* first: a private pool's cl_pool * is its cl_private_pool * */
   cachalot_segment_source source; /* alloc NULL: segments from the backend */
+  int holds; /* mallocs for it under way in exclusive mode, which may drop the lock (the device call, a
+                release flush): the pool is not freed while one holds it */
 } cl_private_pool;
 
 /* An active begin_allocate_to_pool: requests whose stream passes `filter` go to `pool`. */

@@ -36,9 +36,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -306,8 +304,13 @@ class Allocator final : public cca::CUDAAllocator {
     TORCH_CHECK(fresh || !allocator, "cachalot: createOrIncrefPool: pool (", mempool_id.first, ", ",
                 mempool_id.second, ") exists: it cannot take an allocator now");
     check(cachalot_pool_incref(a(), device, to_id(mempool_id)), "createOrIncrefPool");
-    if (allocator)
-      set_pool_source(a(), device, to_id(mempool_id), std::move(allocator));
+    try {
+      if (allocator)
+        set_pool_source(a(), device, to_id(mempool_id), std::move(allocator));
+    } catch (...) { // the use just given goes back with the failure
+      (void)cachalot_release_pool(a(), device, to_id(mempool_id));
+      throw;
+    }
   }
 
   void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom) override {

@@ -5,6 +5,8 @@
 
 #include <cachalot/pool.h>
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool only_stream(cachalot_stream s, void *ctx) { return s == (cachalot_stream)ctx; }
@@ -637,7 +639,7 @@ static void *fake_alloc(size_t size, int device, cachalot_stream s, void *ctx) {
 
 static void fake_free(void *ptr, size_t size, int device, cachalot_stream s, void *ctx) {
   fake_source *f = ctx;
-  (void)s;
+  assert_ptr_equal(s, f->last_stream); /* the segment's stream, as its alloc was given */
   assert_int_equal(device, 0);
   f->frees++;
   f->bytes -= size;
@@ -679,6 +681,14 @@ static void test_pool_source(void **state) {
                PX(.alloc = 1, .alloc_b = 4 * MiB, .active = 1, .active_b = 4 * MiB, .req_b = 4 * MiB, .seg = 1,
                   .res_b = 20 * MiB, .split = 1, .split_b = 16 * MiB));
   STATUS(cachalot_pool_set_source(e.a, 0, p, &src), CACHALOT_ERROR_INVALID_STATE);
+  /* a pool allocated from without a source cannot take one: its segments are the backend's */
+  cachalot_mempool_id used = cachalot_graph_pool_handle(e.a);
+  BEGIN(e.a, used, s);
+  FREE(e.a, ALLOC(e.a, 0, 512, s));
+  STATUS(cachalot_pool_set_source(e.a, 0, used, &src), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "has already been allocated from");
+  END(e.a, used);
+  RELEASE(e.a, used);
   END(e.a, p);
   char *c = ALLOC(e.a, 0, 1000, s); /* the default pool: the device's (an expandable run) */
   EQ(f.allocs, 2);
@@ -714,6 +724,72 @@ static void test_pool_source(void **state) {
   EQ(g.releases, 1);
 }
 
+/* A malloc for a private pool drops the device lock around its source's alloc (as around the device's):
+ * another thread that ends the routing and releases the pool meanwhile must not free it under the
+ * malloc, nor release the source while its alloc runs. The segment lands in the pool, which goes (its
+ * source released once) with that segment. */
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_mempool_id id;
+  int allocs, releases, releases_during_alloc;
+} racing_source;
+
+static void *release_pool_meanwhile(void *arg) {
+  racing_source *r = arg;
+  assert_int_equal(cachalot_end_allocate_to_pool(r->a, 0, r->id), CACHALOT_OK);
+  assert_int_equal(cachalot_release_pool(r->a, 0, r->id), CACHALOT_OK); /* the incref's use */
+  assert_int_equal(cachalot_release_pool(r->a, 0, r->id), CACHALOT_OK); /* the routing's */
+  return NULL;
+}
+
+static void *racing_alloc(size_t size, int device, cachalot_stream s, void *ctx) {
+  racing_source *r = ctx;
+  (void)device;
+  (void)s;
+  if (r->allocs++ == 0) { /* the device lock is dropped here: another thread releases the pool */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, release_pool_meanwhile, r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    r->releases_during_alloc = r->releases;
+  }
+  return aligned_alloc(2 * MiB, size);
+}
+
+static void racing_free(void *ptr, size_t size, int device, cachalot_stream s, void *ctx) {
+  (void)size;
+  (void)device;
+  (void)s;
+  (void)ctx;
+  free(ptr);
+}
+
+static void racing_release(void *ctx) { ((racing_source *)ctx)->releases++; }
+
+static void test_pool_released_during_source_alloc(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  racing_source r = {.a = e.a, .id = cachalot_graph_pool_handle(e.a)};
+  const cachalot_segment_source src = {racing_alloc, racing_free, racing_release, &r};
+  OK(cachalot_pool_incref(e.a, 0, r.id));
+  OK(cachalot_pool_set_source(e.a, 0, r.id, &src));
+  BEGIN(e.a, r.id, s);
+  char *x = ALLOC(e.a, 0, 3 * MiB, s);
+  EQ(r.releases_during_alloc, 0);
+  EQ(r.releases, 0); /* the pool holds the segment now */
+  CHECK(e.a);
+  EXPECT_POOLS(e.a, 0, PX0,
+               PX(.alloc = 1, .alloc_b = 3 * MiB, .active = 1, .active_b = 3 * MiB, .req_b = 3 * MiB, .seg = 1,
+                  .res_b = 20 * MiB, .split = 1, .split_b = 17 * MiB));
+  FREE(e.a, x); /* back to the released pool */
+  EMPTY(e.a);
+  EQ(r.releases, 1);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  CHECK(e.a);
+  env_free(&e);
+  EQ(r.releases, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ids),
@@ -732,6 +808,7 @@ int main(void) {
       cmocka_unit_test(test_no_split_pool),
       cmocka_unit_test(test_use_on_oom_pool),
       cmocka_unit_test(test_pool_source),
+      cmocka_unit_test(test_pool_released_during_source_alloc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
