@@ -118,9 +118,10 @@ typedef struct {
   size_t size;
   cachalot_stream stream;
   int64_t time_us; /* since the epoch */
-  /* As PyTorch gives its entries one: the call's context (the malloc's on its alloc and segment_alloc
-   * or segment_map entries, the free's on its free entries), else, on a block's free entries, the one its
-   * allocation left with it; NULL otherwise. */
+  /* The call's context (the malloc's on its alloc and segment_alloc or segment_map entries, the free's
+   * on its free entries), else, on a block's free entries, the one its allocation left with it, as
+   * PyTorch's entries carry one; NULL on the others (segment_free, segment_unmap and oom entries, where
+   * PyTorch's carry the segment's or the malloc's context). */
   void *context;
 } cachalot_trace_entry;
 
