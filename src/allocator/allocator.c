@@ -123,6 +123,8 @@ static void free_device(cl_device *d) {
     free(bins);
   }
   cl_pools_destroy_locked(d);
+  for (size_t i = 0; i < d->n_deferred; i++)
+    free(d->deferred[i].wait);
   free(d->deferred);
   cl_ctx_detach_all_locked(d);
   cl_trace_free_locked(d);

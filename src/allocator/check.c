@@ -236,7 +236,7 @@ CL_NO_COVERAGE static cachalot_status check_handed_out_locked(cl_device *d, cons
   } else if (b->state == CL_PENDING) {
     bool deferred = false;
     for (size_t i = 0; i < d->n_deferred && !deferred; i++)
-      deferred = d->deferred[i] == b;
+      deferred = d->deferred[i].b == b;
     if (!b->event_count && !deferred)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: pending block without events", dev);
     if (b->event_count && deferred)

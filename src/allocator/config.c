@@ -228,6 +228,11 @@ static cachalot_status parse_release_lock(lexer *lx, const tok *v, cl_config *c)
   return parse_bool("release_lock_on_cudamalloc", v, &c->release_lock_on_cudamalloc);
 }
 
+static cachalot_status parse_capture_reuse(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("graph_capture_record_stream_reuse", v, &c->capture_reuse);
+}
+
 static cachalot_status parse_detect_captures(lexer *lx, const tok *v, cl_config *c) {
   (void)lx;
   return parse_bool("detect_captures", v, &c->detect_captures);
@@ -436,7 +441,8 @@ typedef cachalot_status (*value_parser)(lexer *lx, const tok *v, cl_config *c);
   X("expandable_page_mb", CL_KEY_EXPANDABLE_PAGE, parse_expandable_page)                                 \
   X("pinned_use_cuda_host_register", CL_KEY_PINNED_REGISTER, parse_pinned_register)                      \
   X("pinned_num_register_threads", CL_KEY_PINNED_THREADS, parse_pinned_threads)                          \
-  X("preset", CL_KEY_PRESET, parse_preset)
+  X("preset", CL_KEY_PRESET, parse_preset)                                                               \
+  X("graph_capture_record_stream_reuse", CL_KEY_CAPTURE_REUSE, parse_capture_reuse)
 
 #define KEY_ENTRY(name, bit, parse) {name, bit, parse},
 #define KEY_NAME(name, bit, parse) name,
@@ -453,7 +459,7 @@ static const char *const key_names[] = {CL_KEYS(KEY_NAME) NULL};
   "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
   "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
   "per_process_memory_fraction, detect_captures, expandable_compact, expandable_page_mb, "               \
-  "pinned_use_cuda_host_register, pinned_num_register_threads, preset"
+  "pinned_use_cuda_host_register, pinned_num_register_threads, preset, graph_capture_record_stream_reuse"
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);

@@ -28,6 +28,7 @@ enum {
   CL_KEY_EXPANDABLE_PAGE = 1u << 10,
   CL_KEY_PINNED_REGISTER = 1u << 11,
   CL_KEY_PINNED_THREADS = 1u << 12,
+  CL_KEY_CAPTURE_REUSE = 1u << 13,
 };
 
 typedef struct cl_config {
@@ -37,6 +38,10 @@ typedef struct cl_config {
   double gc_threshold;           /* garbage_collection_threshold; 0 = off (default) */
   bool expandable_segments;      /* default false */
   bool release_lock_on_cudamalloc; /* default true: no allocator lock is held across a device allocation */
+  bool capture_reuse;            /* graph_capture_record_stream_reuse, default false: a block freed during a
+                                    capture with other streams' uses is reused within the capture once the
+                                    allocating stream's captured work depends on every one of those uses
+                                    (free.c, capture_reuse.c); else it waits for the capture's end */
   double memory_fraction;        /* per_process_memory_fraction; < 0 = not set (default) */
   unsigned roundup_divisions[CL_ROUNDUP_INTERVALS]; /* 0 or 1 = plain 512 B rounding (default 0) */
   bool plain_rounding;           /* no roundup_divisions entry above 1: every size rounds to 512 B */

@@ -107,11 +107,14 @@ void cl_insert_deferred_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   size_t kept = 0;
   for (size_t i = 0; i < d->n_deferred; i++) {
-    cl_block *b = d->deferred[i];
+    cl_block *b = d->deferred[i].b;
     /* a block whose events cannot be had now stays deferred: never reused early; nor can they while a
      * stream that used it is being captured (on another device: this one is not capturing) */
-    if (cl_uses_capturing_locked(d, b) || cl_insert_events_locked(d, b) != CACHALOT_OK)
-      d->deferred[kept++] = b;
+    if (cl_uses_capturing_locked(d, b) || cl_insert_events_locked(d, b) != CACHALOT_OK) {
+      d->deferred[kept++] = d->deferred[i];
+    } else {
+      free(d->deferred[i].wait); /* its capture is over */
+    }
   }
   d->n_deferred = kept;
 }

@@ -233,7 +233,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
      * capture is underway (PyTorch's private pools). */
     if (d->n_deferred == d->cap_deferred) {
       size_t cap = d->cap_deferred ? d->cap_deferred * 2 : 16;
-      cl_block **nd = realloc(d->deferred, cap * sizeof *nd);
+      cl_deferred *nd = realloc(d->deferred, cap * sizeof *nd);
       if (!nd) {
         cl_leave_exclusive(d);
         return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
@@ -241,7 +241,8 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
       d->deferred = nd;
       d->cap_deferred = cap;
     }
-    d->deferred[d->n_deferred++] = b;
+    /* with graph_capture_record_stream_reuse: the nodes its uses ended at, to reuse it within the capture */
+    d->deferred[d->n_deferred++] = (cl_deferred){b, d->cfg.capture_reuse ? cl_capture_wait_make_locked(d, b) : NULL};
     b->state = CL_PENDING;
   } else if (b->n_uses > 0) {
     rc = cl_insert_events_locked(d, b);

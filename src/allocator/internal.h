@@ -66,6 +66,15 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
 void cl_allocator_destroy(cachalot_allocator *a);
 
 
+/* --- capture_reuse.c (graph_capture_record_stream_reuse) --- */
+/* The nodes where the captured work of b's stream and of every stream that used it ends, for a block
+ * freed during a capture; NULL when that cannot be told (a stream not in the same capture, a backend
+ * without capture frontiers, host out of memory): the block then waits for the capture's end. */
+cl_capture_wait *cl_capture_wait_make_locked(cl_device *d, cl_block *b);
+/* Frees the deferred blocks whose uses the captured work of stream s now depends on (a malloc on s during
+ * its capture is about to look for a block). */
+void cl_capture_reuse_locked(cl_device *d, cachalot_stream s);
+
 /* --- pool.c --- */
 /* A fresh id {n, 0} for a graph capture given no pool (the first counter; from 1, never reused). */
 cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a);

@@ -366,6 +366,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   const bool small = cl_is_small(rounded);
   const size_t alloc_size = cl_segment_size(rounded);
   cl_pool *p = d->n_routes ? cl_route_pool_locked(d, s) : &d->default_pool;
+  if (d->n_deferred && d->cfg.capture_reuse && cl_capturing(d))
+    cl_capture_reuse_locked(d, s);
 
   cl_block *b = get_free_block_locked(d, p, s, small, rounded);
   if (!b) {

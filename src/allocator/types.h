@@ -237,6 +237,20 @@ struct cl_pool {
   UT_hash_handle hh; /* the device's private pool table, key id */
 };
 
+/* A block freed during a capture while other streams use it (PENDING, no events): it waits for the
+ * capture's end, or, with graph_capture_record_stream_reuse, until the captured work of the stream that
+ * wants it depends on every node of `wait` (the frontiers of its streams at the free). */
+typedef struct cl_capture_wait {
+  uint64_t capture_id;
+  size_t n_nodes;
+  uintptr_t nodes[]; /* the capture graph's nodes the block's uses ended at */
+} cl_capture_wait;
+
+typedef struct cl_deferred {
+  cl_block *b;
+  cl_capture_wait *wait; /* NULL: until the capture's end */
+} cl_deferred;
+
 /* A private pool: a pool and what only private pools have. The default pool, which cl_device holds, is a
  * bare cl_pool (its size is the warm path's business). */
 typedef struct cl_private_pool {
@@ -414,7 +428,8 @@ struct cl_device {
   cl_pool *pools;              /* private pools by id */
   cl_route *routes;            /* active routings, most recent last */
   int n_routes, cap_routes;    /* n_routes > 0 means a capture is underway: no event query or record */
-  cl_block **deferred;         /* freed during a capture with stream uses: events recorded after it */
+  struct cl_deferred *deferred; /* freed during a capture with stream uses: events recorded after it, or
+                                  reused within it (capture_reuse.c) */
   size_t n_deferred, cap_deferred;
   size_t inflight;             /* bytes being allocated on the device with the lock dropped */
   /* Which thread holds exclusive mode (kept by debug builds only, for CL_ASSERT_EXCLUSIVE; the fields are

@@ -48,7 +48,7 @@ std::vector<std::pair<std::string, std::string>> conf_items(const std::string& c
 } // namespace
 
 // PyTorch's parsers have already refused keys neither knows; the keys only PyTorch's allocators read
-// (pinned_use_background_threads, pinned_reserve_segment_size_mb, graph_capture_record_stream_reuse, ...)
+// (pinned_use_background_threads, pinned_reserve_segment_size_mb, ...)
 // are left to them.
 std::string cachalot_share(const std::string& conf) {
   std::set<std::string> ours;

@@ -636,9 +636,10 @@ static void test_public_check_and_keys(void **state) {
     assert_null(strstr(cachalot_last_error(), unknown));
     assert_non_null(strstr(cachalot_last_error(), k[n]));
   }
-  assert_int_equal(n, 13);
+  assert_int_equal(n, 14);
   assert_string_equal(k[0], "max_split_size_mb");
   assert_string_equal(k[12], "preset");
+  assert_string_equal(k[13], "graph_capture_record_stream_reuse");
   assert_int_equal(cachalot_check_config("max_split_size_mb:40,preset:low_fragmentation"), CACHALOT_OK);
   assert_int_equal(cachalot_check_config(""), CACHALOT_OK);
   assert_int_equal(cachalot_check_config("backend:native"), CACHALOT_ERROR_CONFIG);

@@ -3,6 +3,8 @@
  * Exact counts, cachalot_check after every step (ALLOC/FREE/... run it). */
 #include "helpers.h"
 
+#include "allocator/backend/ops.h" /* stream_wait, to join a side stream into a capture */
+
 #include <cachalot/pool.h>
 
 #include <pthread.h>
@@ -790,6 +792,97 @@ static void test_pool_released_during_source_alloc(void **state) {
   EQ(r.releases, 1);
 }
 
+/* graph_capture_record_stream_reuse (PyTorch's test_graph_capture_reclaim_2_streams, on the simulated
+ * device): a block freed during a capture while a side stream of the capture reads it is not reused by a
+ * malloc whose captured work does not yet depend on that read (before the side stream joins back), and is
+ * reused once it does; without the key it waits for the capture's end. */
+static void capture_reclaim(bool reuse, bool *reused_before_join, bool *reused_after_join) {
+  env e = ENV(1, 0, reuse ? "graph_capture_record_stream_reuse:True" : "");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, p, any_stream, NULL));
+  OK(cachalot_sim_capture_begin(e.b, s1, CACHALOT_CAPTURE_GLOBAL));
+  char *sink = ALLOC(e.a, 0, 512, s1);
+  char *data1 = ALLOC(e.a, 0, 512, s1);
+  OK(e.b->ops->stream_wait(e.b, 0, s2, s1)); /* s2 joins the capture */
+  OK(cachalot_sim_launch(e.b, s2));          /* reads data1 */
+  RECORD(e.a, data1, s2);
+  FREE(e.a, data1);
+  char *data2 = ALLOC(e.a, 0, 512, s1); /* s1's work does not depend on s2's read yet */
+  *reused_before_join = data2 == data1;
+  OK(e.b->ops->stream_wait(e.b, 0, s1, s2)); /* s2 joins back into s1 */
+  OK(cachalot_sim_launch(e.b, s1));          /* a node after the join */
+  char *data3 = ALLOC(e.a, 0, 512, s1);
+  *reused_after_join = data3 == data1;
+  CHECK(e.a);
+  OK(cachalot_sim_capture_end(e.b, s1));
+  OK(cachalot_end_allocate_to_pool(e.a, 0, p));
+  FREE(e.a, sink);
+  FREE(e.a, data2);
+  FREE(e.a, data3);
+  CHECK(e.a);
+  OK(cachalot_release_pool(e.a, 0, p));
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* The four-stream case (PyTorch's test_graph_capture_reclaim_4_streams): three side streams read the block;
+ * after partial joins (s2 into s1, s4 into s3) s1 still does not depend on s3's and s4's reads, so the
+ * block waits; once s3 joins s1 it is reused. */
+static void capture_reclaim_4(bool *reused_partial, bool *reused_full) {
+  env e = ENV(1, 0, "graph_capture_record_stream_reuse:True");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0), s3 = STREAM(e.b, 0), s4 = STREAM(e.b, 0);
+  cachalot_mempool_id p = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_begin_allocate_to_pool(e.a, 0, p, any_stream, NULL));
+  OK(cachalot_sim_capture_begin(e.b, s1, CACHALOT_CAPTURE_GLOBAL));
+  char *data1 = ALLOC(e.a, 0, 512, s1);
+  char *sink = ALLOC(e.a, 0, 512, s1);
+  cachalot_stream side[3] = {s2, s3, s4};
+  for (int i = 0; i < 3; i++) {
+    OK(e.b->ops->stream_wait(e.b, 0, side[i], s1));
+    OK(cachalot_sim_launch(e.b, side[i]));
+    RECORD(e.a, data1, side[i]);
+  }
+  FREE(e.a, data1);
+  OK(e.b->ops->stream_wait(e.b, 0, s1, s2));
+  OK(cachalot_sim_launch(e.b, s1));
+  OK(e.b->ops->stream_wait(e.b, 0, s3, s4));
+  OK(cachalot_sim_launch(e.b, s3));
+  char *data2 = ALLOC(e.a, 0, 512, s1);
+  *reused_partial = data2 == data1;
+  OK(e.b->ops->stream_wait(e.b, 0, s1, s3));
+  OK(cachalot_sim_launch(e.b, s1));
+  char *data3 = ALLOC(e.a, 0, 512, s1);
+  *reused_full = data3 == data1;
+  CHECK(e.a);
+  OK(cachalot_sim_capture_end(e.b, s1));
+  OK(cachalot_end_allocate_to_pool(e.a, 0, p));
+  FREE(e.a, sink);
+  FREE(e.a, data2);
+  FREE(e.a, data3);
+  OK(cachalot_release_pool(e.a, 0, p));
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+static void test_capture_reuse_after_join(void **state) {
+  (void)state;
+  bool before = true, after = false;
+  capture_reclaim(true, &before, &after);
+  assert_false(before);
+  assert_true(after);
+  capture_reclaim(false, &before, &after); /* the key off: the block waits for the capture's end */
+  assert_false(before);
+  assert_false(after);
+  before = true;
+  after = false;
+  capture_reclaim_4(&before, &after);
+  assert_false(before);
+  assert_true(after);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ids),
@@ -809,6 +902,7 @@ int main(void) {
       cmocka_unit_test(test_use_on_oom_pool),
       cmocka_unit_test(test_pool_source),
       cmocka_unit_test(test_pool_released_during_source_alloc),
+      cmocka_unit_test(test_capture_reuse_after_join),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,15 @@ typedef struct cl_backend_ops {
   /* Whether stream `s` of `device` is being captured, and the capture's id (0 when not capturing). */
   cachalot_status (*stream_capture_info)(cachalot_backend *b, int device, cachalot_stream s, bool *capturing,
                                          uint64_t *capture_id);
+  /* While stream `s` is being captured: its capture's id, and the nodes its next captured work will depend
+   * on (opaque ids: up to `cap` written to nodes, *n the whole count). Not capturing: *capture_id 0, *n 0.
+   * For graph_capture_record_stream_reuse (capture_reuse.c). */
+  cachalot_status (*capture_frontier)(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
+                                      uintptr_t *nodes, size_t cap, size_t *n);
+  /* Whether node `to` is one of `from` or an ancestor of one (every path of dependencies counts), in the
+   * graph stream `s` is capturing into. */
+  cachalot_status (*capture_reaches)(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
+                                     size_t n_from, uintptr_t to, bool *reaches);
   /* Exchanges the calling thread's stream-capture mode (cudaThreadExchangeStreamCaptureMode): *mode in,
    * previous mode out. */
   cachalot_status (*capture_mode_exchange)(cachalot_backend *b, cachalot_capture_mode *mode);

@@ -4,6 +4,8 @@
 #include "private.h"
 
 #include <cuda.h>
+#include <stdlib.h>
+#include <uthash.h>
 
 /* The driver's cuStreamGetCaptureInfo, found through the runtime (no link-time libcuda): for a stream
  * other than NULL it answers without a device switch, in ~25 ns on an H100 host where the runtime's
@@ -193,4 +195,126 @@ cachalot_status cl_cuda_capture_end(cachalot_backend *b, int device, cachalot_st
   *graph = (cl_graph *)g;
   *n_nodes = n;
   return CACHALOT_OK;
+}
+
+cachalot_status cl_cuda_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
+                                         uintptr_t *nodes, size_t cap, size_t *n) {
+  (void)b;
+  if (!capture_id || !n || (cap && !nodes))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_frontier: a NULL output");
+  *capture_id = 0;
+  *n = 0;
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "capture_frontier");
+  if (st != CACHALOT_OK)
+    return st;
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  size_t n_deps = 0;
+  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, &id, &graph, &deps, NULL, &n_deps);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "capture_frontier", "cudaStreamGetCaptureInfo");
+  if (status == cudaStreamCaptureStatusActive) {
+    *capture_id = id;
+    *n = n_deps;
+    for (size_t i = 0; i < n_deps && i < cap; i++)
+      nodes[i] = (uintptr_t)deps[i];
+  }
+  return CACHALOT_OK;
+}
+
+/* The driver's cuGraphNodeGetDependencies in its first form (node, dependencies, count), found as
+ * cuStreamGetCaptureInfo is: the runtime's changed its arguments across toolkits. */
+typedef CUresult (*node_deps_fn)(CUgraphNode, CUgraphNode *, size_t *);
+static node_deps_fn driver_node_deps;
+static pthread_once_t node_deps_once = PTHREAD_ONCE_INIT;
+static void find_driver_node_deps(void) {
+  driver_node_deps = (node_deps_fn)cl_cuda_driver_symbol("cuGraphNodeGetDependencies");
+}
+
+typedef struct seen_node {
+  uintptr_t node;
+  UT_hash_handle hh;
+} seen_node;
+
+cachalot_status cl_cuda_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
+                                        size_t n_from, uintptr_t to, bool *reaches) {
+  (void)b;
+  (void)device;
+  (void)s; /* node handles name their graph */
+  if (!reaches || (n_from && !from))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_reaches: a NULL argument");
+  *reaches = false;
+  pthread_once(&node_deps_once, find_driver_node_deps);
+  if (!driver_node_deps)
+    return cl_fail(CACHALOT_ERROR_NOT_SUPPORTED, "cuda backend: capture_reaches: the driver has no "
+                                                 "cuGraphNodeGetDependencies");
+  /* a walk up the dependencies from `from`, each node once */
+  seen_node *seen = NULL, *e, *tmp;
+  uintptr_t *stack = NULL;
+  size_t top = 0, cap = 0;
+  cachalot_status st = CACHALOT_OK;
+  CUgraphNode *deps = NULL;
+  size_t cap_deps = 0;
+#define PUSH(v)                                                                                                    \
+  do {                                                                                                             \
+    seen_node *f_;                                                                                                 \
+    uintptr_t v_ = (v);                                                                                            \
+    HASH_FIND(hh, seen, &v_, sizeof v_, f_);                                                                        \
+    if (!f_) {                                                                                                     \
+      seen_node *n_ = malloc(sizeof *n_);                                                                          \
+      uintptr_t *q_ = top == cap ? realloc(stack, (cap = cap ? 2 * cap : 64) * sizeof *stack) : stack;             \
+      if (!n_ || !q_) {                                                                                            \
+        free(n_);                                                                                                  \
+        if (q_)                                                                                                    \
+          stack = q_;                                                                                              \
+        st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: capture_reaches: host out of memory");         \
+        break;                                                                                                     \
+      }                                                                                                            \
+      stack = q_;                                                                                                  \
+      n_->node = v_;                                                                                               \
+      HASH_ADD(hh, seen, node, sizeof n_->node, n_);                                                               \
+      stack[top++] = v_;                                                                                           \
+    }                                                                                                              \
+  } while (0)
+  for (size_t i = 0; i < n_from && st == CACHALOT_OK; i++)
+    PUSH(from[i]);
+  while (top && st == CACHALOT_OK && !*reaches) {
+    const uintptr_t v = stack[--top];
+    if (v == to) {
+      *reaches = true;
+      break;
+    }
+    size_t n = 0;
+    CUresult r = driver_node_deps((CUgraphNode)v, NULL, &n);
+    if (r == CUDA_SUCCESS && n > cap_deps) {
+      CUgraphNode *q = realloc(deps, n * sizeof *deps);
+      if (!q) {
+        st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: capture_reaches: host out of memory");
+        break;
+      }
+      deps = q;
+      cap_deps = n;
+    }
+    if (r == CUDA_SUCCESS && n)
+      r = driver_node_deps((CUgraphNode)v, deps, &n);
+    if (r != CUDA_SUCCESS) {
+      st = cl_fail(CACHALOT_ERROR_DEVICE, "cuda backend: capture_reaches: cuGraphNodeGetDependencies failed (%d)",
+                   (int)r);
+      break;
+    }
+    for (size_t i = 0; i < n && st == CACHALOT_OK; i++)
+      PUSH((uintptr_t)deps[i]);
+  }
+#undef PUSH
+  HASH_ITER(hh, seen, e, tmp) {
+    HASH_DEL(seen, e);
+    free(e);
+  }
+  free(stack);
+  free(deps);
+  return st;
 }

@@ -58,6 +58,76 @@ cachalot_status cl_sim_stream_capture_info(cachalot_backend *b, int device, cach
   return st;
 }
 
+cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
+                                        uintptr_t *nodes, size_t cap, size_t *n) {
+  struct sim_backend *sim = sim_of(b);
+  if (!capture_id || !n || (cap && !nodes))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture frontier: NULL output");
+  *capture_id = 0;
+  *n = 0;
+  cachalot_status st = sim_check_device(sim, device, "simulated capture frontier");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_any_stream_locked(sim, device, s, &stream);
+  if (st == CACHALOT_OK && stream->capture && !stream->capture->invalidated) {
+    *capture_id = stream->capture->id;
+    *n = stream->n_deps;
+    for (size_t i = 0; i < stream->n_deps && i < cap; i++)
+      nodes[i] = (uintptr_t)stream->deps[i];
+  }
+  sim_unlock(sim);
+  return st;
+}
+
+/* A walk up the dependencies from `from`: marks, in seen (one byte per node), every node reached. */
+static bool sim_reaches(const struct sim_capture *c, const uintptr_t *from, size_t n_from, uintptr_t to) {
+  if (to >= c->n_nodes)
+    return false;
+  unsigned char *seen = calloc(c->n_nodes ? c->n_nodes : 1, 1);
+  size_t *stack = malloc((c->n_nodes ? c->n_nodes : 1) * sizeof *stack);
+  bool found = false;
+  size_t top = 0;
+  for (size_t i = 0; seen && stack && i < n_from; i++)
+    if (from[i] < c->n_nodes && !seen[from[i]]) {
+      seen[from[i]] = 1;
+      stack[top++] = from[i];
+    }
+  while (seen && stack && top && !found) {
+    const size_t v = stack[--top];
+    found = v == to;
+    for (size_t e = 0; e < c->n_edges; e++) /* the sim's graphs are small: a scan of the edges per node */
+      if (c->edges[e].to == v && !seen[c->edges[e].from]) {
+        seen[c->edges[e].from] = 1;
+        stack[top++] = c->edges[e].from;
+      }
+  }
+  free(seen);
+  free(stack);
+  return found;
+}
+
+cachalot_status cl_sim_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
+                                       size_t n_from, uintptr_t to, bool *reaches) {
+  struct sim_backend *sim = sim_of(b);
+  if (!reaches || (n_from && !from))
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture reaches: NULL argument");
+  *reaches = false;
+  cachalot_status st = sim_check_device(sim, device, "simulated capture reaches");
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  struct sim_stream *stream = NULL;
+  st = resolve_any_stream_locked(sim, device, s, &stream);
+  if (st == CACHALOT_OK && !stream->capture)
+    st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated capture reaches: the stream is not capturing");
+  if (st == CACHALOT_OK)
+    *reaches = sim_reaches(stream->capture, from, n_from, to);
+  sim_unlock(sim);
+  return st;
+}
+
 cachalot_status cl_sim_capture_mode_exchange(cachalot_backend *b, cachalot_capture_mode *mode) {
   (void)b;
   if (!mode)
