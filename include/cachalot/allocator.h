@@ -84,6 +84,13 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_free(cachalot_allocator
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr,
                                                                        cachalot_stream s);
 
+/* CUDA IPC (PyTorch's shareIpcHandle): the IPC handle of the device allocation that holds the block at
+ * `ptr` (cudaIpcGetMemHandle of its segment) and ptr's offset in that allocation, for another process's
+ * cudaIpcOpenMemHandle. The program must keep the block allocated while another process has it open.
+ * CACHALOT_ERROR_NOT_SUPPORTED for a block of an expandable segment (mapped pages have no such handle). */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_ipc_handle(cachalot_allocator *a, void *ptr,
+                                                                    unsigned char handle[64], size_t *offset);
+
 /* Waits for outstanding events, then gives every whole free cached segment back to the device. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_empty_cache(cachalot_allocator *a);
 

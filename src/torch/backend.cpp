@@ -14,6 +14,7 @@
 // What PyTorch's types look like is convert.cpp's business: this file holds the allocator PyTorch calls.
 #include "convert.h"
 #include "host.h"
+#include "ipc.h"
 #include "metadata.h"
 #include "observe.h"
 #include "pool_source.h"
@@ -339,13 +340,9 @@ class Allocator final : public cca::CUDAAllocator {
     return live == expected_live_allocations.size();
   }
 
-  cca::ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "cachalot: shareIpcHandle (CUDA tensors sent to another process) is not supported");
-  }
+  cca::ShareableHandle shareIpcHandle(void* ptr) override { return share_ipc_handle(a(), ptr); }
 
-  std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    TORCH_CHECK(false, "cachalot: getIpcDevPtr (CUDA tensors received from another process) is not supported");
-  }
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override { return open_ipc_handle(handle); }
 
   bool isHistoryEnabled() override { return history_on_.load(); }
 

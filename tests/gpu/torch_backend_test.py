@@ -21,6 +21,8 @@ route. Each child prints one JSON line; the parent compares.
                  sees native's (memory_viz's snapshot of the profile: the same events, frames named)
   mempool_features  MemPool(no_split=True) gives each block a segment; caching_allocator_enable(False)
                  allocates outside the cache and its tensors ignore record_stream: as native
+  ipc            a CUDA tensor sent to a spawned process with torch.multiprocessing reads back the same,
+                 as native
   gpu_trace      torch.cuda._gpu_trace's allocation and deallocation hooks fire once per tensor, with its
                  address, as native's do
   torch_settings PYTORCH_CUDA_ALLOC_CONF (read at CUDA's first use, cachalot's keys accepted in it,
@@ -507,6 +509,30 @@ def c_mempool_features(torch, mode):
     return out
 
 
+def _ipc_child(mode, q, r):
+    torch = setup(mode)
+    x = q.get()
+    r.put([float(x.sum()), x.device.type])
+    del x
+
+
+def c_ipc(torch, mode):
+    """A CUDA tensor sent to another process with torch.multiprocessing (PyTorch's IPC handles): the child,
+    on the same allocator, reads what the parent wrote."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q, r = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_ipc_child, args=(mode, q, r))
+    child.start()
+    t = torch.arange(1000, device="cuda", dtype=torch.float32)
+    torch.cuda.synchronize()
+    q.put(t)
+    got = r.get(timeout=300)
+    child.join(timeout=300)
+    return {"child_sum": got[0], "child_device": got[1], "expected": float(t.sum()), "exitcode": child.exitcode}
+
+
 def c_gpu_trace(torch, mode):
     """torch.cuda._gpu_trace's allocation and deallocation hooks (what the CUDA stream sanitizer uses): called
     once per tensor with its address, as native calls them."""
@@ -769,6 +795,10 @@ def main():
         n, c = (run("mempool_features", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in n and n == c and c["no_split"]["segments"] == 2
         result("mempool_features", ok, {"native": n, "cachalot": c})
+    if want("ipc"):
+        n, c = (run("ipc", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c and c["child_sum"] == c["expected"] and c["exitcode"] == 0
+        result("ipc", ok, {"native": n, "cachalot": c})
     if want("gpu_trace"):
         n, c = (run("gpu_trace", m, outdir) for m in ("native", "cachalot"))
         ok = "error" not in n and n == c and c["same_pointers"]

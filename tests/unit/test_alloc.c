@@ -1522,6 +1522,42 @@ static void test_oversize_release_not_for_small(void **state) {
   env_free(&e);
 }
 
+/* CUDA IPC (PyTorch's shareIpcHandle): the handle is the block's segment's allocation's, with the block's
+ * offset in it; a pointer that is not a block's start, or NULL outputs, are refused, and so is a block of
+ * an expandable segment. */
+static void test_ipc_handle(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  char *p = ALLOC(e.a, 0, 1000, NULL);
+  char *q = ALLOC(e.a, 0, 1000, NULL); /* the same 2 MiB segment, 1024 bytes on */
+  unsigned char h[64];
+  size_t off = 99;
+  OK(cachalot_ipc_handle(e.a, q, h, &off));
+  EQ(off, 1024);
+  assert_memory_equal(h, "cachalot-sim-ipc", 16);
+  uintptr_t base = 0;
+  memcpy(&base, h + 24, sizeof base);
+  assert_ptr_equal((void *)base, p); /* the segment's allocation */
+  OK(cachalot_ipc_handle(e.a, p, h, &off));
+  EQ(off, 0);
+  STATUS(cachalot_ipc_handle(e.a, q + 512, h, &off), CACHALOT_ERROR_INVALID_POINTER);
+  EQ(off, 0);
+  STATUS(cachalot_ipc_handle(e.a, NULL, h, &off), CACHALOT_ERROR_INVALID_POINTER);
+  STATUS(cachalot_ipc_handle(e.a, q, NULL, &off), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_ipc_handle(e.a, q, h, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CHECK(e.a);
+  FREE(e.a, p);
+  FREE(e.a, q);
+  env_free(&e);
+
+  e = ENV(1, 0, "expandable_segments:True");
+  char *x = ALLOC(e.a, 0, 1000, NULL);
+  STATUS(cachalot_ipc_handle(e.a, x, h, &off), CACHALOT_ERROR_NOT_SUPPORTED);
+  CONTAINS(cachalot_last_error(), "expandable segment");
+  FREE(e.a, x);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rounding_table),
@@ -1551,6 +1587,7 @@ int main(void) {
       cmocka_unit_test(test_stats_resets),
       cmocka_unit_test(test_set_settings),
       cmocka_unit_test(test_two_devices),
+      cmocka_unit_test(test_ipc_handle),
       cmocka_unit_test(test_record_stream_other_device),
       cmocka_unit_test(test_oversize_release_not_for_small),
       cmocka_unit_test(test_release_lock_false_same),

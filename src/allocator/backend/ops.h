@@ -117,6 +117,10 @@ typedef struct cl_backend_ops {
   void (*graph_exec_destroy)(cachalot_backend *b, cl_graph_exec *e);
   /* Writes the graph as a DOT file (cudaGraphDebugDotPrint). */
   cachalot_status (*graph_debug_dot)(cachalot_backend *b, cl_graph *g, const char *path);
+
+  /* --- interprocess (CUDA IPC) --- */
+  /* The IPC handle of the device allocation at `base` on `device` (cudaIpcGetMemHandle). */
+  cachalot_status (*ipc_handle)(cachalot_backend *b, int device, void *base, unsigned char handle[64]);
   /* Copies n bytes between device buffers on `s`, in stream order (cudaMemcpyAsync). */
   cachalot_status (*memcpy_async)(cachalot_backend *b, int device, void *dst, const void *src, size_t n,
                                   cachalot_stream s);

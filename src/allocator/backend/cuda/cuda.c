@@ -59,6 +59,7 @@ static const cl_backend_ops cuda_ops = {
     .graph_destroy = cl_cuda_graph_destroy,
     .graph_exec_destroy = cl_cuda_graph_exec_destroy,
     .graph_debug_dot = cl_cuda_graph_debug_dot,
+    .ipc_handle = cl_cuda_ipc_handle,
     .memcpy_async = cl_cuda_memcpy_async,
     .stream_wait = cl_cuda_stream_wait,
     .stream_create = cl_cuda_stream_create,

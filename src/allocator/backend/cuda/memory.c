@@ -5,6 +5,7 @@
 #include "cuda.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 /* The runtime's cudaMalloc, cudaFree and cudaMemGetInfo, as cuda.h describes: the runtime's own
  * unless cl_cuda_set_real replaced them (libcachalot_preload.so does, from its load-time constructor).
@@ -93,5 +94,23 @@ cachalot_status cl_cuda_mem_info(cachalot_backend *b, int device, size_t *free_b
     return cuda_fail(CACHALOT_ERROR_DEVICE, err, "mem_info", "cudaMemGetInfo");
   *free_bytes = f;
   *total_bytes = t;
+  return CACHALOT_OK;
+}
+
+cachalot_status cl_cuda_ipc_handle(cachalot_backend *b, int device, void *base, unsigned char handle[64]) {
+  (void)b;
+  _Static_assert(sizeof(cudaIpcMemHandle_t) == 64, "CUDA_IPC_HANDLE_SIZE");
+  if (!base || !handle)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: ipc_handle: %s is NULL", !base ? "base" : "handle");
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, "ipc_handle");
+  if (st != CACHALOT_OK)
+    return st;
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaIpcGetMemHandle(&h, base);
+  device_leave(&sc);
+  if (err != cudaSuccess)
+    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "ipc_handle", "cudaIpcGetMemHandle");
+  memcpy(handle, &h, sizeof h);
   return CACHALOT_OK;
 }

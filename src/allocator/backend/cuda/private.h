@@ -136,6 +136,7 @@ cachalot_status cl_cuda_graph_launch(cachalot_backend *b, int device, cl_graph_e
 void cl_cuda_graph_destroy(cachalot_backend *b, cl_graph *g);
 void cl_cuda_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e);
 cachalot_status cl_cuda_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path);
+cachalot_status cl_cuda_ipc_handle(cachalot_backend *b, int device, void *base, unsigned char handle[64]);
 
 /* vmm.c (and cl_cuda_driver_symbol, in cuda.h) */
 cachalot_status cl_cuda_va_granularity(cachalot_backend *b, int device, size_t *out);

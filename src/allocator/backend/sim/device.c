@@ -3,6 +3,7 @@
 #include "sim.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Whether this device allocation (or map) is to fail by fault injection; counts it (lock held). */
 bool cl_sim_inject_locked(struct sim_backend *sim) {
@@ -289,4 +290,22 @@ void cl_sim_event_release(cachalot_backend *b, cl_event *e) {
     sim->free_events = ev;
   }
   sim_unlock(sim);
+}
+
+/* A handle that names the allocation: the bytes "cachalot-sim-ipc", the device and the base address (the
+ * simulated device has one process; tests read the handle back). */
+cachalot_status cl_sim_ipc_handle(cachalot_backend *b, int device, void *base, unsigned char handle[64]) {
+  struct sim_backend *sim = sim_of(b);
+  if (!base || !handle)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated ipc handle: %s is NULL", !base ? "base" : "handle");
+  cachalot_status st = sim_check_device(sim, device, "simulated ipc handle");
+  if (st != CACHALOT_OK)
+    return st;
+  memset(handle, 0, 64);
+  memcpy(handle, "cachalot-sim-ipc", 16);
+  const int32_t dev = device;
+  const uintptr_t addr = (uintptr_t)base;
+  memcpy(handle + 16, &dev, sizeof dev);
+  memcpy(handle + 24, &addr, sizeof addr);
+  return CACHALOT_OK;
 }

@@ -361,6 +361,7 @@ cachalot_status cl_sim_graph_launch(cachalot_backend *b, int device, cl_graph_ex
 void cl_sim_graph_destroy(cachalot_backend *b, cl_graph *g);
 void cl_sim_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e);
 cachalot_status cl_sim_graph_debug_dot(cachalot_backend *b, cl_graph *g, const char *path);
+cachalot_status cl_sim_ipc_handle(cachalot_backend *b, int device, void *base, unsigned char handle[64]);
 
 /* host.c */
 cachalot_status cl_sim_host_alloc(cachalot_backend *b, size_t size, void **ptr);

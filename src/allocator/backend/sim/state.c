@@ -80,6 +80,7 @@ static const cl_backend_ops sim_ops = {
     .graph_destroy = cl_sim_graph_destroy,
     .graph_exec_destroy = cl_sim_graph_exec_destroy,
     .graph_debug_dot = cl_sim_graph_debug_dot,
+    .ipc_handle = cl_sim_ipc_handle,
     .memcpy_async = cl_sim_memcpy_async,
     .stream_wait = cl_sim_stream_wait,
     .stream_create = cl_sim_stream_create,
