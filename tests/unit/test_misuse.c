@@ -183,6 +183,15 @@ static void test_null_allocator_and_out_pointers(void **state) {
   STATUS(cachalot_reset_peak_stats(NULL, 0), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_reset_accumulated_stats(NULL, 0), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_check(NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  unsigned char handle[64];
+  size_t offset = 7;
+  STATUS(cachalot_ipc_handle(NULL, (void *)(uintptr_t)0x1000, handle, &offset), CACHALOT_ERROR_INVALID_ARGUMENT);
+  EQ(offset, 0);
+  const cachalot_mempool_id pool = {0, 1};
+  STATUS(cachalot_pool_set_no_split(NULL, 0, pool), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_pool_set_use_on_oom(NULL, 0, pool, true), CACHALOT_ERROR_INVALID_ARGUMENT);
+  const cachalot_segment_source src = {0};
+  STATUS(cachalot_pool_set_source(NULL, 0, pool, &src), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_device_count(NULL, &n), CACHALOT_ERROR_INVALID_ARGUMENT);
   EQ(n, 0);
   cachalot_destroy(NULL); /* no-op */
