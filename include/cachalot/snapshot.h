@@ -118,10 +118,10 @@ typedef struct {
   size_t size;
   cachalot_stream stream;
   int64_t time_us; /* since the epoch */
-  /* The call's context (the malloc's on its alloc and segment_alloc or segment_map entries, the free's
-   * on its free entries), else, on a block's free entries, the one its allocation left with it, as
-   * PyTorch's entries carry one; NULL on the others (segment_free, segment_unmap and oom entries, where
-   * PyTorch's carry the segment's or the malloc's context). */
+  /* As PyTorch's entries carry one: the call's context (the malloc's on its alloc, segment_alloc,
+   * segment_map and oom entries, the free's on its free entries), else, on a block's free entries, the one
+   * its allocation left with it, and on a segment_free entry the one of the malloc that made the segment;
+   * NULL on segment_unmap entries (the runs of expandable segments keep none) and where none was given. */
   void *context;
 } cachalot_trace_entry;
 

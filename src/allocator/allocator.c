@@ -97,6 +97,7 @@ static void free_device(cl_device *d) {
     }
     for (cl_block *b = s->head; b; b = b->next)
       free(b->uses);
+    cl_segment_ctx_drop_locked(d, s);
     free(s->at);
     free(s);
     s = next;

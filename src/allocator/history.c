@@ -140,11 +140,29 @@ size_t cl_block_frames_copy_locked(const cl_device *d, void **out, size_t max) {
 }
 
 /* Lets go of every block's context (destroy). */
+void cl_segment_ctx_attach_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (d->trace.cap == 0 || !cl_tls_alloc_ctx || !d->owner->ctx_ops.retain || s->ctx)
+    return;
+  cl_ctx_retain(d->owner, cl_tls_alloc_ctx);
+  s->ctx = cl_tls_alloc_ctx;
+}
+
+void cl_segment_ctx_drop_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (s->ctx) {
+    cl_ctx_release(d->owner, s->ctx);
+    s->ctx = NULL;
+  }
+}
+
 void cl_ctx_detach_all_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e, *tmp;
   HASH_ITER(hh, d->block_ctx, e, tmp)
     drop_entry(d, e);
+  for (cl_segment *s = d->segments; s; s = s->next)
+    cl_segment_ctx_drop_locked(d, s);
 }
 
 cachalot_status cl_ctx_check_locked(cl_device *d) {
@@ -205,13 +223,15 @@ static void grow_trace(cl_device *d) {
 }
 
 /* The context a trace entry keeps, as PyTorch's allocator gives its entries one: the call's (the malloc's
- * for the block and the segment it makes, the free's for the block it frees), else, for the free events of
- * a block, the context its allocation left with it (a free without one, an event completing later). */
+ * for the block and the segment it makes, and for its failure; the free's for the block it frees), else,
+ * for the free events of a block, the context its allocation left with it (a free without one, an event
+ * completing later). A segment_free entry is given its segment's by its caller. */
 static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr) {
   switch (action) {
   case CL_TRACE_ALLOC:
   case CL_TRACE_SEGMENT_ALLOC:
   case CL_TRACE_SEGMENT_MAP:
+  case CL_TRACE_OOM: /* the failing malloc's */
     return cl_tls_alloc_ctx;
   case CL_TRACE_FREE_REQUESTED:
   case CL_TRACE_FREE_COMPLETED:
@@ -224,7 +244,7 @@ static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr
 }
 
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
-                                            cachalot_stream stream) {
+                                            cachalot_stream stream, void *given) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_trace *t = &d->trace;
   if (t->count < t->cap && t->count == trace_rows(d))
@@ -243,7 +263,7 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
   e->ctx = NULL;
   free(e->text);
   e->text = NULL;
-  void *ctx = entry_ctx(d, action, addr);
+  void *ctx = given ? given : entry_ctx(d, action, addr);
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);
     e->ctx = ctx;
@@ -431,7 +451,7 @@ cachalot_status cachalot_annotate(cachalot_allocator *a, int device, const char 
   cl_device *d = &a->devices[device];
   cl_enter_exclusive(d);
   if (d->trace.cap != 0) {
-    cl_trace_entry *e = cl_trace_record_slow_locked(d, CL_TRACE_USER_DEFINED, 0, 0, NULL);
+    cl_trace_entry *e = cl_trace_record_slow_locked(d, CL_TRACE_USER_DEFINED, 0, 0, NULL, NULL);
     e->text = copy;
     copy = NULL;
   }

@@ -6,15 +6,27 @@
 
 #include "types.h"
 
-/* The entry recorded (the caller may add to it: cachalot_annotate's text). */
+/* The entry recorded (the caller may add to it: cachalot_annotate's text). ctx: the context it keeps; NULL:
+ * the rule of its action (history.c's entry_ctx). */
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
-                                            cachalot_stream stream);
+                                            cachalot_stream stream, void *ctx);
 /* Records an entry when history is on; otherwise costs one branch. */
 static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                    cachalot_stream stream) {
   if (CL_UNLIKELY(d->trace.cap != 0))
-    (void)cl_trace_record_slow_locked(d, action, addr, size, stream);
+    (void)cl_trace_record_slow_locked(d, action, addr, size, stream, NULL);
 }
+/* The same with the context the entry keeps given (a segment's, for its segment_free entry). */
+static inline void cl_trace_ctx_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
+                                       cachalot_stream stream, void *ctx) {
+  if (CL_UNLIKELY(d->trace.cap != 0))
+    (void)cl_trace_record_slow_locked(d, action, addr, size, stream, ctx);
+}
+/* Keeps the context of the malloc in progress with segment s, which it just made (history on), for the
+ * segment's segment_free entry, as PyTorch keeps context_when_segment_allocated. */
+void cl_segment_ctx_attach_locked(cl_device *d, cl_segment *s);
+/* Lets go of the context kept with segment s, if any. */
+void cl_segment_ctx_drop_locked(cl_device *d, cl_segment *s);
 void cl_trace_free_locked(cl_device *d);
 /* The contexts of the call in progress on this thread (cachalot_malloc_with_context,
  * cachalot_free_with_context): NULL outside such a call. */

@@ -158,6 +158,8 @@ static void book_segment_locked(cl_device *d, cl_segment *seg, cl_block *blk) {
     cl_stat_inc(&st->oversize_segments, 1);
   st->num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_ALLOC, seg->ptr, alloc_size, seg->stream);
+  if (CL_UNLIKELY(d->trace.cap != 0))
+    cl_segment_ctx_attach_locked(d, seg);
 }
 
 /* malloc step 5: a new segment of `alloc_size` from the device. The lock is dropped around the device

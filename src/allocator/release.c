@@ -35,7 +35,8 @@ static void forget_segment_locked(cl_device *d, cl_segment *s) {
   if (s->size >= d->cfg.max_split_size)
     cl_stat_dec(&st->oversize_segments, 1);
   st->num_device_free++;
-  cl_trace_locked(d, CL_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream);
+  cl_trace_ctx_locked(d, CL_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream, s->ctx); /* the malloc's that made it */
+  cl_segment_ctx_drop_locked(d, s);
   cl_page_map_remove(&d->owner->pages, s);
   cl_block_delete_locked(d, s->head);
   s->head = s->tail = NULL;

@@ -133,6 +133,8 @@ struct cl_segment {
   cl_segment *run_prev, *run_next; /* expandable: the runs of vr, in address order */
   bool from_source;              /* its memory came from its pool's source (cachalot_pool_set_source), which
                                     takes it back; else from the backend */
+  void *ctx;                     /* the context of the malloc that made it, while history keeps contexts:
+                                    its segment_free entry's (not kept for expandable runs) */
 };
 _Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fill the first cache line");
 

@@ -164,16 +164,16 @@ static void test_history_on_block_and_entries(void **state) {
   OK(cachalot_set_context_ops(e.a, &OPS));
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, s, &c);
-  REFS(c, 4); /* the block, the alloc entry and the segment_alloc entry of the segment it made */
+  REFS(c, 5); /* the block, the alloc entry, the segment it made and that segment's segment_alloc entry */
   void *n = ALLOC_CTX(e.a, 0, 512, s, NULL); /* a NULL context is allowed and keeps nothing */
   /* the thread's context is the call's alone: a plain malloc/free afterwards keeps nothing */
   void *x = ALLOC(e.a, 0, 512, s);
   FREE(e.a, x);
-  REFS(c, 4);
+  REFS(c, 5);
   STATUS(cachalot_set_context_ops(e.a, &OPS), CACHALOT_ERROR_INVALID_STATE);
-  CONTAINS(cachalot_last_error(), "3 context references are still kept");
+  CONTAINS(cachalot_last_error(), "4 context references are still kept");
   FREE_CTX(e.a, p, &f);
-  REFS(c, 3); /* the block's reference goes at free, the entries' stay */
+  REFS(c, 4); /* the block's reference goes at free; the entries' and the segment's stay */
   REFS(f, 3); /* the free_requested and free_completed entries */
   /* a failed free keeps nothing */
   STATUS(cachalot_free_with_context(e.a, (void *)(uintptr_t)0x10, &g), CACHALOT_ERROR_INVALID_POINTER);
@@ -197,10 +197,10 @@ static void test_history_on_block_and_entries(void **state) {
   }
   PTR_EQ(si->trace[1].addr, p);
   PTR_EQ(si->trace[6].addr, p);
-  REFS(c, 5); /* one more for each of the snapshot's entries */
+  REFS(c, 6); /* one more for each of the snapshot's entries */
   REFS(f, 5);
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 3);
+  REFS(c, 4);
   REFS(f, 3);
 
   HISTORY(e.a, false, 0); /* the trace's references go */
@@ -222,11 +222,11 @@ static void test_history_restart_releases_entries(void **state) {
   OK(cachalot_set_context_ops(e.a, &OPS));
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, NULL, &c);
-  REFS(c, 4); /* the block, its alloc and segment_alloc entries */
+  REFS(c, 5); /* the block, its alloc and segment_alloc entries, its segment */
   HISTORY(e.a, true, 100);
-  REFS(c, 2);
+  REFS(c, 3); /* the entries go; the block and the segment keep theirs */
   FREE(e.a, p); /* its free entries take the block's context: the new buffer keeps two */
-  REFS(c, 3);
+  REFS(c, 4);
   HISTORY(e.a, false, 0);
   env_free(&e);
   REFS(c, 1);
@@ -242,13 +242,13 @@ static void test_ring_overwrite_releases(void **state) {
   /* the ring after each: [segment_alloc, alloc0], [alloc0, alloc1], [alloc1, alloc2], [alloc2, alloc3] */
   for (int i = 0; i < 4; i++)
     p[i] = ALLOC_CTX(e.a, 0, 512, NULL, &c[i]);
-  REFS(c[0], 2);
+  REFS(c[0], 3); /* the block and the segment block 0's malloc made */
   REFS(c[1], 2);
   REFS(c[2], 3);
   REFS(c[3], 3);
   FREE(e.a, p[0]); /* [free_requested 0, free_completed 0], which take block 0's context (the free gives
                       none): 2's and 3's entries are overwritten */
-  REFS(c[0], 3);
+  REFS(c[0], 4);
   REFS(c[1], 2);
   REFS(c[2], 2);
   REFS(c[3], 2);
@@ -262,7 +262,7 @@ static void test_ring_overwrite_releases(void **state) {
     REFS(c[i], 2);
     FREE(e.a, p[i]);
     REFS(c[i], 3); /* its two free entries fill the ring */
-    REFS(c[i - 1], 1);
+    REFS(c[i - 1], i == 1 ? 2 : 1); /* c[0] stays with the segment */
   }
   HISTORY(e.a, false, 0);
   env_free(&e);
@@ -313,8 +313,8 @@ static void test_history_off_lets_go_of_blocks(void **state) {
   HISTORY(e.a, true, 100);
   void *p = ALLOC_CTX(e.a, 0, 1000, s, &c);
   void *q = ALLOC_CTX(e.a, 0, 3 * MiB, s, &d);
-  REFS(c, 4); /* the block, its alloc entry and the segment_alloc entry of its segment */
-  REFS(d, 4);
+  REFS(c, 5); /* the block, its alloc entry, its segment and the segment's segment_alloc entry */
+  REFS(d, 5);
   HISTORY(e.a, false, 0);
   REFS(c, 1);
   REFS(d, 1);
@@ -377,6 +377,8 @@ static void test_history_off_then_free_each(void **state) {
   env_free(&e);
 }
 
+/* A failed malloc keeps no block, and its context only on its oom entry (as PyTorch's oom entry keeps the
+ * malloc's context); a call refused for its arguments, or of size 0, keeps nothing. */
 static void test_failed_malloc_keeps_nothing(void **state) {
   (void)state;
   env e = ENV(1, 64 * MiB, "");
@@ -387,16 +389,18 @@ static void test_failed_malloc_keeps_nothing(void **state) {
   STATUS(cachalot_malloc_with_context(e.a, 0, GiB, NULL, &c, &p), CACHALOT_ERROR_OUT_OF_MEMORY);
   assert_null(p);
   CHECK(e.a);
-  REFS(c, 1);
+  REFS(c, 2); /* the oom entry's */
   cachalot_snapshot_info *si = TAKE(e.a, true);
   EQ(si->n_trace, 1);
   EQ(si->trace[0].action, CACHALOT_TRACE_OOM);
-  PTR_EQ(si->trace[0].context, NULL);
+  PTR_EQ(si->trace[0].context, &c);
   cachalot_snapshot_info_free(e.a, si);
   STATUS(cachalot_malloc_with_context(e.a, 1, 512, NULL, &c, &p), CACHALOT_ERROR_INVALID_ARGUMENT);
-  REFS(c, 1);
+  REFS(c, 2);
   OK(cachalot_malloc_with_context(e.a, 0, 0, NULL, &c, &p)); /* size 0: no block, nothing kept */
   assert_null(p);
+  REFS(c, 2);
+  HISTORY(e.a, false, 0);
   REFS(c, 1);
   env_free(&e);
   REFS(c, 1);
@@ -418,11 +422,11 @@ static void test_destroy_releases_everything(void **state) {
   cachalot_mempool_id id = cachalot_graph_pool_handle(e.a);
   OK(cachalot_begin_allocate_to_pool(e.a, 1, id, only, cap));
   (void)ALLOC_CTX(e.a, 1, 3 * MiB, cap, &c[4]);
-  REFS(c[0], 4); /* the block, its alloc entry, its segment's segment_alloc entry */
-  REFS(c[1], 4);
-  REFS(c[2], 3); /* the alloc and segment_alloc entries */
+  REFS(c[0], 5); /* the block, its alloc entry, its segment and the segment's segment_alloc entry */
+  REFS(c[1], 5);
+  REFS(c[2], 4); /* the alloc and segment_alloc entries, the segment */
   REFS(c[3], 3); /* the free_requested and free_completed entries */
-  REFS(c[4], 4);
+  REFS(c[4], 5);
   cachalot_snapshot_info *si = TAKE(e.a, true);
   cachalot_snapshot_info_free(e.a, si);
   cachalot_destroy(e.a); /* the routing still active, the blocks still allocated */
@@ -456,17 +460,19 @@ static void test_pending_free_keeps_context(void **state) {
   EQ(b->requested, 1000);
   EQ(b->state, CACHALOT_BLOCK_PENDING_FREE);
   PTR_EQ(b->context, &c);
-  REFS(c, 5); /* the block, the alloc and segment_alloc entries, the snapshot's block */
+  REFS(c, 6); /* the block, the alloc and segment_alloc entries, the segment, the snapshot's block */
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 4);
+  REFS(c, 5);
   COMPLETE(&e, side);
   EMPTY(e.a); /* the completed event is seen: the block is free, its context goes to the free_completed
-                 entry, which no free call gave one (PyTorch's rule: the block's own) */
-  REFS(c, 4);
+                 entry, which no free call gave one (PyTorch's rule: the block's own); the segment goes,
+                 its context to its segment_free entry */
+  REFS(c, 5);
   si = TAKE(e.a, true);
   PTR_EQ(si->trace[si->n_trace - 2].context, &c); /* free_completed, then the segment's segment_free */
   EQ(si->trace[si->n_trace - 2].action, CACHALOT_TRACE_FREE_COMPLETED);
   EQ(si->trace[si->n_trace - 1].action, CACHALOT_TRACE_SEGMENT_FREE);
+  PTR_EQ(si->trace[si->n_trace - 1].context, &c); /* the malloc's that made the segment */
   cachalot_snapshot_info_free(e.a, si);
   EXPECT_POOLS(e.a, 0, PX0, PX0);
   HISTORY(e.a, false, 0);
@@ -589,8 +595,8 @@ static void test_snapshot_take_layout(void **state) {
   char *t = ALLOC(e.a, 1, 512, s1);
   char *u = ALLOC(e.a, 1, 512, s1);
   FREE(e.a, u); /* merges back into the free rest of device 1's segment */
-  REFS(c, 4); /* the block, its alloc entry and its segment's segment_alloc entry */
-  REFS(d, 4);
+  REFS(c, 5); /* the block, its alloc entry, its segment and the segment's segment_alloc entry */
+  REFS(d, 5);
 
   cachalot_snapshot_info *si = TAKE(e.a, true);
   const cachalot_mempool_id dflt = {0, 0};
@@ -632,11 +638,12 @@ static void test_snapshot_take_layout(void **state) {
     if (i && tr[i].device == tr[i - 1].device)
       assert_true(tr[i].time_us >= tr[i - 1].time_us);
   }
-  REFS(c, 7); /* the block and the two entries, each once in cachalot and once in the snapshot */
-  REFS(d, 7);
+  REFS(c, 8); /* the block and the two entries, each once in cachalot and once in the snapshot, and
+                 the segment */
+  REFS(d, 8);
   cachalot_snapshot_info_free(e.a, si);
-  REFS(c, 4);
-  REFS(d, 4);
+  REFS(c, 5);
+  REFS(d, 5);
   /* each device's "snapshot" entry, recorded after its trace was read (as PyTorch's), is in the next
    * snapshot, its size the device's active bytes then */
   si = TAKE(e.a, true);
@@ -667,7 +674,7 @@ static void test_snapshot_take_without_trace(void **state) {
   EQ(si->n_trace, 0);
   EQ(si->n_segments, 1);
   PTR_EQ(si->segments[0].blocks[0].context, &c);
-  REFS(c, 5); /* the block, the alloc and segment_alloc entries, + the snapshot's block only */
+  REFS(c, 6); /* the block, the alloc and segment_alloc entries, the segment, + the snapshot's block only */
   /* the snapshot's own references outlive the block's and the trace's, and hold off new ops */
   FREE(e.a, p);
   HISTORY(e.a, false, 0);
