@@ -19,6 +19,14 @@ int as_usage_error(const char *cmd, const char *fmt, ...) {
   return AS_EXIT_USAGE;
 }
 
+int as_one_operand(const char *cmd, const char *what, int argc, int optind) {
+  if (argc == optind)
+    return as_usage_error(cmd, "no %s given", what);
+  if (argc - optind > 1)
+    return as_usage_error(cmd, "one %s expected, got %d arguments", what, argc - optind);
+  return AS_EXIT_OK;
+}
+
 int as_failure(const char *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -26,6 +26,10 @@ int as_cmd_folded(int argc, char **argv);
 
 /* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_USAGE, with a hint to --help. */
 int as_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The check of a subcommand that takes exactly one operand, named `what` (FILE, TRACE) in its messages:
+ * AS_EXIT_OK when argv[optind] is the only operand, else a usage error ("no FILE given", "one FILE
+ * expected, got N arguments"). */
+int as_one_operand(const char *cmd, const char *what, int argc, int optind);
 /* Prints "alloc_snapshot CMD: MESSAGE\n" to stderr and returns AS_EXIT_FAILURE. */
 int as_failure(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

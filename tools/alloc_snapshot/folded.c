@@ -416,9 +416,8 @@ int as_cmd_folded(int argc, char **argv) {
       return AS_EXIT_USAGE;
     }
   }
-  if (argc == optind)
-    return as_usage_error("folded", "no FILE given");
-  if (argc - optind > 1)
-    return as_usage_error("folded", "one FILE expected, got %d arguments", argc - optind);
+  int rc = as_one_operand("folded", "FILE", argc, optind);
+  if (rc != AS_EXIT_OK)
+    return rc;
   return run(argv[optind], out, by_device, (int)device);
 }

@@ -325,10 +325,9 @@ static int parse_args(int argc, char **argv, replay_args *a) {
       return AS_EXIT_USAGE;
     }
   }
-  if (argc == optind)
-    return as_usage_error("replay", "no TRACE given");
-  if (argc - optind > 1)
-    return as_usage_error("replay", "one TRACE expected, got %d arguments", argc - optind);
+  int rc = as_one_operand("replay", "TRACE", argc, optind);
+  if (rc != AS_EXIT_OK)
+    return rc;
   a->sim = strcmp(a->backend, "sim") == 0;
   if (capacity_given && !a->sim)
     return as_usage_error("replay", "--capacity applies to the sim backend only");

@@ -69,10 +69,9 @@ int as_cmd_segments(int argc, char **argv) {
       return AS_EXIT_USAGE;
     }
   }
-  if (argc == optind)
-    return as_usage_error("segments", "no FILE given");
-  if (argc - optind > 1)
-    return as_usage_error("segments", "one FILE expected, got %d arguments", argc - optind);
+  int rc = as_one_operand("segments", "FILE", argc, optind);
+  if (rc != AS_EXIT_OK)
+    return rc;
   as_snapshot s;
   char err[AS_ERR_LEN];
   if (as_snapshot_load(argv[optind], &s, err) != 0)

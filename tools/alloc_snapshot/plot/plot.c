@@ -240,10 +240,9 @@ static int parse_args(int argc, char **argv, plot_args *a) {
       return AS_EXIT_USAGE;
     }
   }
-  if (argc == optind)
-    return as_usage_error("plot", "no FILE given");
-  if (argc - optind > 1)
-    return as_usage_error("plot", "one FILE expected, got %d arguments", argc - optind);
+  int rc = as_one_operand("plot", "FILE", argc, optind);
+  if (rc != AS_EXIT_OK)
+    return rc;
   if (a->out == NULL)
     return as_usage_error("plot", "no output given: -o OUT.html");
   a->input = argv[optind];
