@@ -94,10 +94,10 @@ typedef struct cl_backend_ops {
    * For graph_capture_record_stream_reuse (capture_reuse.c). */
   cachalot_status (*capture_frontier)(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
                                       uintptr_t *nodes, size_t cap, size_t *n);
-  /* Whether node `to` is one of `from` or an ancestor of one (every path of dependencies counts), in the
-   * graph stream `s` is capturing into. */
+  /* Whether every node of `to` is one of `from` or an ancestor of one (every path of dependencies counts),
+   * in the graph stream `s` is capturing into: one walk up from `from` for all of them. */
   cachalot_status (*capture_reaches)(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
-                                     size_t n_from, uintptr_t to, bool *reaches);
+                                     size_t n_from, const uintptr_t *to, size_t n_to, bool *all);
   /* Exchanges the calling thread's stream-capture mode (cudaThreadExchangeStreamCaptureMode): *mode in,
    * previous mode out. */
   cachalot_status (*capture_mode_exchange)(cachalot_backend *b, cachalot_capture_mode *mode);

@@ -21,6 +21,21 @@ static void find_driver_capture_info(void) {
   driver_capture_info = (capture_info_fn)cl_cuda_driver_symbol("cuStreamGetCaptureInfo");
 }
 
+/* cudaStreamGetCaptureInfo of stream s on `device`, the device made current for it (the NULL stream is
+ * the current device's legacy stream): the status, the id and, where deps is not NULL, the nodes the
+ * stream's next captured work will depend on. */
+static cachalot_status runtime_capture_info(int device, cachalot_stream s, const char *who,
+                                            enum cudaStreamCaptureStatus *status, unsigned long long *id,
+                                            const cudaGraphNode_t **deps, size_t *n_deps) {
+  cl_cuda_device_scope sc;
+  cachalot_status st = device_enter(device, &sc, who);
+  if (st != CACHALOT_OK)
+    return st;
+  cudaError_t err = cudaStreamGetCaptureInfo(s, status, id, NULL, deps, NULL, n_deps);
+  device_leave(&sc);
+  return err == cudaSuccess ? CACHALOT_OK : cuda_fail(CACHALOT_ERROR_DEVICE, err, who, "cudaStreamGetCaptureInfo");
+}
+
 cachalot_status cl_cuda_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s,
                                             bool *capturing, uint64_t *capture_id) {
   (void)b;
@@ -43,20 +58,14 @@ cachalot_status cl_cuda_stream_capture_info(cachalot_backend *b, int device, cac
     }
     /* an error or an invalidated capture: the runtime's path below words and classifies it */
   }
-  /* The NULL stream means the current device's legacy stream, so the device must be current. */
-  cl_cuda_device_scope sc;
-  cachalot_status st = device_enter(device, &sc, "stream_capture_info");
-  if (st != CACHALOT_OK)
-    return st;
-  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, &id, NULL, NULL, NULL, NULL);
-  device_leave(&sc);
   /* cudaErrorStreamCaptureImplicit (the legacy stream queried while a blocking stream of its device
    * is capturing) is passed on as an error: the legacy stream is then neither capturing nor safe to
    * use as if nothing were, and there is no capture id to give. */
-  if (err != cudaSuccess)
-    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "stream_capture_info", "cudaStreamGetCaptureInfo");
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cachalot_status st = runtime_capture_info(device, s, "stream_capture_info", &status, &id, NULL, NULL);
+  if (st != CACHALOT_OK)
+    return st;
   switch (status) {
   case cudaStreamCaptureStatusActive:
     *capturing = true;
@@ -204,26 +213,18 @@ cachalot_status cl_cuda_capture_frontier(cachalot_backend *b, int device, cachal
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_frontier: a NULL output");
   *capture_id = 0;
   *n = 0;
-  cl_cuda_device_scope sc;
-  cachalot_status st = device_enter(device, &sc, "capture_frontier");
-  if (st != CACHALOT_OK)
-    return st;
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
-  cudaGraph_t graph = NULL;
   const cudaGraphNode_t *deps = NULL;
   size_t n_deps = 0;
-  cudaError_t err = cudaStreamGetCaptureInfo(s, &status, &id, &graph, &deps, NULL, &n_deps);
-  device_leave(&sc);
-  if (err != cudaSuccess)
-    return cuda_fail(CACHALOT_ERROR_DEVICE, err, "capture_frontier", "cudaStreamGetCaptureInfo");
-  if (status == cudaStreamCaptureStatusActive) {
+  cachalot_status st = runtime_capture_info(device, s, "capture_frontier", &status, &id, &deps, &n_deps);
+  if (st == CACHALOT_OK && status == cudaStreamCaptureStatusActive) {
     *capture_id = id;
     *n = n_deps;
     for (size_t i = 0; i < n_deps && i < cap; i++)
       nodes[i] = (uintptr_t)deps[i];
   }
-  return CACHALOT_OK;
+  return st;
 }
 
 /* The driver's cuGraphNodeGetDependencies in its first form (node, dependencies, count), found as
@@ -235,59 +236,69 @@ static void find_driver_node_deps(void) {
   driver_node_deps = (node_deps_fn)cl_cuda_driver_symbol("cuGraphNodeGetDependencies");
 }
 
+/* The nodes a walk has reached (each once) and those still to visit. */
 typedef struct seen_node {
   uintptr_t node;
   UT_hash_handle hh;
 } seen_node;
 
+typedef struct {
+  seen_node *seen;
+  uintptr_t *stack;
+  size_t top, cap;
+} node_walk;
+
+static bool walk_seen(const node_walk *w, uintptr_t v) {
+  seen_node *f;
+  HASH_FIND(hh, w->seen, &v, sizeof v, f);
+  return f != NULL;
+}
+
+/* Marks v reached and to visit, unless it was already. False on host out of memory. */
+static bool walk_push(node_walk *w, uintptr_t v) {
+  if (walk_seen(w, v))
+    return true;
+  seen_node *n = malloc(sizeof *n);
+  if (n && w->top == w->cap) {
+    size_t cap = w->cap ? 2 * w->cap : 64;
+    uintptr_t *q = realloc(w->stack, cap * sizeof *q);
+    if (q) {
+      w->stack = q;
+      w->cap = cap;
+    }
+  }
+  if (!n || w->top == w->cap) {
+    free(n);
+    return false;
+  }
+  n->node = v;
+  HASH_ADD(hh, w->seen, node, sizeof n->node, n);
+  w->stack[w->top++] = v;
+  return true;
+}
+
 cachalot_status cl_cuda_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
-                                        size_t n_from, uintptr_t to, bool *reaches) {
+                                        size_t n_from, const uintptr_t *to, size_t n_to, bool *all) {
   (void)b;
   (void)device;
   (void)s; /* node handles name their graph */
-  if (!reaches || (n_from && !from))
+  if (!all || (n_from && !from) || (n_to && !to))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: capture_reaches: a NULL argument");
-  *reaches = false;
+  *all = false;
   pthread_once(&node_deps_once, find_driver_node_deps);
   if (!driver_node_deps)
     return cl_fail(CACHALOT_ERROR_NOT_SUPPORTED, "cuda backend: capture_reaches: the driver has no "
                                                  "cuGraphNodeGetDependencies");
-  /* a walk up the dependencies from `from`, each node once */
-  seen_node *seen = NULL, *e, *tmp;
-  uintptr_t *stack = NULL;
-  size_t top = 0, cap = 0;
+  /* one walk up the dependencies from `from`, each node once; then every node of `to` is looked up */
+  node_walk w = {0};
   cachalot_status st = CACHALOT_OK;
   CUgraphNode *deps = NULL;
   size_t cap_deps = 0;
-#define PUSH(v)                                                                                                    \
-  do {                                                                                                             \
-    seen_node *f_;                                                                                                 \
-    uintptr_t v_ = (v);                                                                                            \
-    HASH_FIND(hh, seen, &v_, sizeof v_, f_);                                                                        \
-    if (!f_) {                                                                                                     \
-      seen_node *n_ = malloc(sizeof *n_);                                                                          \
-      uintptr_t *q_ = top == cap ? realloc(stack, (cap = cap ? 2 * cap : 64) * sizeof *stack) : stack;             \
-      if (!n_ || !q_) {                                                                                            \
-        free(n_);                                                                                                  \
-        if (q_)                                                                                                    \
-          stack = q_;                                                                                              \
-        st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: capture_reaches: host out of memory");         \
-        break;                                                                                                     \
-      }                                                                                                            \
-      stack = q_;                                                                                                  \
-      n_->node = v_;                                                                                               \
-      HASH_ADD(hh, seen, node, sizeof n_->node, n_);                                                               \
-      stack[top++] = v_;                                                                                           \
-    }                                                                                                              \
-  } while (0)
   for (size_t i = 0; i < n_from && st == CACHALOT_OK; i++)
-    PUSH(from[i]);
-  while (top && st == CACHALOT_OK && !*reaches) {
-    const uintptr_t v = stack[--top];
-    if (v == to) {
-      *reaches = true;
-      break;
-    }
+    if (!walk_push(&w, from[i]))
+      st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: capture_reaches: host out of memory");
+  while (w.top && st == CACHALOT_OK) {
+    const uintptr_t v = w.stack[--w.top];
     size_t n = 0;
     CUresult r = driver_node_deps((CUgraphNode)v, NULL, &n);
     if (r == CUDA_SUCCESS && n > cap_deps) {
@@ -307,14 +318,19 @@ cachalot_status cl_cuda_capture_reaches(cachalot_backend *b, int device, cachalo
       break;
     }
     for (size_t i = 0; i < n && st == CACHALOT_OK; i++)
-      PUSH((uintptr_t)deps[i]);
+      if (!walk_push(&w, (uintptr_t)deps[i]))
+        st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cuda backend: capture_reaches: host out of memory");
   }
-#undef PUSH
-  HASH_ITER(hh, seen, e, tmp) {
-    HASH_DEL(seen, e);
+  bool every = st == CACHALOT_OK;
+  for (size_t i = 0; every && i < n_to; i++)
+    every = walk_seen(&w, to[i]);
+  *all = every;
+  seen_node *e, *tmp;
+  HASH_ITER(hh, w.seen, e, tmp) {
+    HASH_DEL(w.seen, e);
     free(e);
   }
-  free(stack);
+  free(w.stack);
   free(deps);
   return st;
 }

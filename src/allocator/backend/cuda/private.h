@@ -124,7 +124,7 @@ cachalot_status cl_cuda_capture_mode_exchange(cachalot_backend *b, cachalot_capt
 cachalot_status cl_cuda_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
                                          uintptr_t *nodes, size_t cap, size_t *n);
 cachalot_status cl_cuda_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
-                                        size_t n_from, uintptr_t to, bool *reaches);
+                                        size_t n_from, const uintptr_t *to, size_t n_to, bool *all);
 cachalot_status cl_cuda_capture_begin(cachalot_backend *b, int device, cachalot_stream s,
                                       cachalot_capture_mode mode);
 cachalot_status cl_cuda_capture_end(cachalot_backend *b, int device, cachalot_stream s, cl_graph **graph,

@@ -81,39 +81,41 @@ cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalo
   return st;
 }
 
-/* A walk up the dependencies from `from`: marks, in seen (one byte per node), every node reached. */
-static bool sim_reaches(const struct sim_capture *c, const uintptr_t *from, size_t n_from, uintptr_t to) {
-  if (to >= c->n_nodes)
-    return false;
-  unsigned char *seen = calloc(c->n_nodes ? c->n_nodes : 1, 1);
-  size_t *stack = malloc((c->n_nodes ? c->n_nodes : 1) * sizeof *stack);
-  bool found = false;
+/* Whether every node of `to` is reached walking up the dependencies from `from` (one byte per node marks
+ * the nodes reached). False on host out of memory: the caller then keeps waiting, which is safe. */
+static bool sim_reaches(const struct sim_capture *c, const uintptr_t *from, size_t n_from, const uintptr_t *to,
+                        size_t n_to) {
+  const size_t room = c->n_nodes ? c->n_nodes : 1;
+  unsigned char *seen = calloc(room, 1);
+  size_t *stack = malloc(room * sizeof *stack);
   size_t top = 0;
   for (size_t i = 0; seen && stack && i < n_from; i++)
     if (from[i] < c->n_nodes && !seen[from[i]]) {
       seen[from[i]] = 1;
       stack[top++] = from[i];
     }
-  while (seen && stack && top && !found) {
+  while (seen && stack && top) {
     const size_t v = stack[--top];
-    found = v == to;
     for (size_t e = 0; e < c->n_edges; e++) /* the sim's graphs are small: a scan of the edges per node */
       if (c->edges[e].to == v && !seen[c->edges[e].from]) {
         seen[c->edges[e].from] = 1;
         stack[top++] = c->edges[e].from;
       }
   }
+  bool all = seen && stack;
+  for (size_t i = 0; all && i < n_to; i++)
+    all = to[i] < c->n_nodes && seen[to[i]];
   free(seen);
   free(stack);
-  return found;
+  return all;
 }
 
 cachalot_status cl_sim_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
-                                       size_t n_from, uintptr_t to, bool *reaches) {
+                                       size_t n_from, const uintptr_t *to, size_t n_to, bool *all) {
   struct sim_backend *sim = sim_of(b);
-  if (!reaches || (n_from && !from))
+  if (!all || (n_from && !from) || (n_to && !to))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture reaches: NULL argument");
-  *reaches = false;
+  *all = false;
   cachalot_status st = sim_check_device(sim, device, "simulated capture reaches");
   if (st != CACHALOT_OK)
     return st;
@@ -123,7 +125,7 @@ cachalot_status cl_sim_capture_reaches(cachalot_backend *b, int device, cachalot
   if (st == CACHALOT_OK && !stream->capture)
     st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated capture reaches: the stream is not capturing");
   if (st == CACHALOT_OK)
-    *reaches = sim_reaches(stream->capture, from, n_from, to);
+    *all = sim_reaches(stream->capture, from, n_from, to, n_to);
   sim_unlock(sim);
   return st;
 }

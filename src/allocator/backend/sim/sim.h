@@ -345,7 +345,7 @@ cachalot_status cl_sim_enqueue_locked(struct sim_backend *sim, struct sim_stream
 cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
                                         uintptr_t *nodes, size_t cap, size_t *n);
 cachalot_status cl_sim_capture_reaches(cachalot_backend *b, int device, cachalot_stream s, const uintptr_t *from,
-                                       size_t n_from, uintptr_t to, bool *reaches);
+                                       size_t n_from, const uintptr_t *to, size_t n_to, bool *all);
 cachalot_status cl_sim_stream_capture_info(cachalot_backend *b, int device, cachalot_stream s, bool *capturing,
                                            uint64_t *capture_id);
 cachalot_status cl_sim_capture_mode_exchange(cachalot_backend *b, cachalot_capture_mode *mode);
