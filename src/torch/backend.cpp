@@ -93,10 +93,9 @@ class Allocator final : public cca::CUDAAllocator {
     return p ? p : make();
   }
 
-  // PyTorch's _set_allocator_settings, after PyTorch's own parsers took the string: cachalot's share of it,
-  // now, or when cachalot is made if it is not yet.
-  void apply_settings(const std::string& env) {
-    const std::string share = cachalot_share(env);
+  // PyTorch's _set_allocator_settings, after PyTorch's own parsers took the string env: cachalot's share of
+  // it, now, or when cachalot is made if it is not yet.
+  void apply_settings(const std::string& env, const std::string& share) {
     std::lock_guard<std::mutex> g(make_mu_);
     cachalot_allocator* p = a_.load(std::memory_order_acquire);
     if (!p) {
@@ -491,8 +490,12 @@ class Allocator final : public cca::CUDAAllocator {
       return;
     observing_free(ptr);
     // the profiler's event names the current device (a block's own is not looked up for it)
-    const c10::DeviceIndex device = profiling_memory() ? static_cast<c10::DeviceIndex>(current_device()) : 0;
-    const int64_t mark = profiling_memory() ? profiler_mark(a(), device) : -1;
+    c10::DeviceIndex device = 0;
+    int64_t mark = -1;
+    if (C10_UNLIKELY(profiling_memory())) {
+      device = static_cast<c10::DeviceIndex>(current_device());
+      mark = profiler_mark(a(), device);
+    }
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)
                    ? context_for(cda::RecordContext::ALL)
                    : nullptr);
@@ -639,9 +642,9 @@ __attribute__((visibility("default"))) int cachalot_torch_backend_install(const 
     // Malformed strings fail here, not at the first CUDA use: PyTorch's parsers read their variable now
     // (with cachalot's keys known to them; their errors are PyTorch's, and backend:native is checked
     // against the native allocator, still the one in use), then cachalot checks its share and its own.
-    register_settings_hook([](const std::string& env) {
+    register_settings_hook([](const std::string& env, const std::string& share) {
       if (instance)
-        instance->apply_settings(env);
+        instance->apply_settings(env, share);
     });
     c10::CachingAllocator::AcceleratorAllocatorConfig::instance();
     cca::CUDAAllocatorConfig::instance();

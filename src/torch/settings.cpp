@@ -21,6 +21,22 @@ namespace cachalot_torch {
 
 namespace {
 
+std::string without_spaces(std::string s) {
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }), s.end());
+  return s;
+}
+
+// Whether `key` is one cachalot's parser takes (cachalot_config_keys).
+bool is_cachalot_key(const std::string& key) {
+  static const std::set<std::string> keys = [] {
+    std::set<std::string> k;
+    for (const char* const* p = cachalot_config_keys(); *p; p++)
+      k.insert(*p);
+    return k;
+  }();
+  return keys.count(key) != 0;
+}
+
 // One config string as items "key:value" (a value may be a [list]), split at the commas outside brackets.
 std::vector<std::pair<std::string, std::string>> conf_items(const std::string& conf) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -28,8 +44,7 @@ std::vector<std::pair<std::string, std::string>> conf_items(const std::string& c
   int depth = 0;
   auto flush = [&] {
     const size_t colon = item.find(':');
-    std::string key = item.substr(0, colon);
-    key.erase(std::remove_if(key.begin(), key.end(), [](unsigned char c) { return std::isspace(c); }), key.end());
+    std::string key = without_spaces(item.substr(0, colon));
     if (!key.empty() || colon != std::string::npos)
       out.emplace_back(key, item);
     item.clear();
@@ -48,12 +63,8 @@ std::vector<std::pair<std::string, std::string>> conf_items(const std::string& c
 } // namespace
 
 // PyTorch's parsers have already refused keys neither knows; the keys only PyTorch's allocators read
-// (pinned_use_background_threads, pinned_reserve_segment_size_mb, ...)
-// are left to them.
+// (pinned_use_background_threads, pinned_reserve_segment_size_mb, ...) are left to them.
 std::string cachalot_share(const std::string& conf) {
-  std::set<std::string> ours;
-  for (const char* const* k = cachalot_config_keys(); *k; k++)
-    ours.insert(*k);
   std::string out;
   for (auto& [key, item] : conf_items(conf)) {
     std::string text = item;
@@ -64,7 +75,7 @@ std::string cachalot_share(const std::string& conf) {
       const std::string cuda = key == "release_lock_on_hipmalloc" ? "release_lock_on_cudamalloc"
                                                                    : "pinned_use_cuda_host_register";
       text = cuda + item.substr(colon);
-    } else if (!ours.count(key)) {
+    } else if (!is_cachalot_key(key)) {
       continue;
     }
     out += (out.empty() ? "" : ",") + text;
@@ -74,11 +85,8 @@ std::string cachalot_share(const std::string& conf) {
 
 std::optional<std::string> conf_value(const std::string& conf, const std::string& key) {
   for (auto& [k, item] : conf_items(conf))
-    if (k == key && item.find(':') != std::string::npos) {
-      std::string v = item.substr(item.find(':') + 1);
-      v.erase(std::remove_if(v.begin(), v.end(), [](unsigned char c) { return std::isspace(c); }), v.end());
-      return v;
-    }
+    if (k == key && item.find(':') != std::string::npos)
+      return without_spaces(item.substr(item.find(':') + 1));
   return std::nullopt;
 }
 
@@ -96,13 +104,9 @@ std::optional<std::string> unknown_key(const std::string& conf) {
                                                 "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
                                                 "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
                                                 "graph_capture_record_stream_reuse", "pinned_use_background_threads"};
-  for (auto& [key, item] : conf_items(conf)) {
-    bool ours = false;
-    for (const char* const* k = cachalot_config_keys(); *k && !ours; k++)
-      ours = key == *k;
-    if (!ours && !by_name.count(key) && !known.count(key))
+  for (auto& [key, item] : conf_items(conf))
+    if (!is_cachalot_key(key) && !by_name.count(key) && !known.count(key))
       return key;
-  }
   return std::nullopt;
 }
 
@@ -117,7 +121,7 @@ std::string startup_conf(const std::optional<std::string>& install_conf) {
 
 // PyTorch keeps one device-config hook: cachalot's replaces CUDA's, hands the string to CUDA's parser as
 // that hook did, then to `apply`. cachalot's own keys join the set PyTorch accepts, in either variable.
-void register_settings_hook(std::function<void(const std::string&)> apply) {
+void register_settings_hook(std::function<void(const std::string& env, const std::string& share)> apply) {
   static bool done = false;
   if (done)
     return;
@@ -133,10 +137,11 @@ void register_settings_hook(std::function<void(const std::string&)> apply) {
                             " cannot be chosen at run time");
         // cachalot's share is checked before PyTorch's CUDA parser takes the string, so that a value only
         // cachalot refuses changes nothing there either, and raises now, not at the first CUDA use
-        if (cachalot_check_config(cachalot_share(env).c_str()) != CACHALOT_OK)
+        const std::string share = cachalot_share(env);
+        if (cachalot_check_config(share.c_str()) != CACHALOT_OK)
           TORCH_CHECK_VALUE(false, "cachalot: ", cachalot_last_error());
         c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::instance().parseArgs(env);
-        apply(env);
+        apply(env, share);
       },
       extra);
   done = true;

@@ -31,9 +31,9 @@ std::optional<std::string> unknown_key(const std::string& conf);
 std::string startup_conf(const std::optional<std::string>& install_conf);
 
 // Makes cachalot's keys known to PyTorch's parser and `apply` the receiver of every string given to
-// _set_allocator_settings, once PyTorch's CUDA parser has taken it. Once per process; later calls do
-// nothing.
-void register_settings_hook(std::function<void(const std::string&)> apply);
+// _set_allocator_settings (with cachalot's share of it, already checked), once PyTorch's CUDA parser has
+// taken it. Once per process; later calls do nothing.
+void register_settings_hook(std::function<void(const std::string& env, const std::string& share)> apply);
 
 } // namespace cachalot_torch
 
