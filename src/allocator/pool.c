@@ -224,27 +224,20 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   return CACHALOT_OK;
 }
 
-/* Sets a flag of a pool in use; turning use_on_oom off is allowed on any id (a MemPool's destructor). */
-static cachalot_status set_pool_flag(cachalot_allocator *a, int device, cachalot_mempool_id id, const char *who,
-                                     bool no_split, bool on) {
+/* Private pool `id` of `device`, in use (use count > 0), its device entered into exclusive mode; else
+ * the error (a malformed id, no such pool, a released one) and nothing locked. */
+static cachalot_status enter_pool_in_use(cachalot_allocator *a, int device, cachalot_mempool_id id, const char *who,
+                                         cl_device **d, cl_pool **p) {
+  *p = NULL;
   cachalot_status rc = check_private_id(id, who);
-  cl_device *d = NULL;
-  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
+  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, d)) != CACHALOT_OK)
     return rc;
-  cl_pool *p = cl_find_pool_locked(d, id);
-  if (p && p->use_count > 0) {
-    if (no_split)
-      p->no_split = true;
-    else
-      p->use_on_oom = on;
-  } else if (!no_split && !on) {
-    if (p)
-      p->use_on_oom = false;
-  } else {
-    rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
-                 p ? "released" : "no such", ID_ARGS(id));
-  }
-  cl_leave_exclusive(d);
+  *p = cl_find_pool_locked(*d, id);
+  if (*p && (*p)->use_count > 0)
+    return CACHALOT_OK;
+  rc = cl_fail(*p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
+               *p ? "released" : "no such", ID_ARGS(id));
+  cl_leave_exclusive(*d);
   return rc;
 }
 
@@ -254,15 +247,12 @@ cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device, cach
   if (!src || !src->alloc || !src->free)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s", who,
                    !src ? "source is NULL" : "the source needs both alloc and free");
-  cachalot_status rc = check_private_id(id, who);
   cl_device *d = NULL;
-  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
+  cl_pool *p = NULL;
+  cachalot_status rc = enter_pool_in_use(a, device, id, who, &d, &p);
+  if (rc != CACHALOT_OK)
     return rc;
-  cl_pool *p = cl_find_pool_locked(d, id);
-  if (!p || p->use_count == 0)
-    rc = cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
-                 p ? "released" : "no such", ID_ARGS(id));
-  else if (p->bins || ((cl_private_pool *)p)->holds || cl_pool_source(d, p)) /* bins: a malloc reached it */
+  if (p->bins || ((cl_private_pool *)p)->holds || cl_pool_source(d, p)) /* bins: a malloc reached it */
     rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " %s", who, ID_ARGS(id),
                  cl_pool_source(d, p) ? "already has a source" : "has already been allocated from");
   else
@@ -272,11 +262,36 @@ cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device, cach
 }
 
 cachalot_status cachalot_pool_set_no_split(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  return set_pool_flag(a, device, id, "cachalot_pool_set_no_split", true, true);
+  cl_device *d = NULL;
+  cl_pool *p = NULL;
+  cachalot_status rc = enter_pool_in_use(a, device, id, "cachalot_pool_set_no_split", &d, &p);
+  if (rc != CACHALOT_OK)
+    return rc;
+  p->no_split = true;
+  cl_leave_exclusive(d);
+  return CACHALOT_OK;
 }
 
 cachalot_status cachalot_pool_set_use_on_oom(cachalot_allocator *a, int device, cachalot_mempool_id id, bool on) {
-  return set_pool_flag(a, device, id, "cachalot_pool_set_use_on_oom", false, on);
+  static const char who[] = "cachalot_pool_set_use_on_oom";
+  cl_device *d = NULL;
+  cl_pool *p = NULL;
+  if (on) {
+    cachalot_status rc = enter_pool_in_use(a, device, id, who, &d, &p);
+    if (rc != CACHALOT_OK)
+      return rc;
+    p->use_on_oom = true;
+    cl_leave_exclusive(d);
+    return CACHALOT_OK;
+  }
+  /* off needs no pool in use: a MemPool's destructor turns it off whatever became of the pool */
+  cachalot_status rc = check_private_id(id, who);
+  if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
+    return rc;
+  if ((p = cl_find_pool_locked(d, id)))
+    p->use_on_oom = false;
+  cl_leave_exclusive(d);
+  return CACHALOT_OK;
 }
 
 cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cachalot_mempool_id id, int *out) {
