@@ -455,11 +455,10 @@ static const struct {
 
 static const char *const key_names[] = {CL_KEYS(KEY_NAME) NULL};
 
-#define KEY_LIST                                                                                         \
-  "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "                        \
-  "roundup_power2_divisions, expandable_segments, release_lock_on_cudamalloc, "                         \
-  "per_process_memory_fraction, detect_captures, expandable_compact, expandable_page_mb, "               \
-  "pinned_use_cuda_host_register, pinned_num_register_threads, preset, graph_capture_record_stream_reuse"
+/* The names for messages, from the same table: ", a, b, ..." (KEY_LIST skips the first separator). */
+#define KEY_LISTED(name, bit, parse) ", " name
+static const char key_listed[] = "" CL_KEYS(KEY_LISTED);
+#define KEY_LIST (key_listed + 2)
 
 void cl_config_defaults(cl_config *c) {
   memset(c, 0, sizeof *c);
@@ -517,14 +516,14 @@ cachalot_status cl_config_parse(const char *s, const cl_config *base, cl_config 
     return st;
   while (t.kind != TK_END) {
     if (t.kind != TK_WORD)
-      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expected a key (one of " KEY_LIST "), got %s%s",
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "expected a key (one of %s), got %s%s", KEY_LIST,
                      describe(&t, got, sizeof got), t.kind == TK_RBRACKET ? " (unbalanced ']')" : "");
     size_t k = 0;
     while (k < sizeof keys / sizeof keys[0] && !word_is(&t, keys[k].name))
       k++;
     if (k == sizeof keys / sizeof keys[0])
-      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "unknown key '%.*s' (expected one of " KEY_LIST ")", t.n,
-                     t.p);
+      return cl_fail(CACHALOT_ERROR_CONFIG, CONF "unknown key '%.*s' (expected one of %s)", t.n, t.p,
+                     KEY_LIST);
     const char *key = keys[k].name;
 
     tok colon, v, sep;
