@@ -64,20 +64,21 @@ if cu is not None and not hasattr(cu, "skipIfSandcastle"):
 """
 
 
-def pytest_config(tests_dir):
-    """Test ids relative to TESTS_DIR, whatever pytest configuration lies in the folders above it."""
+def pytest(tests_dir, *args):
+    """A pytest command line for the files of TESTS_DIR: no cache, the compat plugin, and test ids relative to
+    TESTS_DIR whatever pytest configuration lies in the folders above it."""
     ini = os.path.join(tempfile.gettempdir(), "pytorch-suite-pytest.ini")
     if not os.path.exists(ini):
         with open(ini, "w") as f:
             f.write("[pytest]\n")
-    return ["-c", ini, "--rootdir", tests_dir]
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "suite_compat", "-c", ini, "--rootdir",
+            tests_dir] + list(args)
 
 
 def collect(tests_dir, name, env):
     """The test ids pytest collects from one file."""
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p",
-                        "suite_compat"] + pytest_config(tests_dir) + [name],
-                       cwd=tests_dir, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(pytest(tests_dir, "--collect-only", "-q", name), cwd=tests_dir, env=env, capture_output=True,
+                       text=True, timeout=600)
     ids = [line.strip() for line in p.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     if not ids:
         sys.stderr.write("collecting %s found nothing:\n%s\n" % (name, (p.stdout + p.stderr)[-3000:]))
@@ -95,9 +96,7 @@ def run_batch(tests_dir, ids, env, log, timeout):
     with open(log, "a") as f:
         f.write("$ pytest %d tests\n" % len(ids))
         f.flush()
-        args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suite_compat", "-o",
-                "console_output_style=classic"] + pytest_config(tests_dir) + [
-                "--tb=short", "-rN"] + ids
+        args = pytest(tests_dir, "-v", "-o", "console_output_style=classic", "--tb=short", "-rN", *ids)
         p = subprocess.Popen(args, cwd=tests_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)
         last = [time.monotonic()]
