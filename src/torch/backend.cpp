@@ -307,8 +307,8 @@ class Allocator final : public cca::CUDAAllocator {
     try {
       if (allocator)
         set_pool_source(a(), device, to_id(mempool_id), std::move(allocator));
-    } catch (...) { // the use just given goes back with the failure
-      (void)cachalot_release_pool(a(), device, to_id(mempool_id));
+    } catch (...) { // the use just given goes back; the caller hears the first failure, not this one's
+      if (cachalot_release_pool(a(), device, to_id(mempool_id)) != CACHALOT_OK) {}
       throw;
     }
   }

@@ -5,9 +5,11 @@
 //
 // CUDA graphs: PyTorch routes the pinned allocations of a capture to a private pool (begin/end_allocate_to_
 // pool) because a captured copy reads its pinned source at every replay, long after the tensor is freed.
-// cachalot's host cache has no private pools, so this layer keeps such blocks out of the cache instead: a
-// block that a captured copy read (marked with a capturing stream) goes back only when its pool is
-// released (the graphs that could replay it are gone), after a device synchronization.
+// cachalot's host cache has no private pools, so this layer keeps the pool's blocks out of the cache
+// instead. A block pinned while a capture routes to a pool is the pool's: freed unread, it is reused by the
+// pool's next capture only (as native reuses it); read by a captured copy (marked with a capturing stream),
+// it is never reused. Both go back to the cache only when the pool is released (the graphs that could
+// replay them are gone), after a device synchronization.
 #include "convert.h"
 #include "host.h"
 
@@ -24,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -40,9 +43,28 @@ class HostAllocator final : public at::HostAllocator {
 
   at::DataPtr allocate(size_t size) override {
     void* p = nullptr;
-    // A block made during a capture is the capture's only once a copy the capture records uses it
-    // (record_event): freed before that, it is reused at once, as PyTorch's host allocator reuses it.
+    const size_t round = size < 2 ? size : size_t{1} << (64 - __builtin_clzll(size - 1)); // the cache's size
+    std::optional<MempoolId_t> pool;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      pool = routed_pool();
+      auto it = pool ? pools_.find(*pool) : pools_.end();
+      if (it != pools_.end() && round) { // the pool's own free block of this size first
+        auto& list = it->second.free[round];
+        if (!list.empty()) {
+          p = list.back();
+          list.pop_back();
+          owned_[p] = {*pool, round, false};
+          return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
+        }
+      }
+    }
     check(cachalot_host_malloc(a(), size, &p), "pinned host allocation");
+    if (pool && p) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (pools_.count(*pool)) // released meanwhile: the block is the cache's, freed the usual way
+        owned_[p] = {*pool, round, false};
+    }
     return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
   }
 
@@ -56,13 +78,17 @@ class HostAllocator final : public at::HostAllocator {
   void free(void* p) {
     {
       std::lock_guard<std::mutex> g(mu_);
-      auto it = held_.find(p);
-      if (it != held_.end()) { // a capture's: its graphs may replay a copy from it
-        auto pool = pools_.find(it->second);
-        held_.erase(it);
+      auto it = owned_.find(p);
+      if (it != owned_.end()) { // a pool's: kept for the pool's graphs (read) or captures (unread)
+        const Owned o = it->second;
+        owned_.erase(it);
+        auto pool = pools_.find(o.pool);
         if (pool != pools_.end()) {
           try {
-            pool->second.held.push_back(p);
+            if (o.read || !o.size)
+              pool->second.held.push_back(p);
+            else
+              pool->second.free[o.size].push_back(p);
           } catch (const std::exception&) { // a deleter must not throw: kept pinned for good instead
             TORCH_WARN("cachalot: no host memory to keep a graph's pinned block; it stays pinned");
           }
@@ -89,14 +115,18 @@ class HostAllocator final : public at::HostAllocator {
     if (capturing != cudaStreamCaptureStatusNone) {
       // the copy is a graph's, which may replay it at any time: the block is kept until its pool goes
       std::lock_guard<std::mutex> g(mu_);
-      if (held_.count(block))
+      auto own = owned_.find(block);
+      if (own != owned_.end() && own->second.read)
         return true;
       for (auto& c : captures_)
         if (c.second(stream)) {
           // the mark tells whether the block is cachalot's; its event is recorded at the pool's release
           if (cachalot_host_record_event(a(), block, s.device_index(), cs) != CACHALOT_OK)
             break;
-          held_[block] = c.first;
+          if (own != owned_.end())
+            own->second.read = true;
+          else // pinned before the capture, read by it: the pool's from now on, never reused
+            owned_[block] = {c.first, 0, true};
           return true;
         }
     }
@@ -142,7 +172,7 @@ class HostAllocator final : public at::HostAllocator {
     for (auto it = captures_.begin(); it != captures_.end(); ++it)
       if (it->first == pool) {
         captures_.erase(it);
-            return;
+        return;
       }
     TORCH_CHECK(false, "cachalot: endAllocateToPool: not recording to this pool");
   }
@@ -158,14 +188,16 @@ class HostAllocator final : public at::HostAllocator {
       if (--it->second.uses > 0)
         return;
       back.swap(it->second.held);
+      for (auto& sized : it->second.free)
+        back.insert(back.end(), sized.second.begin(), sized.second.end());
       device = it->second.device;
       pools_.erase(it);
-      for (auto h = held_.begin(); h != held_.end();)
-        if (h->second == pool) {
+      for (auto o = owned_.begin(); o != owned_.end();)
+        if (o->second.pool == pool) {
           alive = true;
-          h = held_.erase(h);
+          o = owned_.erase(o);
         } else {
-          ++h;
+          ++o;
         }
     }
     if (back.empty() && !alive)
@@ -192,9 +224,28 @@ class HostAllocator final : public at::HostAllocator {
  private:
   struct Pool {
     int uses = 0;
-    c10::DeviceIndex device = 0; // where its captures ran
-    std::vector<void*> held;     // freed by the program, kept for the pool's graphs
+    c10::DeviceIndex device = 0;                // where its captures ran
+    std::vector<void*> held;                    // freed after a captured copy read them: for the graphs
+    std::map<size_t, std::vector<void*>> free;  // freed unread, by the cache's size: for the next captures
   };
+  // An allocated block of a pool: pinned while a capture routed to it (size, the cache's rounding), or
+  // pinned before and read by a captured copy (size 0: never reused).
+  struct Owned {
+    MempoolId_t pool;
+    size_t size;
+    bool read; // a captured copy read it: its graphs may replay that copy
+  };
+
+  // The pool the current stream's capture allocates to, if any (mu_ held).
+  std::optional<MempoolId_t> routed_pool() const {
+    if (captures_.empty())
+      return std::nullopt;
+    const c10::Stream stream = c10::cuda::getCurrentCUDAStream();
+    for (auto& c : captures_)
+      if (c.second(stream))
+        return c.first;
+    return std::nullopt;
+  }
 
   // The device allocator is made at PyTorch's first CUDA use; pinning is one (it needs the CUDA context).
   cachalot_allocator* a() const { return get_(); }
@@ -204,7 +255,7 @@ class HostAllocator final : public at::HostAllocator {
   std::mutex mu_;
   std::vector<std::pair<MempoolId_t, std::function<bool(c10::Stream)>>> captures_;
   std::map<MempoolId_t, Pool> pools_;
-  std::map<void*, MempoolId_t> held_; // allocated blocks that belong to a capture's pool
+  std::map<void*, Owned> owned_; // allocated blocks that belong to a pool
 };
 
 HostAllocator* host_instance = nullptr;

@@ -583,6 +583,22 @@ def c_pinned_capture(torch, mode):
         del used
         after = torch.randn(8).pin_memory()
         out["used_kept"] = after.data_ptr() != used_ptr
+    # Two graphs sharing a pool: a block pinned and freed unread in the first capture is the pool's, reused
+    # by the second capture even though a block of the same size was freed outside in between (the most
+    # recently freed, which a cache without pools would hand out first), and never outside a capture.
+    pool = torch.cuda.graph_pool_handle()
+    g3, g4 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g3, pool=pool, capture_error_mode="thread_local"):
+        first = torch.randn(8).pin_memory()
+        first_ptr = first.data_ptr()
+        del first
+    outside = torch.randn(8).pin_memory()
+    out["pool_block_not_outside"] = outside.data_ptr() != first_ptr
+    del outside
+    with torch.cuda.graph(g4, pool=pool, capture_error_mode="thread_local"):
+        second = torch.randn(8).pin_memory()
+        out["pool_block_reused"] = second.data_ptr() == first_ptr
+        del second
     return out
 
 
@@ -753,7 +769,7 @@ def main():
              "native register": run("pinned_capture", "native", outdir, reg),
              "cachalot register": run("pinned_capture", "cachalot", outdir, reg)}
         ok = all("error" not in v and v["pinned"] and v["replay_wrong"] == 0 and v["unused_reused"] and
-                 v["used_kept"] for v in r.values())
+                 v["used_kept"] and v["pool_block_not_outside"] and v["pool_block_reused"] for v in r.values())
         result("pinned_capture", ok, r)
     if want("train"):
         n, c = (run("train", m, outdir) for m in ("native", "cachalot"))
@@ -785,7 +801,12 @@ def main():
                                 "both cachalot": c2, "defaults native": n0})
     if want("trace_strings"):
         n, c = (run("trace_strings", m, outdir) for m in ("native", "cachalot"))
-        ok = "error" not in n and n == c
+        # One known difference: with context="alloc" a segment_free carries the frames of the cudaMalloc
+        # that made the segment. Native loses them once the segment's first block has been split (they stay
+        # with the remainder, which the merge on free deletes); cachalot keeps them.
+        want_c = {ctx: [[a, u, cc, f or (ctx == "alloc" and a == "segment_free")] for a, u, cc, f in es]
+                  for ctx, es in n.items()} if "error" not in n else None
+        ok = "error" not in n and c == want_c
         result("trace_strings", ok, {"native": n, "cachalot": c})
     if want("profiler"):
         n, c = (run("profiler", m, outdir) for m in ("native", "cachalot"))
