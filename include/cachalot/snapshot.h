@@ -121,7 +121,8 @@ typedef struct {
   /* As PyTorch's entries carry one: the call's context (the malloc's on its alloc, segment_alloc,
    * segment_map and oom entries, the free's on its free entries), else, on a block's free entries, the one
    * its allocation left with it, and on a segment_free entry the one of the malloc that made the segment;
-   * NULL on segment_unmap entries (the runs of expandable segments keep none) and where none was given. */
+   * on a segment_unmap entry the call's that unmapped (a malloc's that needed the pages, a free's), else
+   * NULL (the runs of expandable segments keep none); NULL where none was given. */
   void *context;
 } cachalot_trace_entry;
 

@@ -139,7 +139,7 @@ size_t cl_block_frames_copy_locked(const cl_device *d, void **out, size_t max) {
   return n;
 }
 
-/* Lets go of every block's context (destroy). */
+/* The segment keeps the context of the malloc that made it, for its segment_free entry. */
 void cl_segment_ctx_attach_locked(cl_device *d, cl_segment *s) {
   CL_ASSERT_EXCLUSIVE(d);
   if (d->trace.cap == 0 || !cl_tls_alloc_ctx || !d->owner->ctx_ops.retain || s->ctx)
@@ -156,6 +156,7 @@ void cl_segment_ctx_drop_locked(cl_device *d, cl_segment *s) {
   }
 }
 
+/* Lets go of every block's and segment's context (destroy). */
 void cl_ctx_detach_all_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_block_ctx *e, *tmp;
@@ -223,9 +224,10 @@ static void grow_trace(cl_device *d) {
 }
 
 /* The context a trace entry keeps, as PyTorch's allocator gives its entries one: the call's (the malloc's
- * for the block and the segment it makes, and for its failure; the free's for the block it frees), else,
- * for the free events of a block, the context its allocation left with it (a free without one, an event
- * completing later). A segment_free entry is given its segment's by its caller. */
+ * for the block and the segment it makes, and for its failure; the free's for the block it frees; either's
+ * for the pages it unmaps), else, for the free events of a block, the context its allocation left with it
+ * (a free without one, an event completing later). A segment_free entry is given its segment's by its
+ * caller. */
 static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr) {
   switch (action) {
   case CL_TRACE_ALLOC:
@@ -233,6 +235,8 @@ static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr
   case CL_TRACE_SEGMENT_MAP:
   case CL_TRACE_OOM: /* the failing malloc's */
     return cl_tls_alloc_ctx;
+  case CL_TRACE_SEGMENT_UNMAP:
+    return cl_tls_free_ctx ? cl_tls_free_ctx : cl_tls_alloc_ctx;
   case CL_TRACE_FREE_REQUESTED:
   case CL_TRACE_FREE_COMPLETED:
     if (cl_tls_free_ctx)

@@ -481,6 +481,44 @@ static void test_pending_free_keeps_context(void **state) {
   env_free(&e);
 }
 
+/* Expandable segments: a malloc that must unmap another stream's cached pages to map its own gives both
+ * the segment_unmap and the segment_map entries its context, as PyTorch's allocator gives the release it
+ * runs for a malloc the malloc's context; empty_cache, called without one, leaves its unmap without. */
+static void test_unmap_takes_the_calls_context(void **state) {
+  (void)state;
+  env e = ENV(1, 64 * MiB, "expandable_segments:True");
+  cachalot_stream s1 = STREAM(e.b, 0), s2 = STREAM(e.b, 0);
+  tctx c = CTX_INIT, d = CTX_INIT;
+  OK(cachalot_set_context_ops(e.a, &OPS));
+  HISTORY(e.a, true, 100);
+  void *p = ALLOC_CTX(e.a, 0, 40 * MiB, s1, &c);
+  FREE(e.a, p); /* cached on s1, mapped */
+  void *q = ALLOC_CTX(e.a, 0, 40 * MiB, s2, &d); /* 80 MiB would not fit: s1's pages go first */
+  cachalot_snapshot_info *si = TAKE(e.a, true);
+  size_t unmaps = 0, maps_d = 0;
+  for (size_t i = 0; i < si->n_trace; i++) {
+    const cachalot_trace_entry *t = &si->trace[i];
+    if (t->action == CACHALOT_TRACE_SEGMENT_UNMAP) {
+      unmaps++;
+      PTR_EQ(t->context, &d);
+    }
+    maps_d += t->action == CACHALOT_TRACE_SEGMENT_MAP && t->context == &d;
+  }
+  EQ(unmaps, 1);
+  EQ(maps_d, 1);
+  cachalot_snapshot_info_free(e.a, si);
+  FREE(e.a, q);
+  EMPTY(e.a);
+  si = TAKE(e.a, true);
+  EQ(si->trace[si->n_trace - 1].action, CACHALOT_TRACE_SEGMENT_UNMAP);
+  PTR_EQ(si->trace[si->n_trace - 1].context, NULL);
+  cachalot_snapshot_info_free(e.a, si);
+  HISTORY(e.a, false, 0);
+  REFS(c, 1);
+  REFS(d, 1);
+  env_free(&e);
+}
+
 /* A pool restore frees the blocks allocated since the checkpoint: their contexts go with them. */
 static void test_restore_releases_block_contexts(void **state) {
   (void)state;
@@ -979,6 +1017,7 @@ int main(void) {
       cmocka_unit_test(test_failed_malloc_keeps_nothing),
       cmocka_unit_test(test_destroy_releases_everything),
       cmocka_unit_test(test_pending_free_keeps_context),
+      cmocka_unit_test(test_unmap_takes_the_calls_context),
       cmocka_unit_test(test_restore_releases_block_contexts),
       cmocka_unit_test(test_snapshot_take_layout),
       cmocka_unit_test(test_snapshot_take_without_trace),
