@@ -489,11 +489,10 @@ class Allocator final : public cca::CUDAAllocator {
     if (!ptr)
       return;
     observing_free(ptr);
-    // the profiler's event names the current device (a block's own is not looked up for it)
     c10::DeviceIndex device = 0;
     int64_t mark = -1;
-    if (C10_UNLIKELY(profiling_memory())) {
-      device = static_cast<c10::DeviceIndex>(current_device());
+    if (C10_UNLIKELY(profiling_memory())) { // the profiler's event names the block's device, as native's
+      device = device_of(ptr);
       mark = profiler_mark(a(), device);
     }
     CtxRef ctx(when_.load(std::memory_order_relaxed) >= static_cast<int>(cda::RecordContext::ALL)

@@ -5,6 +5,8 @@
 #include <c10/core/impl/GPUTrace.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 
 #include <utility>
 
@@ -49,6 +51,14 @@ void observed_malloc(cachalot_allocator* a, c10::DeviceIndex device, void* p, in
 void observing_free(void* p) {
   if (const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace(); C10_UNLIKELY(trace))
     (*trace)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(p));
+}
+
+c10::DeviceIndex device_of(void* p) {
+  cudaPointerAttributes at{};
+  if (cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice)
+    return static_cast<c10::DeviceIndex>(at.device);
+  (void)cudaGetLastError();
+  return c10::cuda::current_device();
 }
 
 void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark) {

@@ -31,6 +31,10 @@ void observed_malloc(cachalot_allocator* a, c10::DeviceIndex device, void* p, in
 // Before the free of p: the GPU trace hook, as native calls it.
 void observing_free(void* p);
 
+// The device of cachalot's block at p, for the profiler's free event (a driver query: only while
+// profiling); the current device where the driver cannot say.
+c10::DeviceIndex device_of(void* p);
+
 // After the free of p on `device` (mark: profiler_mark's before it): the profiler's event.
 void observed_free(cachalot_allocator* a, c10::DeviceIndex device, void* p, int64_t mark);
 
