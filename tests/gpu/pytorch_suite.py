@@ -23,8 +23,12 @@ loses only its current test: the rest run again in a new process.
 
 Prints each mode's passed/failed/skipped counts and every test that passes natively and not under
 cachalot; exit status 1 when there is one. OUT_DIR gets each process's log and results.json. A run too
-long for one sitting splits by mode or file (--modes, --files); --with RESULTS.json brings an earlier
-run's modes in for the comparison (--modes '' runs nothing and only compares).
+long for one sitting splits by mode, file or test (--modes, --files, -k); --with RESULTS.json brings an
+earlier run's results in for the comparison, for the tests this run did not run (--modes '' runs nothing
+and only compares).
+
+A file run as a script does more than its tests: test_cuda_expandable_segments.py turns expandable
+segments on in its __main__. pytest never runs __main__, so the runner does what it does (MAIN_SETTINGS).
 """
 import argparse
 import json
@@ -42,6 +46,9 @@ TOPICS = re.compile(
     r"expandable|alloc|cach|trace|callback|segment|block|profiler|viz|plot|ipc|empty|reserved|peak|"
     r"stream_event|checkpoint|reclaim|release", re.I)
 ONE_PROCESS_PER_TEST = {"test_cuda_trace.py"}
+# What a file's `if __name__ == "__main__"` does before run_tests(), which pytest never runs: the settings
+# it sets (and puts in PYTORCH_CUDA_ALLOC_CONF while it imports the helpers, which read it once).
+MAIN_SETTINGS = {"test_cuda_expandable_segments.py": "expandable_segments:True"}
 RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
 SITE = """\
 import cachalot.torch
@@ -50,18 +57,42 @@ cachalot.torch.install()
 # A pytest plugin loaded before the test files: where the test files are newer than the installed torch
 # (only PyTorch's repository at hand, not its release tag), the few helper names they import from
 # torch.testing._internal and that torch lacks are defined as that torch's own test files define them.
+# It also does what a file's __main__ does (MAIN_SETTINGS, named by the runner in PYTORCH_SUITE_MAIN), and
+# stands in for the module of PyTorch's CI scripts (tools/stats) that such a __main__ imports.
 # Natively and under cachalot alike; it changes no test.
 COMPAT = """\
+import os
+import sys
+import types
+
+main_settings = os.environ.get("PYTORCH_SUITE_MAIN")
+prior = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+if main_settings:
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = main_settings
 try:
     import torch
     import torch.testing._internal.common_utils as cu
 except ImportError:  # no torch: the test files will say so themselves
     cu = None
+if main_settings:  # as the file restores it after its imports
+    if prior is None:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    else:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = prior
+if "tools.stats.import_test_stats" not in sys.modules:
+    for name in ("tools", "tools.stats", "tools.stats.import_test_stats"):
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["tools.stats.import_test_stats"].get_disabled_tests = lambda *args, **kwargs: None
 if cu is not None and not hasattr(cu, "TEST_CUDAMALLOCASYNC"):  # test_cuda.py of 2.11 computes it itself
     cu.TEST_CUDAMALLOCASYNC = torch.cuda.is_available() and torch.cuda.get_allocator_backend() == "cudaMallocAsync"
 if cu is not None and not hasattr(cu, "skipIfSandcastle"):
     # IS_SANDCASTLE is False outside Meta's CI; used bare (@skipIfSandcastle) and with a reason ("...")
     cu.skipIfSandcastle = lambda arg=None: arg if callable(arg) else (lambda fn: fn)
+
+
+def pytest_sessionstart(session):
+    if main_settings and cu is not None:
+        torch.cuda.memory._set_allocator_settings(main_settings)
 """
 
 
@@ -76,8 +107,13 @@ def pytest(tests_dir, *args):
             tests_dir] + list(args)
 
 
+def file_env(env, name):
+    return dict(env, PYTORCH_SUITE_MAIN=MAIN_SETTINGS[name]) if name in MAIN_SETTINGS else env
+
+
 def collect(tests_dir, name, env):
     """The test ids pytest collects from one file."""
+    env = file_env(env, name)
     p = subprocess.run(pytest(tests_dir, "--collect-only", "-q", name), cwd=tests_dir, env=env, capture_output=True,
                        text=True, timeout=600)
     ids = [line.strip() for line in p.stdout.splitlines() if "::" in line and not line.startswith(" ")]
@@ -145,7 +181,7 @@ def run_mode(tests_dir, files, ids_of, env, outdir, mode, timeout, results, save
         for batch in batches:
             left, empty = list(batch), 0
             while left:
-                got = run_batch(tests_dir, left, env, log, timeout)
+                got = run_batch(tests_dir, left, file_env(env, name), log, timeout)
                 results.update(got)
                 saved()
                 rest = [i for i in left if i not in got]
@@ -214,10 +250,10 @@ def main():
         res[mode] = {}
         run_mode(tests_dir, files, ids_of, envs[mode], outdir, mode, a.timeout, res[mode],
                  lambda: save(os.path.join(outdir, "results.json"), res))
-    for path in a.earlier:  # the modes of earlier runs, where this run has none of its own
+    for path in a.earlier:  # earlier runs' results, where this run has none of its own for a test
         with open(path) as f:
             for mode, r in json.load(f).items():
-                res.setdefault(mode, r)
+                res[mode] = dict(r, **res.get(mode, {}))
     for mode, r in res.items():
         counts = {k: sum(1 for v in r.values() if v == k) for k in ("passed", "failed", "crashed", "skipped")}
         print("%-8s passed %d, failed %d, crashed %d, skipped %d" % (
