@@ -3,11 +3,14 @@
 # toolchain there). The machine has nvcc, meson and ninja but no Debian packages: uthash's headers, CMocka
 # and meson-python travel in .device/ (made by tests/gpu/prepare-device-deps.sh on a Debian machine).
 # Usage: tests/gpu/device-run.sh [OUTDIR]   (results and logs go to OUTDIR, default ./device-out)
-# DEVICE_RUN_PARTS (default "core,torch") picks the parts, so that each fits one 10-minute device call:
-#   core   the gpu suite, the CPU suites, the soak and its compute-sanitizer run, the demo, the example,
-#          the LD_PRELOAD interposer
-#   torch  the Python package installed with pip, the PyTorch backend beside the native allocator, the
-#          stats comparison, PyTorch's viewer on cachalot's snapshots, the pluggable route, DDP (2 GPUs)
+# DEVICE_RUN_PARTS (default "core,backend,torch") picks the parts, so that each fits one 10-minute device
+# call:
+#   core     the gpu suite, the CPU suites, the soak and its compute-sanitizer run, the demo, the example,
+#            the LD_PRELOAD interposer
+#   backend  the Python package installed with pip, then the PyTorch backend beside the native allocator
+#            (tests/gpu/torch_backend_test.py; ONLY=a,b picks its scenarios, for a call too short for all)
+#   torch    the package, pinned memory side by side, the stats comparison, PyTorch's viewer on
+#            cachalot's snapshots, the pluggable route, DDP (2 GPUs)
 #   suite  PyTorch's own allocator tests natively and under cachalot (tests/gpu/pytorch_suite.py), from
 #          PYTORCH_TESTS (default .pytorch-tests/, git-ignored: see that script for how to fill it);
 #          PYTORCH_SUITE_FILES and PYTORCH_SUITE_MODES pick files and modes, so that a run fits a call
@@ -16,7 +19,7 @@ out=${1:-${OUT:-./device-out}}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-parts=",${DEVICE_RUN_PARTS:-core,torch},"
+parts=",${DEVICE_RUN_PARTS:-core,backend,torch},"
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH="$root/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; meson --version; } 2>&1 | tee "$out/machine.txt"
@@ -39,15 +42,20 @@ if [[ $parts == *,core,* ]]; then
   ./build-gpu/streams_and_graph 2>&1 | tee "$out/example.log" || rc=1
   bash tests/gpu/preload_test.sh build-gpu "$out/preload" 2>&1 | tee "$out/preload.log" || rc=1
 fi
-if [[ $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+if [[ $parts == *,backend,* || $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   # The Python package, as a user installs it (against the torch already there; deps_dir for uthash,
-  # which this machine lacks), then the PyTorch backend beside the native allocator.
+  # which this machine lacks).
   PYTHONPATH="$root/.device/py" python3 -m pip install -q --no-build-isolation --no-index \
     -Csetup-args=-Ddeps_dir=.device "$root" >"$out/pip-install.log" 2>&1 || { tail -30 "$out/pip-install.log"; rc=1; }
   (cd /tmp && python3 -c 'import cachalot, cachalot.torch as t; print("cachalot", cachalot.__version__, "C", cachalot.version(), "backend:", t.backend_unavailable() or "available")') 2>&1 |
     tee "$out/package.log" || rc=1
+fi
+if [[ $parts == *,backend,* ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  # The PyTorch backend beside the native allocator.
   (cd /tmp && PYTHONUNBUFFERED=1 python3 "$root/tests/gpu/torch_backend_test.py" "$out/backend") 2>&1 |
     tee "$out/torch-backend.log" || rc=1
+fi
+if [[ $parts == *,torch,* ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   # Pinned host memory side by side: alloc_bench's host workload (cachalot, cudaHostAlloc, PyTorch) and the
   # H2D pipeline through PyTorch, native against cachalot's host cache.
   (cd /tmp && "$root/build-gpu/tools/alloc_bench" -w host -a cachalot,cudaHostAlloc,PyTorch --pin 2 \
