@@ -8,9 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn) {
+cachalot_status cl_check_allocator_arg(const cachalot_allocator *a, const char *fn) {
   if (!a)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
+  if (cl_forked(a))
+    return cl_forked_fail(fn);
+  return CACHALOT_OK;
+}
+
+cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn) {
+  cachalot_status rc = cl_check_allocator_arg(a, fn);
+  if (rc != CACHALOT_OK)
+    return rc;
   if (device < 0 || device >= a->device_count)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: device %d is out of range (the backend has %d device%s)",
                    fn, device, a->device_count, a->device_count == 1 ? "" : "s");
@@ -149,8 +158,22 @@ static void fork_child(void) {
   for (size_t i = 0; i < n_watched; i++) {
     cachalot_allocator *a = watched[i];
     atomic_store_explicit(&a->forked, true, memory_order_relaxed);
-    for (int k = 0; k < a->device_count; k++)
-      atomic_store_explicit(&a->devices[k].warm, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->n_auto, 0, memory_order_relaxed); /* no capture to poll before a free */
+    for (int k = 0; k < a->device_count; k++) {
+      cl_device *d = &a->devices[k];
+      atomic_store_explicit(&d->warm, 0, memory_order_relaxed);
+      atomic_store_explicit(&d->detect, false, memory_order_relaxed);
+      /* A lane lock that a thread of the parent held at the fork would be held in the child for good, and
+       * the warm paths take it before they read `warm`: let go of every lane the warm paths can find.
+       * What the lane guards may be half-changed, but nothing reads it again: with `warm` 0 every call
+       * goes on to a slow path, which fails first. */
+      cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_relaxed);
+      for (size_t j = 0; t && j <= t->mask; j++) {
+        cl_lane *ln = atomic_load_explicit(&t->slot[j], memory_order_relaxed);
+        if (ln)
+          cl_spin_unlock(&ln->lock);
+      }
+    }
   }
   pthread_mutex_unlock(&fork_lock);
 }
@@ -240,8 +263,9 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
 }
 
 cachalot_status cachalot_set_settings(cachalot_allocator *a, const char *conf) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_settings: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_set_settings");
+  if (arg != CACHALOT_OK)
+    return arg;
   if (!conf)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_settings: conf is NULL");
   /* Every device holds the same settings; device 0's copy is the base the string applies to. */
@@ -283,8 +307,11 @@ const char *const *cachalot_config_keys(void) { return cl_config_keys(); }
 cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *out) {
   if (out)
     memset(out, 0, sizeof *out);
-  if (!a || !out)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_settings: %s is NULL", a ? "out" : "allocator");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_get_settings");
+  if (arg != CACHALOT_OK)
+    return arg;
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_settings: out is NULL");
   _Static_assert(CL_ROUNDUP_INTERVALS == sizeof out->roundup_power2_divisions / sizeof(unsigned),
                  "one division count per interval");
   pthread_mutex_lock(&a->meta_lock); /* every device holds the same settings */
@@ -325,8 +352,9 @@ void cl_allocator_destroy(cachalot_allocator *a) {
 }
 
 cachalot_status cachalot_attach_oom_observer(cachalot_allocator *a, cachalot_oom_observer fn, void *ctx) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_attach_oom_observer: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_attach_oom_observer");
+  if (arg != CACHALOT_OK)
+    return arg;
   if (!fn)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_attach_oom_observer: observer is NULL");
   pthread_mutex_lock(&a->meta_lock);

@@ -142,8 +142,9 @@ void cl_autocapture_poll(cachalot_allocator *a) {
 }
 
 cachalot_status cachalot_forget_stream(cachalot_allocator *a, cachalot_stream s) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_forget_stream: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_forget_stream");
+  if (arg != CACHALOT_OK)
+    return arg;
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     pthread_mutex_lock(&d->auto_lock);

@@ -448,8 +448,9 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
 }
 
 cachalot_status cachalot_check(cachalot_allocator *a) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_check: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_check");
+  if (arg != CACHALOT_OK)
+    return arg;
   for (int i = 0; i < a->device_count; i++) {
     cl_device *d = &a->devices[i];
     cl_enter_exclusive(d);

@@ -311,8 +311,9 @@ typedef struct {
 } trace_buffers;
 
 cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, size_t max_entries) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_record_history");
+  if (arg != CACHALOT_OK)
+    return arg;
   if (enabled && max_entries == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history: max_entries must be at least 1");
   const size_t room = rows_of(max_entries, 0);
@@ -355,8 +356,9 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
 }
 
 cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_record_history_stacks: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_record_history_stacks");
+  if (arg != CACHALOT_OK)
+    return arg;
   pthread_mutex_lock(&a->meta_lock);
   a->trace_stacks = enabled;
   cachalot_status rc = CACHALOT_OK;
@@ -381,8 +383,9 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
 }
 
 cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_context_ops *ops) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_context_ops: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_set_context_ops");
+  if (arg != CACHALOT_OK)
+    return arg;
   if (ops && (!ops->retain || !ops->release))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_set_context_ops: retain and release must both be set");
   pthread_mutex_lock(&a->meta_lock);

@@ -105,7 +105,10 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
 /* Calls fn on every pool of the device, default first. */
 
 /* --- allocator.c --- */
-/* INVALID_ARGUMENT naming `fn` unless a is an allocator and `device` one of its devices. */
+/* The entry points' first step, before any lock: INVALID_ARGUMENT naming `fn` unless a is an allocator;
+ * in a forked child, DEVICE (cl_forked_fail). */
+cachalot_status cl_check_allocator_arg(const cachalot_allocator *a, const char *fn);
+/* cl_check_allocator_arg, and INVALID_ARGUMENT unless `device` is one of a's devices. */
 cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, const char *fn);
 /* The entry points' opening: cl_check_device_arg, then *d = that device in exclusive mode (the caller
  * leaves it). */

@@ -44,6 +44,7 @@ static cachalot_allocator *live[MAX_LIVE];
 static int n_live;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static char oom_path[512], exit_path[512], socket_path[108];
+static pid_t env_pid; /* the process that read the environment: the exports are its, not a forked child's */
 
 /* The rank of a distributed run for "%r": RANK, else LOCAL_RANK, when it is a plain number (a value that
  * could name another folder, "../x", is not used); else nothing. */
@@ -153,6 +154,10 @@ static void on_oom(cachalot_allocator *a) {
  * before exit (a program that cleans up would otherwise get nothing, silently). The notes go out after
  * reg_lock is let go: a warning handler may call back into cachalot. */
 static void at_exit(void) {
+  /* A forked child inherits the handler but not the allocators (their calls fail there) nor the socket,
+   * which the parent still serves; and a thread of the parent may have held reg_lock at the fork. */
+  if (getpid() != env_pid)
+    return;
   int written = 0, live_at_exit;
   pthread_mutex_lock(&reg_lock);
   live_at_exit = n_live;
@@ -398,6 +403,7 @@ static void start_socket(const char *path) {
 }
 
 static void read_env(void) {
+  env_pid = getpid();
   const char *v;
   if ((v = getenv("CACHALOT_SNAPSHOT_ON_OOM")) && *v && !cl_export_expand_path(v, oom_path, sizeof oom_path))
     cl_warn("CACHALOT_SNAPSHOT_ON_OOM: path too long, ignored");

@@ -17,7 +17,9 @@ cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_
 }
 
 void cachalot_destroy(cachalot_allocator *a) {
-  if (!a)
+  /* In a forked child the allocator's memory, locks and device are the parent's: nothing is freed or
+   * locked, so a child that exits cleanly never waits on a lock a parent's thread held at the fork. */
+  if (!a || cl_forked(a))
     return;
   cl_export_unregister(a); /* first: no exit snapshot or socket request may read a half-freed allocator */
   cl_allocator_destroy(a);

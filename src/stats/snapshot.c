@@ -245,8 +245,9 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   if (!json)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: json is NULL");
   *json = NULL;
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_snapshot_json");
+  if (arg != CACHALOT_OK)
+    return arg;
   /* Segments of all devices come first in the schema, traces after: two passes over the devices, each
    * device's trace taken in the same locked section as a "snapshot" entry marking the moment. */
   cl_json j;

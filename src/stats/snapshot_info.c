@@ -107,8 +107,9 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_take: out is NULL");
   *out = NULL;
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_take: allocator is NULL");
+  cachalot_status arg = cl_check_allocator_arg(a, "cachalot_snapshot_take");
+  if (arg != CACHALOT_OK)
+    return arg;
   cachalot_snapshot_info *s = calloc(1, sizeof *s);
   if (!s)
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_snapshot_take: host out of memory");
