@@ -53,7 +53,7 @@ export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 t_gcc() { build build-test -Dtests=enabled && suite build-test; }
-t_asan() { build build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit --suite cli; }
+t_asan() { build build-asan -Dtests=enabled -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false && suite build-asan --suite unit --suite cli; }
 t_tsan() { CC=clang build build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled &&
   suite build-tsan --suite stress && suite build-tsan lanes; }
 t_clang() { CC=clang build build-clang -Dtests=enabled && suite build-clang --no-suite gpu --no-suite explorer; }

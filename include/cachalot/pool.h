@@ -83,8 +83,10 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_set_source(cachalo
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device,
                                                                         cachalot_mempool_id id, int *out);
 /* Gives the whole free segments of pool `id` back to the device if the pool is freeable (use count 0);
- * a pool in use, or one of a capture underway, keeps them. {0,0} is cachalot_empty_cache. With
- * expandable segments the device's free pages are all unmapped, as cachalot_empty_cache does. */
+ * a pool in use, or one of a capture underway, keeps them; an id no pool has is nothing to do. {0,0} is
+ * cachalot_empty_cache (of every device; `device` must still be one). With expandable segments the
+ * device's free pages are all unmapped, as cachalot_empty_cache does. CACHALOT_ERROR_INVALID_ARGUMENT for
+ * a device out of range or an id that is neither {0,0} nor a private pool id. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device,
                                                                           cachalot_mempool_id id);
 

@@ -164,8 +164,9 @@ static cachalot_status parse_mib(const char *key, const tok *v, size_t *out) {
     return cl_fail(CACHALOT_ERROR_CONFIG, CONF "%s must be an integer >= %d (MiB), got %s%s", key, MIN_MB,
                    describe(v, got, sizeof got), range_note(r));
   }
-  /* Past SIZE_MAX / MiB the byte count cannot be represented: treat it as "no limit". */
-  *out = mb > SIZE_MAX / MIB ? SIZE_MAX : (size_t)mb * MIB;
+  /* Past INT64_MAX bytes the stats (int64, as PyTorch's) cannot show the limit: treat it as "no limit",
+   * which they show as -1. */
+  *out = mb > (uint64_t)INT64_MAX / MIB ? SIZE_MAX : (size_t)mb * MIB;
   return CACHALOT_OK;
 }
 

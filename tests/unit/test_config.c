@@ -64,12 +64,16 @@ static void test_max_split_size(void **state) {
   c = parse_defaults("max_split_size_mb:0100");
   assert_true(c.max_split_size == 100 * MIB);
 
+  /* The largest limit is the largest byte count the stats (int64, as PyTorch's) can show; past it, no
+   * limit, which they show as -1 (a limit of 2^64 - 1 MiB read -1,048,576 bytes). */
   char buf[64];
-  snprintf(buf, sizeof buf, "max_split_size_mb:%zu", SIZE_MAX / MIB);
+  snprintf(buf, sizeof buf, "max_split_size_mb:%zu", (size_t)INT64_MAX / MIB);
   c = parse_defaults(buf);
-  assert_true(c.max_split_size == (SIZE_MAX / MIB) * MIB);
+  assert_true(c.max_split_size == ((size_t)INT64_MAX / MIB) * MIB);
+  c = parse_defaults("max_split_size_mb:17592186044415"); /* SIZE_MAX / MIB */
+  assert_true(c.max_split_size == SIZE_MAX);
 
-  snprintf(buf, sizeof buf, "max_split_size_mb:%zu", SIZE_MAX / MIB + 1);
+  snprintf(buf, sizeof buf, "max_split_size_mb:%zu", (size_t)INT64_MAX / MIB + 1);
   cl_config base;
   cl_config_defaults(&base);
   base.max_split_size = 64 * MIB;

@@ -979,6 +979,13 @@ static void test_empty_cache_pool_default(void **state) {
   CHECK(e.a);
   EQ(USED(e.b, 0), 0);
   EXPECT_POOLS(e.a, 0, PX0, PX0);
+  /* arguments the other pool calls refuse: a device out of range (for {0,0} too), an id with both halves */
+  STATUS(cachalot_empty_cache_pool(e.a, -7, (cachalot_mempool_id){0, 0}), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(cachalot_last_error(), "device -7 is out of range"));
+  STATUS(cachalot_empty_cache_pool(e.a, 2, q), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_empty_cache_pool(e.a, 0, (cachalot_mempool_id){1, 1}), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_non_null(strstr(cachalot_last_error(), "not a private pool id"));
+  CHECK(e.a);
   env_free(&e);
 }
 
