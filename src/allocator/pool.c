@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #define ID_FMT "{%llu, %llu}"
@@ -116,6 +117,9 @@ static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id,
   if (p && p->use_count == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "%s: pool " ID_FMT " was released (use count 0) and cannot be used again", who, ID_ARGS(id));
+  if (p && p->use_count == INT_MAX)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " has %d uses, the most it can count", who,
+                   ID_ARGS(id), INT_MAX);
   if (!p) {
     cl_private_pool *pp = calloc(1, sizeof *pp);
     p = pp ? &pp->base : NULL;

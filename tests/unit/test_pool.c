@@ -4,9 +4,11 @@
 #include "helpers.h"
 
 #include "allocator/backend/ops.h" /* stream_wait, to join a side stream into a capture */
+#include "allocator/internal.h"       /* a use count set near its limit, which 2^31 calls would take long to reach */
 
 #include <cachalot/pool.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -883,8 +885,38 @@ static void test_capture_reuse_after_join(void **state) {
   assert_true(after);
 }
 
+/* The use count stops at INT_MAX: one more use is refused (it overflowed into a negative count). */
+static void test_use_count_limit(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cachalot_stream s = STREAM(e.b, 0);
+  cachalot_mempool_id id = cachalot_graph_pool_handle(e.a);
+  OK(cachalot_pool_incref(e.a, 0, id));
+  cl_device *d = &e.a->devices[0];
+  cl_enter_exclusive(d);
+  cl_find_pool_locked(d, id)->use_count = INT_MAX - 1;
+  cl_leave_exclusive(d);
+  OK(cachalot_pool_incref(e.a, 0, id));
+  int n = 0;
+  OK(cachalot_pool_use_count(e.a, 0, id, &n));
+  assert_int_equal(n, INT_MAX);
+  STATUS(cachalot_pool_incref(e.a, 0, id), CACHALOT_ERROR_INVALID_STATE);
+  assert_non_null(strstr(cachalot_last_error(), "the most it can count"));
+  STATUS(cachalot_begin_allocate_to_pool(e.a, 0, id, only_stream, s), CACHALOT_ERROR_INVALID_STATE);
+  OK(cachalot_pool_use_count(e.a, 0, id, &n));
+  assert_int_equal(n, INT_MAX);
+  CHECK(e.a);
+  cl_enter_exclusive(d);
+  cl_find_pool_locked(d, id)->use_count = 1;
+  cl_leave_exclusive(d);
+  OK(cachalot_release_pool(e.a, 0, id));
+  CHECK(e.a);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_use_count_limit),
       cmocka_unit_test(test_ids),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_routing_and_own_segments),
