@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,23 +106,51 @@ bool cl_export_expand_path(const char *in, char *out, size_t cap) {
 /* Writes `text` to `path`. A regular file (or nothing) there is replaced through a temporary file and a
  * rename, so a reader never sees half a file; anything else (a symlink, a FIFO, a device) is written
  * through, as a shell redirection would, instead of being replaced by a regular file. */
+/* Writes all of [p, p + n) to fd, which may be non-blocking: a reader that stops reading (a FIFO, a
+ * device) gets IO_TIMEOUT_MS in all, then the write gives up (errno ETIMEDOUT). */
+static bool write_all(int fd, const char *p, size_t n) {
+  int waited_ms = 0;
+  while (n > 0) {
+    const ssize_t k = write(fd, p, n);
+    if (k > 0) {
+      p += k;
+      n -= (size_t)k;
+    } else if (k < 0 && errno == EINTR) {
+      continue;
+    } else if (k < 0 && errno == EAGAIN && waited_ms < IO_TIMEOUT_MS) {
+      struct pollfd w = {.fd = fd, .events = POLLOUT};
+      (void)poll(&w, 1, 10);
+      waited_ms += 10;
+    } else {
+      if (k >= 0 || errno == EAGAIN)
+        errno = ETIMEDOUT;
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The snapshot text and a newline, as alloc_snapshot writes JSON, so the files round-trip byte for byte. */
+static bool write_text(int fd, const char *text) { return write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1); }
+
 static bool write_file(const char *path, const char *text) {
-  const size_t n = strlen(text);
   struct stat st;
   if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    FILE *f = fopen(path, "w");
-    if (!f)
+    /* written through, never waited for: a FIFO nobody reads fails to open (ENXIO) rather than block the
+     * exit, and one that stops reading gets the time limit */
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666); /* a dangling link: its target */
+    if (fd < 0)
       return false;
-    bool ok = fwrite(text, 1, n, f) == n;
-    return (fclose(f) == 0) && ok;
+    const bool ok = write_text(fd, text);
+    return (close(fd) == 0) && ok;
   }
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
+  const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0)
     return false;
-  bool ok = fwrite(text, 1, n, f) == n;
-  ok = fclose(f) == 0 && ok;
+  bool ok = write_text(fd, text);
+  ok = close(fd) == 0 && ok;
   if (ok)
     ok = rename(tmp, path) == 0;
   if (!ok)

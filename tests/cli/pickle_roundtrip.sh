@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # alloc_snapshot convert against Python's pickle and json modules (issue 19):
-#  - cachalot's own snapshot files (replay -o) come back byte for byte from JSON -> pickle -> JSON;
+#  - cachalot's own snapshot files (replay -o, CACHALOT_SNAPSHOT_AT_EXIT) come back byte for byte from
+#    JSON -> pickle -> JSON;
 #  - for every JSON file given, pickle.load of its pickle equals json.load of it, and the pickle
 #    converts back to the JSON convert writes of the file;
 #  - for every pickle fixture, json.load of its JSON equals pickle.load of it with tuples and sets as
@@ -18,7 +19,14 @@ fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 "$tool" replay "$fixtures/trace_small.json" -o "$work/own.json" >/dev/null || fail "replay -o"
 "$tool" replay "$fixtures/torch_small.json.gz" -o "$work/own2.json.gz" >/dev/null || fail "replay -o .gz"
 gunzip -f "$work/own2.json.gz"
-for own in "$work/own.json" "$work/own2.json"; do
+owns=("$work/own.json" "$work/own2.json")
+# and a CACHALOT_SNAPSHOT_AT_EXIT file, which the library writes (the demo beside the tool, where built)
+demo=$(dirname "$tool")/cachalot_demo
+if [ -x "$demo" ]; then
+  CACHALOT_SNAPSHOT_AT_EXIT="$work/exit.json" "$demo" >/dev/null 2>&1 || fail "the demo with CACHALOT_SNAPSHOT_AT_EXIT"
+  owns+=("$work/exit.json")
+fi
+for own in "${owns[@]}"; do
   "$tool" convert "$own" "$work/own.pickle" && "$tool" convert "$work/own.pickle" "$work/back.json" &&
     cmp "$own" "$work/back.json" || fail "$(basename "$own"): JSON -> pickle -> JSON is not byte-identical"
 done

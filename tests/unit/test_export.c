@@ -150,6 +150,8 @@ static void test_env_triggers(void **state) {
   char *text = slurp(path);
   assert_non_null(text);
   assert_non_null(strstr(text, "\"segments\":[{"));
+  const size_t len = strlen(text); /* one newline at the end, as alloc_snapshot writes JSON */
+  assert_true(len > 2 && text[len - 1] == '\n' && text[len - 2] == '}');
   snprintf(path, sizeof path, "%s/s-%ld", dir, (long)pid);
   struct stat st;
   assert_int_not_equal(stat(path, &st), 0); /* the socket is removed at exit */
@@ -252,6 +254,16 @@ static int child_hostile(int step) {
       return 31;
     return 0;
   }
+  if (step == 3) { /* at-exit path a FIFO nobody reads: the exit goes on (a blocking open waited for good) */
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    if (mkfifo(path, 0600) != 0)
+      return 50;
+    setenv("CACHALOT_SNAPSHOT_AT_EXIT", path, 1);
+    if (cachalot_backend_sim(&o, &b) || cachalot_create(b, "", &a))
+      return 51;
+    alarm(10);
+    return 0;
+  }
   /* step 2: the socket alone, under slow and hostile clients */
   snprintf(path, sizeof path, "%s/sock", dir);
   setenv("CACHALOT_SNAPSHOT_SOCKET", path, 1);
@@ -288,7 +300,7 @@ static void test_hostile_clients_and_paths(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
   assert_non_null(mkdtemp(dir));
-  for (int step = 0; step < 3; step++) {
+  for (int step = 0; step < 4; step++) {
     pid_t pid = fork();
     if (pid == 0) {
       unsetenv("CACHALOT_SNAPSHOT_ON_OOM");
