@@ -46,6 +46,8 @@ static int n_live;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static char oom_path[512], exit_path[512], socket_path[108];
 static pid_t env_pid; /* the process that read the environment: the exports are its, not a forked child's */
+static dev_t sock_dev; /* the socket file this process serves, removed at exit only if still the same */
+static ino_t sock_ino;
 
 /* The rank of a distributed run for "%r": RANK, else LOCAL_RANK, when it is a plain number (a value that
  * could name another folder, "../x", is not used); else nothing. */
@@ -207,7 +209,8 @@ static void at_exit(void) {
   else if (written > 0)
     cl_note("CACHALOT_SNAPSHOT_AT_EXIT: %d of %d snapshots written: %s for the first live allocator, %s.N for "
             "the N-th after it", written, live_at_exit, exit_path, exit_path);
-  if (socket_path[0])
+  struct stat st;
+  if (socket_path[0] && lstat(socket_path, &st) == 0 && st.st_dev == sock_dev && st.st_ino == sock_ino)
     unlink(socket_path);
 }
 
@@ -387,6 +390,22 @@ static void *socket_thread(void *arg) {
   }
 }
 
+/* Whether a process serves the socket at path: a live one accepts (or its queue is full), a stale socket
+ * file of a process that is gone refuses. */
+static bool socket_alive(const char *path) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  const size_t n = strlen(path);
+  if (n >= sizeof addr.sun_path)
+    return false;
+  memcpy(addr.sun_path, path, n + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return false;
+  const bool alive = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EAGAIN;
+  close(fd);
+  return alive;
+}
+
 static void start_socket(const char *path) {
   int srv = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (srv < 0)
@@ -401,8 +420,8 @@ static void start_socket(const char *path) {
     return;
   }
   memcpy(addr.sun_path, tmp, (size_t)n + 1);
-  /* Only a socket (a stale one of an earlier run) is replaced: a file the variable points at by mistake
-   * is not deleted. */
+  /* Only a stale socket (of an earlier run) is replaced: a file the variable points at by mistake is not
+   * deleted, and a socket another live process serves (two ranks given one path) stays its. */
   struct stat st;
   if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
     close(srv);
@@ -410,15 +429,35 @@ static void start_socket(const char *path) {
     socket_path[0] = '\0';
     return;
   }
+  const bool stale = lstat(path, &st) == 0 && !socket_alive(path);
   if (lstat(tmp, &st) == 0 && S_ISSOCK(st.st_mode))
     unlink(tmp);
-  if (bind(srv, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(tmp, 0600) != 0 || rename(tmp, path) != 0 ||
-      listen(srv, 8) != 0) {
+  if (bind(srv, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(tmp, 0600) != 0 || listen(srv, 8) != 0) {
     cl_warn("CACHALOT_SNAPSHOT_SOCKET: cannot serve on %s: %s", path, strerror(errno));
     unlink(tmp);
     close(srv);
+    socket_path[0] = '\0';
     return;
   }
+  if (stale)
+    unlink(path);
+  /* link, not rename: it fails where the path holds anything, so of two processes starting at once
+   * only one gets it */
+  const bool placed = link(tmp, path) == 0;
+  const int err = errno;
+  unlink(tmp);
+  if (!placed || lstat(path, &st) != 0) {
+    close(srv);
+    if (err == EEXIST)
+      cl_warn("CACHALOT_SNAPSHOT_SOCKET: %s is served by another live process: left alone, no socket served "
+              "(give each process its own path, e.g. with %%p or %%r)", path);
+    else
+      cl_warn("CACHALOT_SNAPSHOT_SOCKET: cannot serve on %s: %s", path, strerror(err));
+    socket_path[0] = '\0';
+    return;
+  }
+  sock_dev = st.st_dev;
+  sock_ino = st.st_ino;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

@@ -7,6 +7,7 @@
 #include <cachalot/snapshot.h>
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -333,6 +334,86 @@ static void test_hostile_clients_and_paths(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* Two processes given one socket path (two ranks without %p or %r): the first serves it; the second
+ * leaves it alone with a warning, and its exit does not remove it; a stale socket (its process gone) is
+ * taken over. */
+static pid_t serve_until_told(const char *path, int *tell) {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]); /* its own end: EOF on down when the test closes *tell */
+    unsetenv("CACHALOT_SNAPSHOT_ON_OOM");
+    unsetenv("CACHALOT_SNAPSHOT_AT_EXIT");
+    setenv("CACHALOT_SNAPSHOT_SOCKET", path, 1);
+    cachalot_backend *b;
+    cachalot_allocator *a;
+    if (cachalot_backend_sim(NULL, &b) || cachalot_create(b, "", &a))
+      _exit(1);
+    char c = 'u';
+    if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) < 0)
+      _exit(2);
+    exit(0); /* at exit: its socket goes, if it is its own */
+  }
+  char c;
+  if (read(up[0], &c, 1) != 1)
+    return -1;
+  close(up[0]);
+  close(up[1]);
+  close(down[0]);
+  *tell = down[1];
+  return pid;
+}
+
+static void finish(pid_t pid, int tell) {
+  close(tell);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_socket_shared_path(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  char path[200], want[64];
+  snprintf(path, sizeof path, "%s/sock", dir);
+  int tell_a, tell_b;
+  const pid_t a = serve_until_told(path, &tell_a);
+  assert_true(a > 0);
+  const pid_t b = serve_until_told(path, &tell_b); /* (it holds a copy of tell_a until it exits) */
+  assert_true(b > 0);
+  snprintf(want, sizeof want, "\"pid\":%ld", (long)a);
+  char *r = ask(path, "list\n");
+  assert_non_null(r);
+  assert_non_null(strstr(r, want)); /* the first one's still */
+  finish(b, tell_b);
+  r = ask(path, "list\n");
+  assert_non_null(r); /* the second one's exit left it */
+  assert_non_null(strstr(r, want));
+  /* the first one killed: its socket file stays, stale, and the next process takes it over */
+  kill(a, SIGKILL);
+  int status;
+  assert_int_equal(waitpid(a, &status, 0), a);
+  close(tell_a);
+  struct stat st;
+  assert_int_equal(lstat(path, &st), 0);
+  const pid_t c = serve_until_told(path, &tell_a);
+  assert_true(c > 0);
+  snprintf(want, sizeof want, "\"pid\":%ld", (long)c);
+  r = ask(path, "list\n");
+  assert_non_null(r);
+  assert_non_null(strstr(r, want));
+  finish(c, tell_a);
+  assert_int_not_equal(lstat(path, &st), 0); /* its own: removed at its exit */
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_no_thread_without_env(void **state) {
   (void)state;
   pid_t pid = fork();
@@ -431,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_no_thread_without_env),
       cmocka_unit_test(test_env_too_long),
       cmocka_unit_test(test_hostile_clients_and_paths),
+      cmocka_unit_test(test_socket_shared_path),
       /* last: it creates allocators in this process, which reads the CACHALOT_SNAPSHOT_* variables once
        * for good (the tests above set them in forked children) */
       cmocka_unit_test(test_history_from_env),
