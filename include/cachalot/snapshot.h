@@ -37,7 +37,8 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_record_history_stacks(c
 /* Marks a moment of the program on `device`'s timeline: while history is on, records a "user_defined" trace
  * entry (addr, size and stream 0) whose "name" in the snapshot is `text`, with C frames while stacks are
  * on. Text longer than 1023 bytes is cut to at most 1023, before a UTF-8 character that would cross the
- * bound; cachalot keeps its own copy until the entry leaves the ring buffer. While history is off nothing
+ * bound; cachalot keeps its own copy until the entry leaves the ring buffer. In the snapshot's JSON each
+ * byte that starts no UTF-8 character is \ufffd, so the file is UTF-8 whatever `text` holds. While history is off nothing
  * is recorded and CACHALOT_OK is returned. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_annotate(cachalot_allocator *a, int device,
                                                                   const char *text);

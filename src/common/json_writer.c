@@ -67,9 +67,42 @@ void cl_json_end_object(cl_json *j) { close_(j, '}'); }
 void cl_json_begin_array(cl_json *j) { open_(j, '['); }
 void cl_json_end_array(cl_json *j) { close_(j, ']'); }
 
+size_t cl_utf8_len(const unsigned char *p, size_t n) {
+  if (n == 0)
+    return 0;
+  const unsigned c = p[0];
+  if (c < 0x80)
+    return 1;
+  size_t len;
+  uint32_t cp, min;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2, cp = c & 0x1F, min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3, cp = c & 0x0F, min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0; /* a continuation byte first, an overlong lead (C0, C1) or past U+10FFFF (F5..FF) */
+  }
+  for (size_t i = 1; i < len; i++) { /* a NUL or the end stops it here, before any byte past it */
+    if (i >= n || (p[i] & 0xC0) != 0x80)
+      return 0;
+    cp = cp << 6 | (p[i] & 0x3F);
+  }
+  return cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) ? 0 : len;
+}
+
 void cl_json_escape(const char *s, cl_json_sink *sink, void *ctx) {
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
     char esc[8];
+    if (*p >= 0x80) { /* a whole UTF-8 character, or U+FFFD for each byte that starts none */
+      const size_t len = cl_utf8_len(p, 4);
+      if (len)
+        sink(ctx, (const char *)p, len), p += len - 1;
+      else
+        sink(ctx, "\\ufffd", 6);
+      continue;
+    }
     switch (*p) {
     case '"': sink(ctx, "\\\"", 2); break;
     case '\\': sink(ctx, "\\\\", 2); break;

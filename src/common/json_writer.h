@@ -39,10 +39,15 @@ void cl_json_discard(cl_json *j);
 /* The escaper cl_json_string uses, for writers of their own (the tools compile this file in). */
 typedef void cl_json_sink(void *ctx, const char *bytes, size_t n);
 /* The contents of s (NULL: "") as a JSON string's, without its quotes: '"', '\\' and the control
- * characters below 0x20 escaped (\n, \r, \t by name, the others as \u00xx); every other byte, DEL and
- * UTF-8 included, as it is. sink gets one call per byte of s (the byte or its escape), so a sink with a
- * bound can stop between characters and never cut an escape in half. */
+ * characters below 0x20 escaped (\n, \r, \t by name, the others as \u00xx); a byte that starts no valid
+ * UTF-8 character (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, a sequence cut
+ * short) as \ufffd, so the text is UTF-8 whatever s holds; every other character, DEL included, as it is.
+ * sink gets one call per character of s (the character or its escape), so a sink with a bound can stop
+ * between characters and never cut an escape or a UTF-8 sequence in half. */
 void cl_json_escape(const char *s, cl_json_sink *sink, void *ctx);
+/* The length of the valid UTF-8 character at p (at most n bytes there; it reads no byte past a NUL or a
+ * byte that ends it early), or 0 where none starts. */
+size_t cl_utf8_len(const unsigned char *p, size_t n);
 /* s as a quoted JSON string on f. */
 void cl_json_fput_string(FILE *f, const char *s);
 

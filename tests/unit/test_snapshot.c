@@ -493,6 +493,17 @@ static void test_annotate(void **state) {
   assert_memory_equal(at, want, strlen(want));
   free(text);
 
+  /* text that is not UTF-8: each byte that starts no character becomes \ufffd, valid characters stay
+   * (the snapshot was JSON Python could not read: 0xff) */
+  OK(cachalot_record_history(e.a, true, 8));
+  OK(cachalot_annotate(e.a, 0, "x\xff\xfey \xc3\xa9 \xc0\xaf \xed\xa0\x80 \xe2\x82"));
+  text = NULL;
+  OK(cachalot_snapshot_json(e.a, &text));
+  want = "\"name\":\"x\\ufffd\\ufffdy \xc3\xa9 \\ufffd\\ufffd \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\"";
+  if (!strstr(text, want))
+    fail_msg("no %s in %.300s", want, text);
+  free(text);
+
   /* the bound: 1023 bytes, cut before a UTF-8 character that would cross it */
   char big[1100];
   memset(big, 'a', sizeof big);
