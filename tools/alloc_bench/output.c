@@ -115,9 +115,8 @@ static void print_preamble(FILE *out, const config *c, const ab_results *res, co
   for (size_t k = 0; k < res->n; k++) {
     const ab_row *r = &res->rows[k];
     bool seen = false;
-    for (size_t j = 0; j < k; j++)
-      seen |= res->rows[j].status == AB_ROW_SKIPPED && strcmp(res->rows[j].workload, r->workload) == 0 &&
-              strcmp(res->rows[j].note, r->note) == 0;
+    for (const ab_row *o = res->rows; o < r && !seen; o++)
+      seen = o->status == AB_ROW_SKIPPED && strcmp(o->workload, r->workload) == 0 && strcmp(o->note, r->note) == 0;
     if (r->status == AB_ROW_SKIPPED && !skipped_for_allocator(c, r) && !seen)
       fprintf(out, "skipped (left out of the table): %s: %s\n", r->workload, r->note);
   }
