@@ -51,6 +51,22 @@ check() {
   if [ $ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
+# tmem NAME WANT_STATUS KIB ARGS...: a case under `ulimit -v KIB`, the readers' bound on memory; without
+# the limit where the tool cannot start under it (a sanitizer build reserves terabytes of address space).
+tmem() {
+  local name=$1 want=$2 kib=$3 saved=$tool
+  shift 3
+  if (ulimit -v "$kib" && "$tool" --version) >/dev/null 2>&1; then
+    tool=$work/.limited
+    printf '#!/usr/bin/env bash\nulimit -v %s && exec %q "$@"\n' "$kib" "$saved" >"$tool"
+    chmod +x "$tool"
+  else
+    echo "note: $name runs without ulimit -v $kib (the tool cannot start under it)"
+  fi
+  check "$name" "$want" /dev/null "$@"
+  tool=$saved
+}
+
 # t NAME WANT_STATUS ARGS...: a case with no standard input.
 t() {
   local name=$1 want=$2
@@ -170,6 +186,14 @@ done
 t gz_trailing 1 show gz_trailing.json.gz
 t gz_zeros 1 show gz_zeros.json.gz
 t gz_members 0 show gz_members.json.gz
+# Memory in proportion to the input (issue 30: a 0.9 MB .json.gz of "0," took 3 GiB): a gzip'ed file
+# inflates to at most 256 times its size (at least 64 MiB), JSON text holds at most a value per 4 bytes
+# (at least 2^20, at most 2^25); each refused with the limit it hit, under a limit of address space a
+# reader without those bounds passes.
+yes '0,' | tr -d '\n' | head -c 100000000 | { printf '{"segments":['; cat; printf '0]}'; } | gzip -9 >bomb_ratio.json.gz
+{ printf '{"segments":['; yes '0,' | tr -d '\n' | head -c 3000000; printf '0]}'; } >bomb_values.json
+tmem bomb_ratio 1 400000 show bomb_ratio.json.gz
+tmem bomb_values 1 400000 show bomb_values.json
 t bad_in_diff_b 1 diff cachalot_small.json bad_state.json
 t bad_in_segments 1 segments bad_pool_id.json
 t bad_in_replay 1 replay bad_missing_size.json

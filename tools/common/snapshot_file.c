@@ -74,14 +74,24 @@ static int gunzip(const char *name, const unsigned char *in, size_t in_len, char
     snprintf(err, AS_ERR_LEN, "%s: out of host memory", name);
     goto done;
   }
+  /* the most it may inflate to: AS_GZIP_MAX_RATIO times its size, at least AS_GZIP_MIN_BYTES */
+  size_t limit = in_len > AS_MAX_INPUT_BYTES / AS_GZIP_MAX_RATIO ? AS_MAX_INPUT_BYTES : in_len * AS_GZIP_MAX_RATIO;
+  if (limit < AS_GZIP_MIN_BYTES)
+    limit = AS_GZIP_MIN_BYTES;
   for (;;) {
     if (n == cap) {
-      if (cap >= AS_MAX_INPUT_BYTES) {
-        snprintf(err, AS_ERR_LEN, "%s: larger than %zu MiB once decompressed: refused", name,
-                 AS_MAX_INPUT_BYTES >> 20);
+      if (cap >= limit) {
+        if (limit == AS_MAX_INPUT_BYTES)
+          snprintf(err, AS_ERR_LEN, "%s: larger than %zu MiB once decompressed: refused", name,
+                   AS_MAX_INPUT_BYTES >> 20);
+        else
+          snprintf(err, AS_ERR_LEN,
+                   "%s: inflates to more than %zu MiB, over %zu times its %zu bytes (a gzip bomb?): refused; "
+                   "the reader takes at most %zu times a file's size (at least %zu MiB)",
+                   name, limit >> 20, AS_GZIP_MAX_RATIO, in_len, AS_GZIP_MAX_RATIO, AS_GZIP_MIN_BYTES >> 20);
         goto done;
       }
-      size_t ncap = cap * 2 > AS_MAX_INPUT_BYTES ? AS_MAX_INPUT_BYTES : cap * 2;
+      size_t ncap = cap * 2 > limit ? limit : cap * 2;
       char *grown = realloc(buf, ncap);
       if (grown == NULL) {
         snprintf(err, AS_ERR_LEN, "%s: out of host memory after %zu bytes", name, n);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int as_read_fail(const char *name, char *err, const char *fmt, ...) {
@@ -129,6 +130,30 @@ static size_t not_strict_json(const char *data, size_t len, const char **why) {
   return SIZE_MAX;
 }
 
+/* An upper bound of the values cJSON would make of the text (each container, and one more value per
+ * comma), counted outside strings, stopping once past `most`. */
+static size_t count_values(const char *data, size_t len, size_t most) {
+  size_t n = 1;
+  for (size_t i = 0; i < len && n <= most; i++) {
+    const char ch = data[i];
+    if (ch == '"') {
+      for (i++; i < len && data[i] != '"'; i++)
+        i += data[i] == '\\';
+    } else {
+      n += ch == ',' || ch == '[' || ch == '{';
+    }
+  }
+  return n;
+}
+
+/* cJSON's allocations, watched: a parse that fails because the host had no memory says so. */
+static bool json_oom;
+static void *watched_malloc(size_t n) {
+  void *p = malloc(n);
+  json_oom |= p == NULL;
+  return p;
+}
+
 cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS_ERR_LEN]) {
   err[0] = '\0';
   /* A pickle is read here, so that every reader of snapshots (as_snapshot_parse and what calls it)
@@ -142,10 +167,26 @@ cJSON *as_json_parse(const char *name, const char *data, size_t len, char err[AS
     as_read_fail(name, err, len == 0 ? "empty file" : "no JSON in the file (only white space)");
     return NULL;
   }
+  size_t most = len / AS_JSON_BYTES_PER_VALUE;
+  most = most < AS_JSON_MIN_VALUES ? AS_JSON_MIN_VALUES : most > AS_JSON_MAX_VALUES ? AS_JSON_MAX_VALUES : most;
+  if (count_values(data, len, most) > most) {
+    as_read_fail(name, err,
+                 "holds more than %zu values, over one per %zu bytes of its %zu bytes of text: refused; the "
+                 "reader bounds its memory so (at least %zu values, at most %zu)",
+                 most, AS_JSON_BYTES_PER_VALUE, len, AS_JSON_MIN_VALUES, AS_JSON_MAX_VALUES);
+    return NULL;
+  }
+  static cJSON_Hooks hooks = {watched_malloc, free};
+  cJSON_InitHooks(&hooks);
+  json_oom = false;
   const char *end = NULL;
   /* With a length, cJSON never reads past data + len, so data needs no NUL at its end. The nesting
    * limit (CJSON_NESTING_LIMIT, 1000) bounds its recursion. */
   cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, false);
+  if (root == NULL && json_oom) {
+    as_read_fail(name, err, "out of host memory while reading %zu bytes of JSON", len);
+    return NULL;
+  }
   size_t line, col;
   /* Wrong from its first byte: perhaps not meant as JSON at all. */
   static const char neither[] = ": neither snapshot JSON nor a pickle (snapshots are read as JSON or as "

@@ -32,6 +32,15 @@
 
 /* The most a file may hold once decompressed: a gzip bomb or /dev/zero stops here. */
 #define AS_MAX_INPUT_BYTES ((size_t)1 << 30)
+/* What the readers hold is bounded by their input: a gzip'ed file inflates to at most AS_GZIP_MAX_RATIO
+ * times its size (at least AS_GZIP_MIN_BYTES; real snapshots inflate 20 to 30 times), and JSON text may
+ * hold at most one value per AS_JSON_BYTES_PER_VALUE bytes of it (at least AS_JSON_MIN_VALUES, at most
+ * AS_PICKLE_MAX_NODES; real snapshots take ~20 bytes a value), each a cJSON node of 64 bytes. */
+#define AS_GZIP_MAX_RATIO ((size_t)256)
+#define AS_GZIP_MIN_BYTES ((size_t)64 << 20)
+#define AS_JSON_BYTES_PER_VALUE ((size_t)4)
+#define AS_JSON_MIN_VALUES ((size_t)1 << 20)
+#define AS_JSON_MAX_VALUES ((size_t)1 << 25)
 /* Device indices above this are taken for garbage (CUDA has nowhere near as many devices). */
 #define AS_MAX_DEVICE 4095
 
