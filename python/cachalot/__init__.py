@@ -11,7 +11,7 @@ import os
 
 from ._build import VERSION as __version__
 
-__all__ = ["__version__", "version", "library_path"]
+__all__ = ["__version__", "version", "library_path", "check_config"]
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _lib = None
@@ -40,3 +40,13 @@ def _library():
 def version():
     """The bundled C library's version (cachalot_version())."""
     return _library().cachalot_version().decode()
+
+
+def check_config(conf):
+    """Raises ValueError with the C library's reason unless conf (a str) is a config string
+    cachalot_create would take (cachalot_check_config); creates nothing."""
+    if not isinstance(conf, str):
+        raise TypeError("conf must be a str, not %s" % type(conf).__name__)
+    lib = _library()
+    if lib.cachalot_check_config(conf.encode()) != 0:
+        raise ValueError(lib.cachalot_last_error().decode())

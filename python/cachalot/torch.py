@@ -32,7 +32,7 @@ import re
 import sys
 import warnings
 
-from . import _build, _library, library_path
+from . import _build, _library, check_config, library_path
 
 OLDEST_TORCH = (2, 0)  # the pluggable route's torch.cuda.memory.CUDAPluggableAllocator first shipped in 2.0.0
 OLDEST_TORCH_BACKEND = tuple(int(x) for x in _build.TORCH_OLDEST.split("."))  # meson.build's torch_oldest
@@ -102,7 +102,8 @@ def install(conf=None, route="auto", pinned=True):
     "pluggable". pinned: on the backend route, also make cachalot's host cache PyTorch's pinned-memory
     allocator (pin_memory(), DataLoader's pinning, torch.cuda.host_memory_stats()); the pluggable route
     leaves pinned memory to PyTorch. Call it before anything allocates CUDA memory; calling it again
-    returns the route."""
+    returns the route (with another conf it raises RuntimeError). A conf cachalot would refuse raises
+    ValueError before anything is installed."""
     global _route, _handle, _conf
     if route not in ("auto", "backend", "pluggable"):
         raise ValueError("route must be 'auto', 'backend' or 'pluggable', not %r" % (route,))
@@ -113,6 +114,8 @@ def install(conf=None, route="auto", pinned=True):
             raise RuntimeError("cachalot is already installed with conf=%r; to change settings at run time use "
                                "torch.cuda.memory._set_allocator_settings(%r)" % (_conf, conf))
         return _route
+    if conf is not None:  # refused before anything is installed or put in the environment
+        check_config(conf)
     why = backend_unavailable() if route != "pluggable" else "the pluggable route was asked for"
     if why is None:
         lib = ctypes.CDLL(library_path("cachalot_torch_backend"))

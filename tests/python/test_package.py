@@ -94,6 +94,39 @@ class Routes(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "already installed on the pluggable route"):
             self.ct.install(route="backend")
 
+    def test_a_bad_conf_is_refused_before_anything_is_installed(self):
+        import torch
+
+        before = os.environ.get("CACHALOT_ALLOC_CONF")
+        for route in ("auto", "pluggable", "backend"):
+            with self.assertRaisesRegex(ValueError, "nonsense_key"):
+                self.ct.install(conf="nonsense_key:1", route=route)
+            with self.assertRaisesRegex(ValueError, "max_split_size_mb"):
+                self.ct.install(conf="max_split_size_mb:2", route=route)
+            with self.assertRaisesRegex(TypeError, "conf must be a str"):
+                self.ct.install(conf=40, route=route)
+        self.assertIsNone(self.ct._route)
+        self.assertEqual(torch.calls, [])
+        self.assertEqual(os.environ.get("CACHALOT_ALLOC_CONF"), before)
+
+    def test_a_second_install_with_another_conf_raises(self):
+        self.ct._build.TORCH_BACKEND = False
+        if not os.path.exists(cachalot.library_path("cachalot_torch")):
+            self.skipTest("built without CUDA: no plug-in")
+        before = os.environ.get("CACHALOT_ALLOC_CONF")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.assertEqual(self.ct.install(conf="max_split_size_mb:40"), "pluggable")
+            self.assertEqual(self.ct.install(conf="max_split_size_mb:40"), "pluggable")  # the same: answers
+            with self.assertRaisesRegex(RuntimeError, "already installed with conf='max_split_size_mb:40'"):
+                self.ct.install(conf="max_split_size_mb:80")
+        finally:
+            if before is None:
+                os.environ.pop("CACHALOT_ALLOC_CONF", None)
+            else:
+                os.environ["CACHALOT_ALLOC_CONF"] = before
+
     def test_without_the_plugin_neither_route_is_taken_and_it_says_why(self):
         self.ct._build.TORCH_BACKEND = False
         saved = self.ct.library_path
