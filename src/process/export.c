@@ -236,6 +236,7 @@ static void serve_record(char *args, char **out) {
   }
   if (ok && n == idx_at + 1) {
     errno = 0;
+    end = NULL; /* a word that is not a number is not an allocator index ("record 10 stackz") */
     idx = tok[idx_at][0] >= '0' && tok[idx_at][0] <= '9' ? strtoull(tok[idx_at], &end, 10) : ULLONG_MAX;
     ok = !errno && end && !*end;
   }
@@ -275,9 +276,22 @@ static void serve_record(char *args, char **out) {
   *out = cl_json_finish(&j);
 }
 
+/* Reads and drops what the client has sent and not yet been read, up to MAX_DRAIN bytes, without waiting:
+ * closing with unread input would reset the connection before the client reads the answer. */
+static void drain(int fd) {
+  char sink[512];
+  for (size_t got = 0; got < MAX_DRAIN;) {
+    const ssize_t r = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (r <= 0)
+      return;
+    got += (size_t)r;
+  }
+}
+
 /* One request: a line of text in, JSON (or an error object) out. A line longer than MAX_REQUEST - 1 bytes
- * is read to its end (up to MAX_DRAIN, within the time limit) and answered with an error: closing with
- * unread input would reset the connection before the client reads the answer. */
+ * is read to its end (up to MAX_DRAIN, within the time limit) and answered with an error, as is a line
+ * with a NUL byte in it or with bytes after it (one request per connection); nothing unread is left at
+ * close, which would reset the connection before the client reads the answer. */
 static void serve(int fd) {
   char req[MAX_REQUEST];
   size_t n = 0, extra = 0;
@@ -298,14 +312,29 @@ static void serve(int fd) {
     line = memchr(sink, '\n', (size_t)r) != NULL;
     extra += (size_t)r;
   }
+  /* the line ends at its newline (and a carriage return before it) */
+  char *nl = memchr(req, '\n', n);
+  const size_t line_len = nl ? (size_t)(nl - req) : n, after = nl ? n - line_len - 1 : 0;
+  const bool nul = memchr(req, '\0', line_len) != NULL;
+  if (nl) {
+    *nl = '\0';
+    if (line_len > 0 && req[line_len - 1] == '\r')
+      req[line_len - 1] = '\0';
+  }
+  drain(fd);
   char cmd[16] = "";
   int idx = 0, device = 0;
-  int got = extra ? 0 : sscanf(req, "%15s %d %d", cmd, &idx, &device);
+  int got = extra || nul || after ? 0 : sscanf(req, "%15s %d %d", cmd, &idx, &device);
   char *out = NULL;
   char small[200];
   pthread_mutex_lock(&reg_lock);
   if (extra) {
     snprintf(small, sizeof small, "{\"error\":\"request longer than %d bytes\"}", MAX_REQUEST - 1);
+  } else if (nul) {
+    snprintf(small, sizeof small, "{\"error\":\"a NUL byte in the request (at byte %zu)\"}",
+             (size_t)((char *)memchr(req, '\0', line_len) - req));
+  } else if (after) {
+    snprintf(small, sizeof small, "{\"error\":\"one request per connection: %zu bytes after its line\"}", after);
   } else if (got >= 1 && !strcmp(cmd, "record")) {
     serve_record(strstr(req, "record") + strlen("record"), &out);
     if (!out)
@@ -333,6 +362,7 @@ static void serve(int fd) {
       break;
     off += (size_t)w;
   }
+  drain(fd); /* what came meanwhile */
   free(out);
 }
 

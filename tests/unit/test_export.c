@@ -42,7 +42,12 @@ static char *slurp(const char *path) {
 }
 
 /* Sends one request and returns the reply (static buffer), or NULL. */
-static char *ask(const char *path, const char *req) {
+static char *ask_n(const char *path, const char *req, size_t len);
+static char *ask(const char *path, const char *req) { return ask_n(path, req, strlen(req)); }
+
+/* A request of len bytes (NULs and all); the whole reply, or NULL where the connection failed or was reset
+ * before any reply. */
+static char *ask_n(const char *path, const char *req, size_t len) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
@@ -51,7 +56,7 @@ static char *ask(const char *path, const char *req) {
       close(fd);
     return NULL;
   }
-  if (write(fd, req, strlen(req)) < 0) {
+  if (write(fd, req, len) < 0) {
     close(fd);
     return NULL;
   }
@@ -292,6 +297,27 @@ static int child_hostile(int step) {
   r = ask(path, longreq);
   if (!r || !strstr(r, "request longer than 127 bytes"))
     return 44;
+  /* a NUL cuts nothing short; a word that is not an index is not one; a line and more; binary bytes:
+   * each answered with an error object, not a reset connection (issue 30) */
+  r = ask_n(path, "record 10\0stacks\n", 17);
+  if (!r || !strstr(r, "a NUL byte in the request (at byte 9)"))
+    return 45;
+  r = ask(path, "record 10 stackz\n");
+  if (!r || !strstr(r, "record expects 'record N [stacks] [ALLOCATOR]'"))
+    return 46;
+  r = ask(path, "record 10\nstacks\n");
+  if (!r || !strstr(r, "one request per connection: 7 bytes after its line"))
+    return 47;
+  unsigned char bin[30];
+  for (size_t i = 0; i < sizeof bin; i++)
+    bin[i] = (unsigned char)(i * 97 + 13); /* binary bytes, with a newline put at byte 5: 24 after it */
+  bin[5] = '\n';
+  r = ask_n(path, (const char *)bin, sizeof bin);
+  if (!r || !strstr(r, "{\"error\":"))
+    return 48;
+  r = ask(path, "list\r\n"); /* a carriage return before the newline is the line's end too */
+  if (!r || !strstr(r, "\"allocators\":2"))
+    return 49;
   close(idle);
   close(deaf);
   return 0; /* exit: the socket alone writes no snapshot */
