@@ -89,6 +89,10 @@ bool cl_export_expand_path(const char *in, char *out, size_t cap) {
     } else if (p[0] == '%' && p[1] == 'h') {
       host_piece(piece, sizeof piece);
       p++;
+    } else if (p[0] == '%' && p[1] == '%') { /* a literal %, as in printf and core_pattern */
+      piece[0] = '%';
+      piece[1] = '\0';
+      p++;
     } else {
       piece[0] = *p;
       piece[1] = '\0';
@@ -105,9 +109,6 @@ bool cl_export_expand_path(const char *in, char *out, size_t cap) {
   return o > 0;
 }
 
-/* Writes `text` to `path`. A regular file (or nothing) there is replaced through a temporary file and a
- * rename, so a reader never sees half a file; anything else (a symlink, a FIFO, a device) is written
- * through, as a shell redirection would, instead of being replaced by a regular file. */
 /* Writes all of [p, p + n) to fd, which may be non-blocking: a reader that stops reading (a FIFO, a
  * device) gets IO_TIMEOUT_MS in all, then the write gives up (errno ETIMEDOUT). */
 static bool write_all(int fd, const char *p, size_t n) {
@@ -135,6 +136,9 @@ static bool write_all(int fd, const char *p, size_t n) {
 /* The snapshot text and a newline, as alloc_snapshot writes JSON, so the files round-trip byte for byte. */
 static bool write_text(int fd, const char *text) { return write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1); }
 
+/* Writes `text` to `path`. A regular file (or nothing) there is replaced through a temporary file and a
+ * rename, so a reader never sees half a file; anything else (a symlink, a FIFO, a device) is written
+ * through, as a shell redirection would, instead of being replaced by a regular file. */
 static bool write_file(const char *path, const char *text) {
   struct stat st;
   if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {

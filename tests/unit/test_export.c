@@ -488,6 +488,9 @@ static void test_path_expansion(void **state) {
   assert_string_equal(out, "");
   assert_true(cl_export_expand_path("100%", out, sizeof out)); /* a lone % stays */
   assert_string_equal(out, "100%");
+  assert_true(cl_export_expand_path("a%%p-%%%p", out, sizeof out)); /* %% is a literal % */
+  snprintf(want, sizeof want, "a%%p-%%%ld", pid);
+  assert_string_equal(out, want);
 }
 
 static char history_warning[512];
