@@ -140,6 +140,13 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_checkpoint_pool(cachalo
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_restore_pool(cachalot_allocator *a,
                                                                       const cachalot_pool_state *state,
                                                                       void ***ptrs, size_t *n_ptrs);
+/* cachalot_restore_pool, keeping `ctx` (may be NULL) with each block it allocates again and its alloc trace
+ * entry while history is on, as cachalot_malloc_with_context does (<cachalot/snapshot.h>): PyTorch gives
+ * the re-carved blocks the context of the restore. */
+CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_restore_pool_with_context(cachalot_allocator *a,
+                                                                                   const cachalot_pool_state *state,
+                                                                                   void *ctx, void ***ptrs,
+                                                                                   size_t *n_ptrs);
 CACHALOT_API void cachalot_pool_state_free(cachalot_pool_state *state);
 
 #ifdef __cplusplus

@@ -419,6 +419,15 @@ cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, 
   return rc;
 }
 
+cachalot_status cachalot_restore_pool_with_context(cachalot_allocator *a, const cachalot_pool_state *state,
+                                                   void *ctx, void ***ptrs, size_t *n_ptrs) {
+  void *const saved = cl_tls_alloc_ctx;
+  cl_tls_alloc_ctx = ctx;
+  cachalot_status rc = cachalot_restore_pool(a, state, ptrs, n_ptrs);
+  cl_tls_alloc_ctx = saved;
+  return rc;
+}
+
 cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
   void *const saved = cl_tls_free_ctx;
   cl_tls_free_ctx = ctx;

@@ -175,6 +175,8 @@ static void recarve_locked(cl_device *d, cl_segment *s, const cachalot_segment_s
     b->event_count = 0;
     cl_stats_hand_out_locked(d, small, b->size, b->requested);
     cl_trace_locked(d, CL_TRACE_ALLOC, b->ptr, b->requested, s->stream);
+    if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL || d->trace.frames != NULL)) /* as hand_out keeps a malloc's */
+      cl_ctx_attach_locked(d, b->ptr);
     ptrs[(*n_ptrs)++] = (void *)b->ptr;
   }
 }

@@ -453,7 +453,8 @@ class Allocator final : public cca::CUDAAllocator {
     }
     void** ptrs = nullptr;
     size_t n = 0;
-    check(cachalot_restore_pool(a(), st, &ptrs, &n), "setCheckpointPoolState");
+    CtxRef ctx(context_for(cda::RecordContext::STATE)); // the re-carved blocks', as native gives them
+    check(cachalot_restore_pool_with_context(a(), st, ctx.p, &ptrs, &n), "setCheckpointPoolState");
     for (size_t i = 0; i < n; i++)
       delta.dataptrs_allocd.emplace_back(ptrs[i], ptrs[i], &raw_delete_fn, c10::Device(c10::DeviceType::CUDA, device));
     std::free(ptrs);

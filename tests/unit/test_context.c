@@ -544,11 +544,33 @@ static void test_restore_releases_block_contexts(void **state) {
   void *again = ALLOC_CTX(e.a, 0, 1000, cap, NULL);
   PTR_EQ(again, p);
   FREE(e.a, again);
+  /* restored with a context: the re-carved block keeps it (and its alloc entry), as PyTorch gives the
+   * re-carved blocks the restore's */
+  tctx r = CTX_INIT;
+  free(ptrs);
+  ptrs = NULL;
+  OK(cachalot_restore_pool_with_context(e.a, ck, &r, &ptrs, &n));
+  CHECK(e.a);
+  EQ(n, 1);
+  PTR_EQ(ptrs[0], x);
+  REFS(r, 3); /* the block, its alloc entry */
+  cachalot_snapshot_info *si = TAKE(e.a, false);
+  bool found = false;
+  for (size_t i = 0; i < si->n_segments; i++)
+    for (size_t k = 0; k < si->segments[i].n_blocks; k++)
+      if (si->segments[i].blocks[k].address == (uintptr_t)x) {
+        PTR_EQ(si->segments[i].blocks[k].context, &r);
+        found = true;
+      }
+  assert_true(found);
+  cachalot_snapshot_info_free(e.a, si);
   FREE(e.a, ptrs[0]);
+  REFS(r, 4); /* the block's went to its free entries (requested and completed) */
   free(ptrs);
   cachalot_pool_state_free(ck);
   HISTORY(e.a, false, 0);
   REFS(c, 1);
+  REFS(r, 1);
   OK(cachalot_end_allocate_to_pool(e.a, 0, id));
   OK(cachalot_release_pool(e.a, 0, id));
   EMPTY(e.a);
