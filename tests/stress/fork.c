@@ -140,6 +140,14 @@ static cachalot_status c_begin_pool(void) {
 }
 static cachalot_status c_empty_pool(void) { return cachalot_empty_cache_pool(a, 0, (cachalot_mempool_id){1, 0}); }
 static cachalot_status c_check(void) { return cachalot_check(a); }
+static cachalot_status c_graph(void) { /* the graph layer takes no lock of its own: the allocator's check */
+  cachalot_graph *g = NULL;
+  return cachalot_graph_create(a, 0, false, &g);
+}
+static cachalot_status c_settings_get(void) {
+  cachalot_settings st;
+  return cachalot_get_settings(a, &st);
+}
 static cachalot_status c_host_malloc(void) {
   void *h = NULL;
   return cachalot_host_malloc(a, 100, &h);
@@ -175,6 +183,8 @@ static const struct {
     {"cachalot_begin_allocate_to_pool", c_begin_pool},
     {"cachalot_empty_cache_pool", c_empty_pool},
     {"cachalot_check", c_check},
+    {"cachalot_graph_create", c_graph},
+    {"cachalot_get_settings", c_settings_get},
     {"cachalot_host_malloc", c_host_malloc},
     {"cachalot_host_free", c_host_free},
     {"cachalot_host_empty_cache", c_host_empty},
