@@ -520,7 +520,7 @@ if command -v python3 >/dev/null; then
   python3 -c 'import struct, sys
 k = b"k" * 65536
 sys.stdout.buffer.write(b"\x80\x04}q\x00(X" + struct.pack("<I", len(k)) + k + b"Nu](" + b"h\x00" * 1100 + b"e.")' >keybomb.pickle
-  t pickle_key_bomb 1 show keybomb.pickle
+  tmem pickle_key_bomb 1 400000 show keybomb.pickle
 fi
 t pickle_convert_usage_args 2 convert cs.pickle
 t pickle_convert_usage_stdout 2 convert cs.pickle -
@@ -533,7 +533,11 @@ t pickle_not_either 1 convert not_json.txt x.pickle
 # hostile and damaged pickles: each a message and exit 1, nothing run, nothing written
 for f in evil_global stack_global build persid bytes memo_bomb deep lying proto6 bad_utf8 huge_long inexact nan \
   list cycle trailing truncated; do
-  t "pickle_$f" 1 convert "pk_$f.pickle" "out_$f.json"
+  if [ "$f" = memo_bomb ]; then # the pickle reader's bounds, under a limit of address space too
+    tmem "pickle_$f" 1 400000 convert "pk_$f.pickle" "out_$f.json"
+  else
+    t "pickle_$f" 1 convert "pk_$f.pickle" "out_$f.json"
+  fi
   no_file "pickle_$f" "out_$f.json"
 done
 [ -e pwned ] && fail pickle_evil_global "the hostile pickle ran" || passed=$((passed + 1))
