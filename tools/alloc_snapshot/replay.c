@@ -338,6 +338,26 @@ static int parse_args(int argc, char **argv, replay_args *a) {
   return GO_ON;
 }
 
+/* Whether the allocations of s name more than MAX_STREAMS streams (other than 0): counted before the
+ * replay, which would otherwise stop at the first one past the bound, after the work before it. */
+static bool too_many_streams(const as_snapshot *s) {
+  tw_map seen;
+  if (!tw_map_init(&seen, 16))
+    return false; /* (out of host memory: the replay's own count still holds) */
+  bool over = false;
+  for (size_t d = 0; d < s->n_devices && !over; d++)
+    for (size_t i = 0; i < s->traces[d].n && !over; i++) {
+      const as_trace_entry *e = &s->traces[d].entries[i];
+      if (e->action != AS_ALLOC || e->stream == 0 || tw_map_find(&seen, (int)d, e->stream) != NULL)
+        continue;
+      if (tw_map_insert(&seen, (tw_live){.key = e->stream, .device = (int)d}) == NULL)
+        break;
+      over = seen.count > MAX_STREAMS;
+    }
+  tw_map_free(&seen);
+  return over;
+}
+
 /* The backend, with r->n_devices devices at least. GO_ON, or the exit status. */
 static int open_backend(replay *r, const replay_args *a) {
   cachalot_status st;
@@ -377,6 +397,9 @@ static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
     }
   if (entries == 0)
     return as_failure("replay", "%s: no trace entries (device_traces is empty: was history recorded?)", a->path);
+  if (a->sim && too_many_streams(s))
+    return as_failure("replay", "%s: the trace uses more than %d streams: refused before replaying", a->path,
+                      MAX_STREAMS);
   r->n_devices = last_device + 1;
   int rc = open_backend(r, a);
   if (rc != GO_ON)
