@@ -29,6 +29,9 @@ route. Each child prints one JSON line; the parent compares.
                  CACHALOT_ALLOC_CONF winning) and _set_allocator_settings at run time give the figures
                  native gives (roundup, the three keys each call resets, expandable segments, errors);
                  install() leaves CUDA untouched, so a forked child can use it
+  fork           threads allocate and free CUDA tensors and pinned memory while the main thread forks 20
+                 times (a DataLoader worker's fork): each child that never touches CUDA exits at once with
+                 status 0, and one that does gets PyTorch's error, not a hang; as native
   pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
                  capture stays valid and replays copy what the pinned block holds; a block freed in the
                  capture is reused at once unless a captured copy read it
@@ -55,6 +58,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.abspath(__file__)
 TRIALS = int(os.environ.get("RECORD_STREAM_TRIALS", "24"))
@@ -550,6 +554,65 @@ def c_gpu_trace(torch, mode):
             "same_pointers": sorted(allocs) == sorted(frees) == sorted([px, py])}
 
 
+def c_fork(torch, mode):
+    """os.fork() while other threads allocate: children that never touch CUDA exit cleanly at once; one that
+    calls CUDA gets PyTorch's RuntimeError; none hangs (each is given 10 s)."""
+    import threading
+
+    stop = threading.Event()
+
+    def churn():
+        s = torch.cuda.Stream()
+        while not stop.is_set():
+            with torch.cuda.stream(s):
+                x = torch.empty(1 << 12, device="cuda")
+                h = torch.empty(1 << 10, pin_memory=True)
+                x.record_stream(torch.cuda.current_stream())
+                del x, h
+
+    threads = [threading.Thread(target=churn) for _ in range(3)]
+    for t in threads:
+        t.start()
+    clean = hung = 0
+    errors = set()
+    try:
+        for k in range(20):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                msg = "none"
+                if k % 2:  # touches CUDA: PyTorch refuses in a forked child
+                    try:
+                        torch.empty(8, device="cuda")
+                        msg = "allocated"
+                    except RuntimeError as e:
+                        msg = "RuntimeError" + (": re-initialize" if "re-initialize" in str(e) else "")
+                os.write(w, msg.encode())
+                os._exit(0)  # as a worker exits: no interpreter teardown of the parent's objects
+            os.close(w)
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            else:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                hung += 1
+                os.close(r)
+                continue
+            errors.add(os.read(r, 200).decode())
+            os.close(r)
+            clean += os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return {"clean": clean, "hung": hung, "child_results": sorted(errors)}
+
+
 def c_pinned_capture(torch, mode):
     """Pinned memory made during a CUDA graph capture (global mode, torch.cuda.graph's default) and copied
     from inside it: the capture stays valid, and each replay copies what the block holds then."""
@@ -762,6 +825,10 @@ def main():
               c["slice_wrong"] == 0 and n["slice_wrong"] == 0 and c["graph_buf_returned"] and
               c["after_empty"]["allocations.current"] <= n["after_empty"]["allocations.current"])
         result("pinned", ok, {"native": n, "cachalot": c})
+    if want("fork"):
+        n, c = (run("fork", m, outdir) for m in ("native", "cachalot"))
+        ok = "error" not in n and n == c and c["clean"] == 20 and c["hung"] == 0
+        result("fork", ok, {"native": n, "cachalot": c})
     if want("pinned_capture"):
         reg = {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True",
                "CACHALOT_ALLOC_CONF": "pinned_use_cuda_host_register:True"}
