@@ -31,7 +31,8 @@ route. Each child prints one JSON line; the parent compares.
                  install() leaves CUDA untouched, so a forked child can use it
   fork           threads allocate and free CUDA tensors and pinned memory while the main thread forks 20
                  times (a DataLoader worker's fork): each child that never touches CUDA exits at once with
-                 status 0, and one that does gets PyTorch's error, not a hang; as native
+                 status 0, through os._exit or the interpreter's whole teardown, and one that does gets
+                 PyTorch's error, not a hang; as native
   pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
                  capture stays valid and replays copy what the pinned block holds; a block freed in the
                  capture is reused at once unless a captured copy read it
@@ -589,7 +590,9 @@ def c_fork(torch, mode):
                     except RuntimeError as e:
                         msg = "RuntimeError" + (": re-initialize" if "re-initialize" in str(e) else "")
                 os.write(w, msg.encode())
-                os._exit(0)  # as a worker exits: no interpreter teardown of the parent's objects
+                if k % 4 < 2:
+                    os._exit(0)  # as multiprocessing's workers exit: no interpreter teardown
+                sys.exit(0)  # the whole teardown: atexit handlers (cachalot's exit snapshot among them)
             os.close(w)
             deadline = time.time() + 10
             while time.time() < deadline:
