@@ -120,10 +120,13 @@ static void report(void) {
             (long long)hs.num_host_free, (long long)hs.allocated_bytes.peak);
 }
 
+static void register_fork_handlers(void);
+
 static void init(void) {
   allocator = cl_plugin_allocator("cachalot_preload (the runtime's allocator is used)");
   if (!allocator)
     return;
+  register_fork_handlers();
   const char *stats = getenv("CACHALOT_PRELOAD_STATS");
   if (stats && strcmp(stats, "0") != 0)
     atexit(report);
@@ -432,6 +435,20 @@ static cudaError_t wait_for_devices(cachalot_allocator *a, int cur, bool *captur
  * its wait. Until then they stay handed out, so nothing reuses them while work from before their free
  * may still read them. */
 static pthread_mutex_t deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A fork while another thread holds either lock would leave it held in the child for good, and the
+ * child's next cudaHostAlloc or cudaFreeHost would wait on it forever: the fork takes both, so the child
+ * gets them free and the tables whole (its calls then fail as cachalot's do in a forked child). Neither
+ * lock is ever held while the other is taken. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&pinned_lock);
+  pthread_mutex_lock(&deferred_lock);
+}
+static void fork_release(void) {
+  pthread_mutex_unlock(&deferred_lock);
+  pthread_mutex_unlock(&pinned_lock);
+}
+static void register_fork_handlers(void) { (void)pthread_atfork(fork_prepare, fork_release, fork_release); }
 static void **deferred;
 static size_t n_deferred, cap_deferred;
 static atomic_bool any_deferred;

@@ -89,4 +89,23 @@ else
   echo "FAIL static runtime"
   fail=1
 fi
+# A multi-threaded program that forks: the children's CUDA calls answer (an error), never hang, natively
+# and under the interposer (whose own locks a thread of the parent may hold at the fork).
+if nvcc -O2 -std=c++17 -cudart shared -o "$out/fork_app" "$src/preload_fork.cu"; then
+  fork_native=$("$out/fork_app")
+  fork_native_rc=$?
+  fork_under=$(LD_PRELOAD=$lib "$out/fork_app" 2>"$out/fork.err")
+  fork_under_rc=$?
+  echo "fork natively:     $fork_native"
+  echo "fork interposed:   $fork_under"
+  if [ "$fork_under_rc" -eq 0 ]; then
+    echo "PASS fork under load: no child hangs or dies under the interposer"
+  else
+    echo "FAIL fork under load under the interposer: $(head -c 300 "$out/fork.err")"
+    fail=1
+  fi
+else
+  echo "FAIL fork app: does not build"
+  fail=1
+fi
 exit $fail
