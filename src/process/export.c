@@ -27,6 +27,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,27 +112,50 @@ bool cl_export_expand_path(const char *in, char *out, size_t cap) {
 }
 
 /* Writes all of [p, p + n) to fd, which may be non-blocking: a reader that stops reading (a FIFO, a
- * device) gets IO_TIMEOUT_MS in all, then the write gives up (errno ETIMEDOUT). */
+ * device) gets IO_TIMEOUT_MS without progress, then the write gives up (errno ETIMEDOUT); one that keeps
+ * reading gets everything. A reader that goes away is EPIPE, not a SIGPIPE that would end the program:
+ * the signal is blocked on this thread for the write, and one it raised is taken off before unblocking. */
 static bool write_all(int fd, const char *p, size_t n) {
-  int waited_ms = 0;
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  sigset_t pending;
+  sigemptyset(&pending);
+  const bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  struct timespec stalled, now;
+  clock_gettime(CLOCK_MONOTONIC, &stalled);
+  bool ok = true;
   while (n > 0) {
     const ssize_t k = write(fd, p, n);
     if (k > 0) {
       p += k;
       n -= (size_t)k;
-    } else if (k < 0 && errno == EINTR) {
+      clock_gettime(CLOCK_MONOTONIC, &stalled); /* progress: the limit counts from here */
       continue;
-    } else if (k < 0 && errno == EAGAIN && waited_ms < IO_TIMEOUT_MS) {
+    }
+    if (k < 0 && errno == EINTR)
+      continue;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long waited_ms = (now.tv_sec - stalled.tv_sec) * 1000 + (now.tv_nsec - stalled.tv_nsec) / 1000000;
+    if (k < 0 && errno == EAGAIN && waited_ms < IO_TIMEOUT_MS) {
       struct pollfd w = {.fd = fd, .events = POLLOUT};
       (void)poll(&w, 1, 10);
-      waited_ms += 10;
-    } else {
-      if (k >= 0 || errno == EAGAIN)
-        errno = ETIMEDOUT;
-      return false;
+      continue;
     }
+    if (k >= 0 || errno == EAGAIN)
+      errno = ETIMEDOUT;
+    ok = false;
+    break;
   }
-  return true;
+  const int err = errno;
+  if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+    const struct timespec zero = {0, 0};
+    (void)sigtimedwait(&pipe_set, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = err;
+  return ok;
 }
 
 /* The snapshot text and a newline, as alloc_snapshot writes JSON, so the files round-trip byte for byte. */
@@ -435,7 +460,8 @@ static bool socket_alive(const char *path) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return false;
-  const bool alive = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno == EAGAIN;
+  /* only a refusal says nobody serves it: anything else (another user's socket: EACCES) is left alone */
+  const bool alive = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 || errno != ECONNREFUSED;
   close(fd);
   return alive;
 }
@@ -463,7 +489,8 @@ static void start_socket(const char *path) {
     socket_path[0] = '\0';
     return;
   }
-  const bool stale = lstat(path, &st) == 0 && !socket_alive(path);
+  struct stat stale_st;
+  const bool stale = lstat(path, &stale_st) == 0 && !socket_alive(path);
   if (lstat(tmp, &st) == 0 && S_ISSOCK(st.st_mode))
     unlink(tmp);
   if (bind(srv, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(tmp, 0600) != 0 || listen(srv, 8) != 0) {
@@ -473,7 +500,9 @@ static void start_socket(const char *path) {
     socket_path[0] = '\0';
     return;
   }
-  if (stale)
+  /* the stale file, if it is still the one found stale: not a live socket another process has put there
+   * since (it may still win that race; then this one finds the path taken below and serves nothing) */
+  if (stale && lstat(path, &st) == 0 && st.st_dev == stale_st.st_dev && st.st_ino == stale_st.st_ino)
     unlink(path);
   /* link, not rename: it fails where the path holds anything, so of two processes starting at once
    * only one gets it */

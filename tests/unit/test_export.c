@@ -7,6 +7,7 @@
 #include <cachalot/snapshot.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,6 +361,60 @@ static void test_hostile_clients_and_paths(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* An exit snapshot of ~1.2 MB into a FIFO whose reader is slow but keeps reading: all of it arrives, though
+ * the pipe fills again and again (the time limit counts time without progress; it counted each wait). */
+static void test_fifo_slow_reader(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/cachalot-export-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  char path[200];
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  const int rd = open(path, O_RDONLY | O_NONBLOCK); /* open before the writer: its open must find a reader */
+  assert_true(rd >= 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("CACHALOT_SNAPSHOT_ON_OOM");
+    unsetenv("CACHALOT_SNAPSHOT_SOCKET");
+    setenv("CACHALOT_SNAPSHOT_AT_EXIT", path, 1);
+    cachalot_backend *b;
+    cachalot_allocator *a;
+    if (cachalot_backend_sim(NULL, &b) || cachalot_create(b, "", &a))
+      _exit(1);
+    for (int i = 0; i < 12000; i++) {
+      void *p;
+      if (cachalot_malloc(a, 0, 512 + 512 * (size_t)(i % 7), NULL, &p))
+        _exit(2);
+    }
+    alarm(30);
+    exit(0);
+  }
+  size_t got = 0;
+  char last = 0, buf[1024];
+  for (int idle = 0; idle < 3000;) { /* until the writer is gone and nothing is left: 3 s without data */
+    const ssize_t r = read(rd, buf, sizeof buf);
+    if (r > 0) {
+      got += (size_t)r;
+      last = buf[r - 1];
+      idle = 0;
+      usleep(300); /* slow: the writer finds the pipe full hundreds of times */
+    } else {
+      usleep(1000);
+      idle++;
+      if (r == 0 && waitpid(pid, NULL, WNOHANG) == pid)
+        break;
+    }
+  }
+  close(rd);
+  waitpid(pid, NULL, 0);
+  if (got < (size_t)1 << 20)
+    fail_msg("%zu bytes arrived", got);
+  assert_int_equal(last, '\n');
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Two processes given one socket path (two ranks without %p or %r): the first serves it; the second
  * leaves it alone with a warning, and its exit does not remove it; a stale socket (its process gone) is
  * taken over. */
@@ -542,6 +597,7 @@ int main(void) {
       cmocka_unit_test(test_env_too_long),
       cmocka_unit_test(test_hostile_clients_and_paths),
       cmocka_unit_test(test_socket_shared_path),
+      cmocka_unit_test(test_fifo_slow_reader),
       /* last: it creates allocators in this process, which reads the CACHALOT_SNAPSHOT_* variables once
        * for good (the tests above set them in forked children) */
       cmocka_unit_test(test_history_from_env),
