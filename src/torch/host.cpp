@@ -24,9 +24,12 @@
 
 #include <cstring>
 #include <functional>
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <utility>
 #include <vector>
 
@@ -54,7 +57,7 @@ class HostAllocator final : public at::HostAllocator {
         if (!list.empty()) {
           p = list.back();
           list.pop_back();
-          owned_[p] = {*pool, round, false};
+          own(p, Owned{*pool, round, {}, false});
           return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
         }
       }
@@ -63,12 +66,17 @@ class HostAllocator final : public at::HostAllocator {
     if (pool && p) {
       std::lock_guard<std::mutex> g(mu_);
       if (pools_.count(*pool)) // released meanwhile: the block is the cache's, freed the usual way
-        owned_[p] = {*pool, round, false};
+        own(p, Owned{*pool, round, {}, false});
     }
     return {p, p, &host_delete, at::Device(at::DeviceType::CPU)};
   }
 
   at::DeleterFnPtr raw_deleter() const override { return &host_delete; }
+
+  // Around a fork (pthread_atfork): a forked child that frees a pinned tensor (at its interpreter's
+  // teardown) must not wait on the lock a thread of the parent held.
+  void fork_lock() { mu_.lock(); }
+  void fork_unlock() { mu_.unlock(); }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count)
@@ -79,19 +87,24 @@ class HostAllocator final : public at::HostAllocator {
     {
       std::lock_guard<std::mutex> g(mu_);
       auto it = owned_.find(p);
-      if (it != owned_.end()) { // a pool's: kept for the pool's graphs (read) or captures (unread)
-        const Owned o = it->second;
+      if (it != owned_.end()) { // a pool's: kept for the graphs that read it, or for its pool's captures
+        Owned o = std::move(it->second);
         owned_.erase(it);
-        auto pool = pools_.find(o.pool);
-        if (pool != pools_.end()) {
-          try {
-            if (o.read || !o.size)
-              pool->second.held.push_back(p);
-            else
-              pool->second.free[o.size].push_back(p);
-          } catch (const std::exception&) { // a deleter must not throw: kept pinned for good instead
-            TORCH_WARN("cachalot: no host memory to keep a graph's pinned block; it stays pinned");
+        n_owned_.store(owned_.size(), std::memory_order_relaxed);
+        auto pool = o.pool ? pools_.find(*o.pool) : pools_.end();
+        try {
+          if (!o.readers.empty()) {
+            kept_[p] = std::move(o.readers);
+            return;
           }
+          // unread: the pool's next captures may take it, unless a copy outside any capture used it (its
+          // event is the cache's to wait for)
+          if (pool != pools_.end() && o.size && !o.used_outside) {
+            pool->second.free[o.size].push_back(p);
+            return;
+          }
+        } catch (const std::exception&) { // a deleter must not throw: kept pinned for good instead
+          TORCH_WARN("cachalot: no host memory to keep a graph's pinned block; it stays pinned");
           return;
         }
       }
@@ -115,20 +128,25 @@ class HostAllocator final : public at::HostAllocator {
     if (capturing != cudaStreamCaptureStatusNone) {
       // the copy is a graph's, which may replay it at any time: the block is kept until its pool goes
       std::lock_guard<std::mutex> g(mu_);
-      auto own = owned_.find(block);
-      if (own != owned_.end() && own->second.read)
-        return true;
+      auto it = owned_.find(block);
       for (auto& c : captures_)
         if (c.second(stream)) {
+          if (it != owned_.end() && std::count(it->second.readers.begin(), it->second.readers.end(), c.first))
+            return true;
           // the mark tells whether the block is cachalot's; its event is recorded at the pool's release
           if (cachalot_host_record_event(a(), block, s.device_index(), cs) != CACHALOT_OK)
             break;
-          if (own != owned_.end())
-            own->second.read = true;
-          else // pinned before the capture, read by it: the pool's from now on, never reused
-            owned_[block] = {c.first, 0, true};
+          if (it == owned_.end()) // pinned before the capture and read by it: kept for its graphs now
+            it = own(block, Owned{});
+          it->second.readers.push_back(c.first); // kept until every pool whose graph read it is released
           return true;
         }
+    }
+    if (C10_UNLIKELY(n_owned_.load(std::memory_order_relaxed) != 0)) { // a pool's block used by eager work
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = owned_.find(block);
+      if (it != owned_.end())
+        it->second.used_outside = true;
     }
     cachalot_status rc = cachalot_host_record_event(a(), block, s.device_index(), cs);
     if (rc == CACHALOT_ERROR_INVALID_POINTER && block != ptr)
@@ -187,18 +205,26 @@ class HostAllocator final : public at::HostAllocator {
       TORCH_CHECK(it != pools_.end() && it->second.uses > 0, "cachalot: releasePool: no such pinned pool");
       if (--it->second.uses > 0)
         return;
-      back.swap(it->second.held);
       for (auto& sized : it->second.free)
         back.insert(back.end(), sized.second.begin(), sized.second.end());
       device = it->second.device;
       pools_.erase(it);
-      for (auto o = owned_.begin(); o != owned_.end();)
-        if (o->second.pool == pool) {
-          alive = true;
-          o = owned_.erase(o);
+      for (auto k = kept_.begin(); k != kept_.end();) { // freed blocks its graphs read: the last reader frees
+        k->second.erase(std::remove(k->second.begin(), k->second.end(), pool), k->second.end());
+        if (k->second.empty()) {
+          back.push_back(k->first);
+          k = kept_.erase(k);
         } else {
-          ++o;
+          ++k;
         }
+      }
+      for (auto& o : owned_) { // still allocated: freed later, the usual way once no reader is left
+        auto& r = o.second.readers;
+        alive |= std::count(r.begin(), r.end(), pool) > 0 || o.second.pool == pool;
+        r.erase(std::remove(r.begin(), r.end(), pool), r.end());
+        if (o.second.pool == pool)
+          o.second.pool.reset();
+      }
     }
     if (back.empty() && !alive)
       return;
@@ -225,16 +251,21 @@ class HostAllocator final : public at::HostAllocator {
   struct Pool {
     int uses = 0;
     c10::DeviceIndex device = 0;                // where its captures ran
-    std::vector<void*> held;                    // freed after a captured copy read them: for the graphs
     std::map<size_t, std::vector<void*>> free;  // freed unread, by the cache's size: for the next captures
   };
-  // An allocated block of a pool: pinned while a capture routed to it (size, the cache's rounding), or
-  // pinned before and read by a captured copy (size 0: never reused).
+  // An allocated block pinned while a capture routed to `pool` (size: the cache's rounding), or pinned
+  // before and read by a captured copy (no pool, size 0).
   struct Owned {
-    MempoolId_t pool;
-    size_t size;
-    bool read; // a captured copy read it: its graphs may replay that copy
+    std::optional<MempoolId_t> pool;
+    size_t size = 0;
+    std::vector<MempoolId_t> readers; // pools whose graphs read it: they may replay that copy
+    bool used_outside = false;        // an eager copy used it: its event is the cache's to wait for
   };
+  std::map<void*, Owned>::iterator own(void* p, Owned o) { // (mu_ held)
+    auto it = owned_.insert_or_assign(p, std::move(o)).first;
+    n_owned_.store(owned_.size(), std::memory_order_relaxed);
+    return it;
+  }
 
   // The pool the current stream's capture allocates to, if any (mu_ held).
   std::optional<MempoolId_t> routed_pool() const {
@@ -255,7 +286,9 @@ class HostAllocator final : public at::HostAllocator {
   std::mutex mu_;
   std::vector<std::pair<MempoolId_t, std::function<bool(c10::Stream)>>> captures_;
   std::map<MempoolId_t, Pool> pools_;
-  std::map<void*, Owned> owned_; // allocated blocks that belong to a pool
+  std::map<void*, Owned> owned_;                       // allocated blocks that belong to pools
+  std::atomic<size_t> n_owned_{0};                     // owned_.size(), read before any lock
+  std::map<void*, std::vector<MempoolId_t>> kept_;     // freed blocks graphs read: until their pools go
 };
 
 HostAllocator* host_instance = nullptr;
@@ -274,6 +307,8 @@ void install_host_allocator(cachalot_allocator* (*get)()) {
     return;
   at::HostAllocator* prev = at::getHostAllocator(at::kCUDA);
   host_instance = new HostAllocator(get, prev); // lives as long as the process: PyTorch keeps pointers to it
+  (void)pthread_atfork([] { host_instance->fork_lock(); }, [] { host_instance->fork_unlock(); },
+                       [] { host_instance->fork_unlock(); });
   at::setHostAllocator(at::kCUDA, host_instance, 1); // above the built-in one's registration (0)
 }
 

@@ -55,9 +55,11 @@ void observing_free(void* p) {
 
 c10::DeviceIndex device_of(void* p) {
   cudaPointerAttributes at{};
-  if (cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice)
+  const cudaError_t err = cudaPointerGetAttributes(&at, p);
+  if (err == cudaSuccess && at.type == cudaMemoryTypeDevice)
     return static_cast<c10::DeviceIndex>(at.device);
-  (void)cudaGetLastError();
+  if (err != cudaSuccess) // its own error only: one the program has not read yet stays
+    (void)cudaGetLastError();
   return c10::cuda::current_device();
 }
 
