@@ -533,8 +533,14 @@ static void start_socket(const char *path) {
   pthread_attr_destroy(&attr);
 }
 
+/* reg_lock around a fork: a child that makes an allocator of its own must not wait on it for good (a thread
+ * of the parent may hold it while it takes a snapshot for the socket). */
+static void fork_lock(void) { pthread_mutex_lock(&reg_lock); }
+static void fork_unlock(void) { pthread_mutex_unlock(&reg_lock); }
+
 static void read_env(void) {
   env_pid = getpid();
+  (void)pthread_atfork(fork_lock, fork_unlock, fork_unlock);
   const char *v;
   if ((v = getenv("CACHALOT_SNAPSHOT_ON_OOM")) && *v && !cl_export_expand_path(v, oom_path, sizeof oom_path))
     cl_warn("CACHALOT_SNAPSHOT_ON_OOM: path too long, ignored");
