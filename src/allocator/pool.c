@@ -315,16 +315,16 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
 }
 
 cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_empty_cache_pool");
+  static const char who[] = "cachalot_empty_cache_pool";
+  cachalot_status rc = cl_check_device_arg(a, device, who);
   if (rc != CACHALOT_OK)
     return rc;
   if (id_is_default(id))
     return cachalot_empty_cache(a);
-  if ((rc = check_private_id(id, "cachalot_empty_cache_pool")) != CACHALOT_OK)
+  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
     return rc;
-  cl_device *d = NULL;
-  if ((rc = cl_enter_device(a, device, "cachalot_empty_cache_pool", &d)) != CACHALOT_OK)
-    return rc;
+  cl_device *d = &a->devices[device];
+  cl_enter_exclusive(d);
   cl_pool *p = cl_find_pool_locked(d, id);
   if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
     cl_leave_exclusive(d);
