@@ -43,19 +43,15 @@ cachalot_status cl_sim_stream_capture_info(cachalot_backend *b, int device, cach
     *capture_id = 0;
   if (!capturing || !capture_id)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated stream capture info: NULL output");
-  cachalot_status st = sim_check_device(sim, device, "simulated stream capture info");
+  struct sim_stream *stream;
+  cachalot_status st = sim_enter_stream(sim, device, s, true, "simulated stream capture info", &stream);
   if (st != CACHALOT_OK)
     return st;
-  sim_lock(sim);
-  struct sim_stream *stream = NULL;
-  st = resolve_any_stream_locked(sim, device, s, &stream); /* any device's stream: CUDA's handles are */
-  if (st == CACHALOT_OK) {
-    /* An invalidated capture counts as capturing with id 0, as cudaStreamGetCaptureInfo reports it. */
-    *capturing = stream->capture != NULL;
-    *capture_id = shown_capture_id(stream);
-  }
+  /* An invalidated capture counts as capturing with id 0, as cudaStreamGetCaptureInfo reports it. */
+  *capturing = stream->capture != NULL;
+  *capture_id = shown_capture_id(stream);
   sim_unlock(sim);
-  return st;
+  return CACHALOT_OK;
 }
 
 cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
@@ -65,20 +61,18 @@ cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalo
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture frontier: NULL output");
   *capture_id = 0;
   *n = 0;
-  cachalot_status st = sim_check_device(sim, device, "simulated capture frontier");
+  struct sim_stream *stream;
+  cachalot_status st = sim_enter_stream(sim, device, s, true, "simulated capture frontier", &stream);
   if (st != CACHALOT_OK)
     return st;
-  sim_lock(sim);
-  struct sim_stream *stream = NULL;
-  st = resolve_any_stream_locked(sim, device, s, &stream);
-  if (st == CACHALOT_OK && stream->capture && !stream->capture->invalidated) {
+  if (stream->capture && !stream->capture->invalidated) {
     *capture_id = stream->capture->id;
     *n = stream->n_deps;
     for (size_t i = 0; i < stream->n_deps && i < cap; i++)
       nodes[i] = (uintptr_t)stream->deps[i];
   }
   sim_unlock(sim);
-  return st;
+  return CACHALOT_OK;
 }
 
 /* Whether every node of `to` is reached walking up the dependencies from `from` (one byte per node marks
@@ -116,15 +110,13 @@ cachalot_status cl_sim_capture_reaches(cachalot_backend *b, int device, cachalot
   if (!all || (n_from && !from) || (n_to && !to))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture reaches: NULL argument");
   *all = false;
-  cachalot_status st = sim_check_device(sim, device, "simulated capture reaches");
+  struct sim_stream *stream;
+  cachalot_status st = sim_enter_stream(sim, device, s, true, "simulated capture reaches", &stream);
   if (st != CACHALOT_OK)
     return st;
-  sim_lock(sim);
-  struct sim_stream *stream = NULL;
-  st = resolve_any_stream_locked(sim, device, s, &stream);
-  if (st == CACHALOT_OK && !stream->capture)
+  if (!stream->capture)
     st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated capture reaches: the stream is not capturing");
-  if (st == CACHALOT_OK)
+  else
     *all = sim_reaches(stream->capture, from, n_from, to, n_to);
   sim_unlock(sim);
   return st;

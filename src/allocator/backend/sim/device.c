@@ -191,16 +191,11 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated event record: out is NULL");
   *out = NULL;
-  cachalot_status st = sim_check_device(sim, device, "simulated event record");
+  /* A stream of another device is fine: the event goes on that stream's own device, as with CUDA. */
+  struct sim_stream *stream;
+  cachalot_status st = sim_enter_stream(sim, device, s, true, "simulated event record", &stream);
   if (st != CACHALOT_OK)
     return st;
-
-  sim_lock(sim);
-  /* A stream of another device is fine: the event goes on that stream's own device, as with CUDA. */
-  struct sim_stream *stream = NULL;
-  st = resolve_any_stream_locked(sim, device, s, &stream);
-  if (st != CACHALOT_OK)
-    goto out;
   if (stream->capture && stream->capture->invalidated) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated event record: %s", MSG_INVALIDATED);
     goto out;

@@ -291,6 +291,22 @@ static inline cachalot_status resolve_any_stream_locked(struct sim_backend *sim,
   return live_stream_locked(sim, s, out);
 }
 
+/* The opening of a call on stream `s` of `device`: the device checked for `fn`, the backend locked, the
+ * stream resolved (of any device where `any_device`: CUDA's handles are global). CACHALOT_OK with the lock
+ * held; else the status, with nothing held. */
+static inline cachalot_status sim_enter_stream(struct sim_backend *sim, int device, cachalot_stream s, bool any_device,
+                                               const char *fn, struct sim_stream **out) {
+  *out = NULL;
+  cachalot_status st = sim_check_device(sim, device, fn);
+  if (st != CACHALOT_OK)
+    return st;
+  sim_lock(sim);
+  st = any_device ? resolve_any_stream_locked(sim, device, s, out) : resolve_stream_locked(sim, device, s, out);
+  if (st != CACHALOT_OK)
+    sim_unlock(sim);
+  return st;
+}
+
 /* CUDA's messages for the capture errors the simulation reproduces. */
 static const char MSG_UNSUPPORTED[] = "operation not permitted when stream is capturing";
 static const char MSG_INVALIDATED[] = "operation failed due to a previous error during capture";

@@ -64,21 +64,17 @@ void cl_sim_stream_destroy(cachalot_backend *b, cachalot_stream s) {
 
 cachalot_status cl_sim_stream_sync(cachalot_backend *b, int device, cachalot_stream s) {
   struct sim_backend *sim = sim_of(b);
-  cachalot_status st = sim_check_device(sim, device, "simulated stream sync");
+  struct sim_stream *stream;
+  cachalot_status st = sim_enter_stream(sim, device, s, false, "simulated stream sync", &stream);
   if (st != CACHALOT_OK)
     return st;
-  sim_lock(sim);
-  struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
-  if (st == CACHALOT_OK) {
-    if (stream->capture) {
-      /* cudaStreamSynchronize of a capturing stream is refused and invalidates it (seen on CUDA 13). */
-      capture_invalidate_locked(stream->capture);
-      st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated stream sync: %s (the capture is now invalidated)",
-                   MSG_UNSUPPORTED);
-    } else {
-      stream->completed = stream->submitted;
-    }
+  if (stream->capture) {
+    /* cudaStreamSynchronize of a capturing stream is refused and invalidates it (seen on CUDA 13). */
+    capture_invalidate_locked(stream->capture);
+    st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated stream sync: %s (the capture is now invalidated)",
+                 MSG_UNSUPPORTED);
+  } else {
+    stream->completed = stream->submitted;
   }
   sim_unlock(sim);
   return st;
