@@ -5,7 +5,8 @@
 
 TESTS_DIR holds test files from PyTorch's repository, `test/` of the release that matches the installed
 torch (e.g. for torch 2.11: `git clone --depth 1 --branch v2.11.0 https://github.com/pytorch/pytorch` and
-copy test/test_cuda.py, test_cuda_expandable_segments.py, test_cuda_trace.py and test_cuda_multigpu.py).
+copy test/test_cuda.py, test_cuda_expandable_segments.py, test_cuda_trace.py and test_cuda_multigpu.py),
+all from one commit: test_cuda_expandable_segments.py imports test_cuda.py's test classes by name.
 They are PyTorch's code, not cachalot's: keep them in a git-ignored folder (.pytorch-tests/) and never
 commit them. Their helpers (torch.testing._internal) ship with torch itself and need pytest, psutil and
 expecttest; on a machine without pip access put expecttest.py (github.com/pytorch/expecttest) in

@@ -32,7 +32,8 @@ route. Each child prints one JSON line; the parent compares.
   fork           threads allocate and free CUDA tensors and pinned memory while the main thread forks 20
                  times (a DataLoader worker's fork): each child that never touches CUDA exits at once with
                  status 0, through os._exit or the interpreter's whole teardown, and one that does gets
-                 PyTorch's error, not a hang; as native
+                 PyTorch's error, not a hang (native gives the same answers, but has left one child of 20
+                 hung, so its hangs are reported, not held against cachalot)
   pinned_capture pin_memory inside torch.cuda.graph (global capture mode), both ways of pinning: the
                  capture stays valid and replays copy what the pinned block holds; a block freed in the
                  capture is reused at once unless a captured copy read it
@@ -830,7 +831,11 @@ def main():
         result("pinned", ok, {"native": n, "cachalot": c})
     if want("fork"):
         n, c = (run("fork", m, outdir) for m in ("native", "cachalot"))
-        ok = "error" not in n and n == c and c["clean"] == 20 and c["hung"] == 0
+        # Native is the reference for what a child sees, not a bar to meet: PyTorch's own allocator has been
+        # seen to leave one child of 20 hung, so its answers may be fewer than cachalot's.
+        want_results = ["RuntimeError: re-initialize", "none"]
+        ok = ("error" not in n and "error" not in c and c["clean"] == 20 and c["hung"] == 0 and
+              c["child_results"] == want_results and set(n["child_results"]) <= set(want_results))
         result("fork", ok, {"native": n, "cachalot": c})
     if want("pinned_capture"):
         reg = {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True",
