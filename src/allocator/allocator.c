@@ -170,8 +170,10 @@ static void fork_child(void) {
       cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_relaxed);
       for (size_t j = 0; t && j <= t->mask; j++) {
         cl_lane *ln = atomic_load_explicit(&t->slot[j], memory_order_relaxed);
-        if (ln)
+        if (ln) {
+          atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
           cl_spin_unlock(&ln->lock);
+        }
       }
     }
   }

@@ -308,8 +308,18 @@ CL_NO_COVERAGE static cachalot_status check_segments_locked(cl_device *d, recoun
   return CACHALOT_OK;
 }
 
-/* Lanes: every one in the lane index, the dormant ones out of the lock order and holding nothing, the
- * others with the right free index and an honest spare count. */
+/* Whether a lane holds no stats share (rem, got and inc all 0). */
+CL_NO_COVERAGE static bool shares_empty(const cl_lane *ln) {
+  for (int small = 0; small < 2; small++)
+    for (int id = 0; id < CL_LS_N; id++)
+      if (ln->st[small][id].rem || ln->st[small][id].got || ln->st[small][id].inc)
+        return false;
+  return !ln->oversize.rem && !ln->oversize.got && !ln->oversize.inc;
+}
+
+/* Lanes: every one in the lane index, the dormant ones out of `lanes` and holding nothing, the others
+ * at their place in it (the armed first), with the right free index and an honest spare count, and the
+ * cold ones with no free index and empty shares. */
 CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   const int dev = d->index;
@@ -318,18 +328,25 @@ CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
     const cl_lane *ln = d->all_lanes[i];
     if (cl_lane_find(d, ln->stream) != ln)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
-    if (ln->dormant && (ln->bins || ln->spare)) /* (its lock may be held: a warm path on its way out) */
+    if (ln->dormant && (ln->bins || ln->spare || ln->armed)) /* (its lock may be held: a warm path on its way out) */
       return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                      "cachalot_check: device %d: a dormant lane holds a free index or spares", dev);
     n_dormant += ln->dormant;
   }
   if (n_dormant + d->n_lanes != d->n_all_lanes)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu lanes, %zu dormant, %zu in lock order",
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu lanes, %zu dormant, %zu not",
                    dev, d->n_all_lanes, n_dormant, d->n_lanes);
+  if (d->n_armed > d->n_lanes)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu lanes armed of %zu", dev, d->n_armed,
+                   d->n_lanes);
   for (size_t i = 0; i < d->n_lanes; i++) {
     const cl_lane *ln = d->lanes[i];
     if (ln->dormant)
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a dormant lane is in the lock order", dev);
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a dormant lane is in `lanes`", dev);
+    if (ln->pos != i || ln->armed != (i < d->n_armed))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: lane %zu of `lanes` is out of place", dev, i);
+    if (!ln->armed && (ln->bins || !shares_empty(ln)))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a cold lane has a free index or a share", dev);
     if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
     if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))

@@ -189,15 +189,16 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   cl_lane *ln = cl_seg_lane(seg);
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
-  const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
+  const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
+  if (CL_UNLIKELY((warm & (CL_WARM_FREE | CL_WARM_STOP)) != CL_WARM_FREE)) /* first: a cold lane's segments */
+    goto slow;                                                               /* may be changing meanwhile */
   const uintptr_t key = (uintptr_t)ptr;
   cl_block **slot = NULL, *b = NULL;
   if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
     slot = cl_seg_slot(seg, key);
     b = *slot;
   }
-  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses ||
-                   (warm & (CL_WARM_FREE | CL_WARM_STOP)) != CL_WARM_FREE))
+  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses))
     goto slow;
   const merge_plan m = plan_merge(b);
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
@@ -227,6 +228,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
+  cl_lane_arm_locked(d, cl_seg_lane(b->seg)); /* its stream's next frees on the warm path */
   if (b->n_uses > 0 && (cl_capturing(d) || cl_uses_capturing_locked(d, b))) {
     /* Recording an event now would be captured into the graph (this device's capture, or another
      * device's on a stream that used the block): the block waits, PENDING without events, until no

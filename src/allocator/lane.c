@@ -1,8 +1,8 @@
 /* Lanes: the per-stream part of a device, and exclusive mode over all of them.
  *
  * The warm paths (malloc.c, free.c) lock one lane. Everything else runs in exclusive mode, which takes the device
- * lock and then every lane in creation order; the warm paths never wait for the device lock while
- * holding a lane, so the order cannot deadlock.
+ * lock and then every armed lane (cl_lane: the lanes of the streams in use); the warm paths never wait for
+ * anything while holding a lane, so no order of lanes can deadlock.
  *
  * Stats: a lane keeps a share of the stats its warm path changes, per kind (cl_lane_stat). Entering
  * exclusive mode folds every share into d->stats, so all code there sees exact numbers; leaving it puts
@@ -74,27 +74,32 @@ static void fold_into(cachalot_stat *s, int64_t net, int64_t inc) {
 }
 
 /* Folds an entry into the `all` and `kind` parts of the stats it serves, and empties it: its room is
- * back in the books, and cl_leave_exclusive shares it out anew. */
-static void fold_entry(cl_lane_stat *e, cachalot_stat *arr[2], int n, int kind) {
+ * back in the books, and cl_leave_exclusive shares it out anew. Whether a warm path changed it. */
+static bool fold_entry(cl_lane_stat *e, cachalot_stat *arr[2], int n, int kind) {
   const int64_t net = e->got - e->rem;
   for (int j = 0; j < n; j++) {
     fold_into(&arr[j][CACHALOT_STAT_ALL], net, e->inc);
     if (kind != CACHALOT_STAT_ALL)
       fold_into(&arr[j][kind], net, e->inc);
   }
+  const bool changed = net != 0 || e->inc != 0;
   e->rem = e->got = e->inc = 0;
+  return changed;
 }
 
+/* Folds every share of an armed lane; every warm path changes one, so an unchanged lane was idle. */
 static void fold_lane(cl_device *d, cl_lane *ln) {
+  bool changed = false;
   for (int small = 0; small < 2; small++) {
     for (int id = 0; id < CL_LS_N; id++) {
       cachalot_stat *arr[2];
       const int n = shared_stats(&d->stats, id, arr);
-      fold_entry(&ln->st[small][id], arr, n, small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL);
+      changed |= fold_entry(&ln->st[small][id], arr, n, small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL);
     }
   }
   cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
-  fold_entry(&ln->oversize, ov, 1, CACHALOT_STAT_ALL); /* it has only an `all` part */
+  changed |= fold_entry(&ln->oversize, ov, 1, CACHALOT_STAT_ALL); /* it has only an `all` part */
+  ln->idle = changed ? 0 : ln->idle + 1;
 }
 
 static void raise_peak(cachalot_stat *s) {
@@ -105,19 +110,22 @@ static void raise_peak(cachalot_stat *s) {
 void cl_enter_exclusive(cl_device *d) {
   pthread_mutex_lock(&d->lock);
   atomic_fetch_or_explicit(&d->warm, CL_WARM_STOP, memory_order_relaxed);
+  const size_t armed = d->n_armed;
   /* The lanes' lines are on their owners' cores: ask for them all at once, not one miss after another. */
-  for (size_t i = 0; i < d->n_lanes; i++)
+  for (size_t i = 0; i < armed; i++)
     for (size_t off = 0; off < sizeof(cl_lane); off += 64)
       __builtin_prefetch((const char *)d->lanes[i] + off, 1);
-  for (size_t i = 0; i < d->n_lanes; i++)
+  for (size_t i = 0; i < armed; i++) {
+    atomic_store_explicit(&d->lanes[i]->warm, CL_WARM_STOP, memory_order_relaxed);
     cl_spin_lock(&d->lanes[i]->lock);
+  }
 #ifdef CL_DEBUG_LOCKS
   d->excl_owner = pthread_self();
   d->excl_held = true;
 #endif
-  if (!d->n_lanes)
+  if (!armed)
     return;
-  for (size_t i = 0; i < d->n_lanes; i++)
+  for (size_t i = 0; i < armed; i++)
     fold_lane(d, d->lanes[i]);
   /* The room rule keeps every current at or below its peak; this only makes sure of it. */
   for (int id = 0; id < CL_LS_N; id++) {
@@ -153,11 +161,49 @@ static void hand_room(cl_lane_stat *e, int64_t t, size_t n_lanes) {
   e->cap = cap_for(n_lanes, t);
 }
 
-/* Leaving exclusive mode: the room of every stat (peak - current) goes into its pools, and each lane is
- * handed a part at once, so that a lane's next warm paths need no atomic operation: of kind k it gets
- * min(room_k, room_all / 2) / lanes, which leaves the pools non-negative (two kinds draw on room_all). */
+static void swap_lanes(cl_device *d, size_t i, size_t j) {
+  cl_lane *t = d->lanes[i];
+  d->lanes[i] = d->lanes[j];
+  d->lanes[j] = t;
+  d->lanes[i]->pos = i;
+  d->lanes[j]->pos = j;
+}
+
+void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
+  CL_ASSERT_EXCLUSIVE(d);
+  ln->idle = 0;
+  if (ln->armed || ln->dormant)
+    return;
+  cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
+  atomic_store_explicit(&ln->warm, CL_WARM_STOP, memory_order_relaxed); /* until cl_leave_exclusive */
+  ln->armed = true;
+  ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+  swap_lanes(d, ln->pos, d->n_armed++);
+}
+
+/* Lanes idle through CL_LANE_IDLE_MAX sections go cold (see cl_lane), down to CL_LANE_ARMED_MIN armed.
+ * Their shares are empty: entering exclusive mode folded them, and nothing has changed them since. */
+static void cool_idle_lanes(cl_device *d) {
+  for (size_t i = d->n_armed; i-- > 0 && d->n_armed > CL_LANE_ARMED_MIN;) {
+    cl_lane *ln = d->lanes[i];
+    if (ln->idle < CL_LANE_IDLE_MAX)
+      continue;
+    ln->armed = false;
+    ln->bins = NULL;
+    atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
+    swap_lanes(d, i, --d->n_armed); /* the lane moved to i was looked at already: the loop goes down */
+    cl_spin_unlock(&ln->lock);
+  }
+}
+
+/* Leaving exclusive mode: the room of every stat (peak - current) goes into its pools, and each armed
+ * lane is handed a part at once, so that a lane's next warm paths need no atomic operation: of kind k it
+ * gets min(room_k, room_all / 2) / lanes, which leaves the pools non-negative (two kinds draw on
+ * room_all). */
 void cl_leave_exclusive(cl_device *d) {
-  const size_t L = d->n_lanes;
+  if (d->n_armed > CL_LANE_ARMED_MIN)
+    cool_idle_lanes(d);
+  const size_t L = d->n_armed;
   if (L) {
     for (int id = 0; id < CL_LS_N; id++) {
       cachalot_stat *arr[2];
@@ -187,13 +233,17 @@ void cl_leave_exclusive(cl_device *d) {
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
   const bool fast_free = d->trace.cap == 0 && !gc && !d->block_ctx;
   const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
-  atomic_store_explicit(&d->warm, (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0),
-                        memory_order_relaxed);
+  const unsigned char warm = (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0);
+  atomic_store_explicit(&d->warm, warm, memory_order_relaxed);
 #ifdef CL_DEBUG_LOCKS
   d->excl_held = false;
 #endif
-  for (size_t i = d->n_lanes; i-- > 0;)
-    cl_spin_unlock(&d->lanes[i]->lock);
+  for (size_t i = L; i-- > 0;) {
+    cl_lane *ln = d->lanes[i];
+    /* malloc's warm path needs the stream's free index: without one, it is not even tried */
+    atomic_store_explicit(&ln->warm, ln->bins ? warm : (unsigned char)(warm & ~CL_WARM_MALLOC), memory_order_relaxed);
+    cl_spin_unlock(&ln->lock);
+  }
   pthread_mutex_unlock(&d->lock);
 }
 
@@ -330,16 +380,22 @@ static bool lanes_reserve(cl_lane ***v, size_t n, size_t *cap) {
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_lane *ln = cl_lane_find(d, s);
-  if (ln && !ln->dormant)
+  if (ln && !ln->dormant) {
+    cl_lane_arm_locked(d, ln);
     return ln;
+  }
   if (!lanes_reserve(&d->lanes, d->n_lanes, &d->cap_lanes))
     return NULL;
   if (ln) {
-    /* Wake it: back into the lock order, locked as exclusive mode holds every lane (a warm path may hold
-     * it for a moment: it finds no bins and lets go). Its stats shares were folded before it slept. */
+    /* Wake it, armed: locked as exclusive mode holds every armed lane (a warm path may hold it for a
+     * moment: it finds no bins and lets go). Its stats shares were folded before it slept. */
     cl_spin_lock(&ln->lock);
     ln->dormant = false;
+    ln->armed = true;
+    ln->idle = 0;
+    ln->pos = d->n_lanes;
     d->lanes[d->n_lanes++] = ln;
+    swap_lanes(d, ln->pos, d->n_armed++);
     return ln;
   }
   if (!lanes_reserve(&d->all_lanes, d->n_all_lanes, &d->cap_all_lanes))
@@ -350,14 +406,17 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   memset(ln, 0, sizeof *ln);
   ln->stream = s;
   ln->dev = d;
-  /* Exclusive mode holds every lane: the new one is born locked, and cl_leave_exclusive releases it and hands it
-   * its first room. */
+  ln->armed = true;
+  /* Exclusive mode holds every armed lane: the new one is born locked, and cl_leave_exclusive releases it
+   * and hands it its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
   if (!index_add_locked(d, ln)) {
     free(ln);
     return NULL;
   }
+  ln->pos = d->n_lanes;
   d->lanes[d->n_lanes++] = ln;
+  swap_lanes(d, ln->pos, d->n_armed++);
   d->all_lanes[d->n_all_lanes++] = ln;
   return ln;
 }
@@ -372,13 +431,17 @@ void cl_lanes_rest_locked(cl_device *d) {
     d->lanes[i]->busy = false;
   for (cl_segment *s = d->segments; s; s = s->next)
     cl_seg_lane(s)->busy = true;
-  size_t kept = 0;
+  size_t kept = 0, kept_armed = 0; /* a stable compaction: the armed lanes stay first */
   for (size_t i = 0; i < d->n_lanes; i++) {
     cl_lane *ln = d->lanes[i];
     if (ln->busy) {
+      kept_armed += ln->armed;
+      ln->pos = kept;
       d->lanes[kept++] = ln;
       continue;
     }
+    if (!ln->armed) /* cold: exclusive mode does not hold it (a warm path may, for a moment) */
+      cl_spin_lock(&ln->lock);
     /* No segment of its stream is left in any pool: nothing refers to its default-pool bins */
     cl_bins *bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
     if (bins) {
@@ -396,9 +459,12 @@ void cl_lanes_rest_locked(cl_device *d) {
     }
     ln->n_spare = 0;
     ln->dormant = true;
-    cl_spin_unlock(&ln->lock); /* out of the lock order: cl_leave_exclusive no longer lets go of it */
+    ln->armed = false;
+    atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
+    cl_spin_unlock(&ln->lock); /* cl_leave_exclusive no longer lets go of it */
   }
   d->n_lanes = kept;
+  d->n_armed = kept_armed;
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
     if (!se->head) {

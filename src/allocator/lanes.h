@@ -55,8 +55,14 @@ void cl_assert_exclusive(const cl_device *d, const char *fn);
 void cl_enter_exclusive(cl_device *d);
 /* Leaves exclusive mode: shares out room for the peaks again and sets the warm-path flags. */
 void cl_leave_exclusive(cl_device *d);
-/* The lane of `s`, made on first use (exclusive mode). NULL on host OOM. */
+/* The lane of `s`, made on first use, armed (exclusive mode). NULL on host OOM. */
 cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s);
+/* Lanes go cold after this many exclusive sections without a warm path, while more than
+ * CL_LANE_ARMED_MIN are armed (cl_lane): keeping an idle lane armed costs every section a lock and a fold,
+ * arming it again costs its next call one slow path. */
+enum { CL_LANE_IDLE_MAX = 16, CL_LANE_ARMED_MIN = 8 };
+/* Marks a lane in use by this section's call: armed again if it was cold (exclusive mode). */
+void cl_lane_arm_locked(cl_device *d, cl_lane *ln);
 void cl_lanes_destroy_locked(cl_device *d);
 /* empty_cache: lanes of streams with no segment left go dormant (see cl_lane), and empty per-stream event
  * queues go. */

@@ -334,9 +334,9 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   if (CL_UNLIKELY(!ln))
     return CL_WARM_SLOW;
   cl_spin_lock(&ln->lock);
-  const unsigned warm = atomic_load_explicit(&d->warm, memory_order_relaxed);
+  const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
   bool done = false;
-  if (CL_LIKELY((warm & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC && ln->bins)) {
+  if (CL_LIKELY((warm & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)) { /* (MALLOC: armed, bins there) */
     const size_t rounded = cl_round_size(&d->cfg, size);
     done = cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
                                 : malloc_fast_kind(d, ln, rounded, size, false, out);
@@ -407,6 +407,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     }
   }
   cl_block *a = hand_out(d, CL_EXCLUSIVE, b, small, 0, NULL, NULL, rounded, size);
+  if (a) /* its stream's next calls on the warm path */
+    cl_lane_arm_locked(d, a->seg->lane);
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_leave_exclusive(d);

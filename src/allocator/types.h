@@ -364,24 +364,36 @@ typedef struct {
 } cl_lane_stat;
 
 /* The per-stream part of a device. Invariants: `stream` never changes; the lane is in its device's
- * `all_lanes` array and lane index from creation until destroy, and in `lanes` (the lock order) unless it
- * is `dormant`; `bins` is the default pool's free index of `stream` once it exists (NULL while dormant);
+ * `all_lanes` array and lane index from creation until destroy, and in `lanes` (at `pos`) unless it
+ * is `dormant`; `bins` is the default pool's free index of `stream` once it exists (NULL while dormant or cold);
  * `spare` holds block metadata (linked through next) owned by nobody else.
  * Dormant: at empty_cache, a lane no segment refers to (its stream has nothing cached or allocated) leaves
- * the lock order, gives its spares, its default-pool bins and their reservations back, and is skipped by
+ * `lanes`, gives its spares, its default-pool bins and their reservations back, and is skipped by
  * exclusive mode, so that what exclusive mode costs does not grow with the streams ever seen. Its warm
- * paths find no bins and go to exclusive mode, which wakes it (cl_lane_get_locked). */
+ * paths find no bins and go to exclusive mode, which wakes it (cl_lane_get_locked).
+ * Armed: a lane that is not dormant is armed or cold. Only armed lanes are taken by exclusive mode and
+ * run warm paths; a cold one has no bins pointer, no stats share and `warm` 0, so its warm paths touch
+ * nothing but `warm` and go to exclusive mode, which arms it again (cl_lane_arm_locked). A lane goes
+ * cold when it has been idle through CL_LANE_IDLE_MAX exclusive sections while more than CL_LANE_ARMED_MIN
+ * lanes are armed: what exclusive mode costs follows the streams in use, not the streams with memory. */
 struct cl_lane {
   _Alignas(64) cl_spin lock;
+  /* CL_WARM_* bits, read by the warm paths under the lock: which of them may run here (set for an armed
+   * lane on leaving exclusive mode: MALLOC only where `bins` is there; 0 while cold or dormant) and
+   * CL_WARM_STOP, set on an armed lane by a thread entering exclusive mode before it takes the lock */
+  _Atomic unsigned char warm;
   cachalot_stream stream;
   cl_device *dev;
-  cl_bins *bins;
+  cl_bins *bins; /* NULL while cold or dormant */
   cl_block *spare;
   size_t n_spare;
   bool dormant; /* written in exclusive mode, with the lane's lock held */
+  bool armed;   /* written in exclusive mode, with the lane's lock held */
   bool busy;    /* scratch of cl_lanes_rest_locked */
   cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */
   cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
+  unsigned idle;               /* exclusive sections since its shares last changed (exclusive mode) */
+  size_t pos;                  /* its index in its device's `lanes` while not dormant */
 };
 
 /* The lane lookup: an open-addressing table of lane pointers read without a lock; it only grows (in
@@ -398,10 +410,11 @@ enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4 };
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */
 struct cl_device {
-  /* CL_WARM_* bits, read by the warm paths under their lane lock alone: whether they may run (set on
-   * leaving exclusive mode) and CL_WARM_STOP, set while a thread enters or holds exclusive mode. A warm
-   * path that sees STOP lets go of its lane and waits (cl_lane_wait_stop), so that cl_enter_exclusive does
-   * not have to win each lane lock against its owner's next call; a hint for speed only: the lane locks are
+  /* CL_WARM_* bits: whether the warm paths may run (set on leaving exclusive mode, and copied into each
+   * armed lane's `warm`, which is what the warm paths read) and CL_WARM_STOP, set while a thread enters or
+   * holds exclusive mode. A warm path that sees STOP on its lane lets go of it and waits for the device's
+   * to clear (cl_lane_wait_stop), so that cl_enter_exclusive does not have to win each lane lock against
+   * its owner's next call; a hint for speed only: the lane locks are
    * what make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
   _Atomic unsigned char warm;
   _Atomic bool detect;         /* cfg.detect_captures, for malloc to read before any lock */
@@ -409,9 +422,11 @@ struct cl_device {
   int index;
   struct cachalot_allocator *owner;
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
+  size_t n_armed;              /* lanes[0, n_armed) are armed (exclusive mode; here, in the padding before
+                                  `lock`, so that the device's size, which malloc multiplies by, is kept) */
   _Alignas(64) pthread_mutex_t lock;
   cl_pool default_pool;
-  cl_lane **lanes;             /* every lane that is not dormant, in lock order */
+  cl_lane **lanes;             /* every lane that is not dormant: the n_armed armed ones first */
   size_t n_lanes, cap_lanes;
   cl_lane **all_lanes;         /* every lane, dormant or not: freed at destroy */
   size_t n_all_lanes, cap_all_lanes;

@@ -29,6 +29,10 @@
 #include <string.h>
 
 enum { THREADS = 8, DEVICES = 2, ROUNDS = 6, OPS_PER_ROUND = 3000, MAX_LIVE = 48, MAX_RANGES = 8192 };
+/* Each thread allocates on OWN streams of its own per device, stream j on about 2^-(j+1) of its mallocs:
+ * 32 lanes a device, the rare ones idle long enough to go cold while other threads' warm paths run, then
+ * armed again by their next call (see cl_lane). */
+enum { OWN = 4 };
 
 #define CHECK(cond, ...)                                                                                           \
   do {                                                                                                             \
@@ -119,7 +123,7 @@ typedef struct {
   bool strict; /* overlap checking on (the roomy configuration) */
   bool contexts; /* malloc and free with contexts; history on */
   uint64_t rng;
-  cachalot_stream own[DEVICES], side[DEVICES];
+  cachalot_stream own[DEVICES][OWN], side[DEVICES];
   struct {
     void *p;
     size_t size;
@@ -172,10 +176,10 @@ static void *run(void *arg) {
       if (r < 50 && w->n_live < MAX_LIVE) {
         int dev = (int)(next_rand(&w->rng) % DEVICES);
         size_t size = random_size(&w->rng);
+        cachalot_stream st = w->own[dev][__builtin_ctzll(next_rand(&w->rng) | (1ull << (OWN - 1)))];
         void *p = NULL;
-        cachalot_status s = w->contexts ? cachalot_malloc_with_context(w->a, dev, size, w->own[dev],
-                                                                       &ctx_refs[w->id % CTXS], &p)
-                                        : cachalot_malloc(w->a, dev, size, w->own[dev], &p);
+        cachalot_status s = w->contexts ? cachalot_malloc_with_context(w->a, dev, size, st, &ctx_refs[w->id % CTXS], &p)
+                                        : cachalot_malloc(w->a, dev, size, st, &p);
         if (s == CACHALOT_ERROR_OUT_OF_MEMORY && !w->strict) {
           w->ooms++;
           continue;
@@ -239,7 +243,8 @@ static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool 
     w[i].contexts = contexts;
     w[i].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     for (int d = 0; d < DEVICES; d++) {
-      CHECK(cachalot_sim_stream_create(b, d, &w[i].own[d]) == CACHALOT_OK, "stream");
+      for (int j = 0; j < OWN; j++)
+        CHECK(cachalot_sim_stream_create(b, d, &w[i].own[d][j]) == CACHALOT_OK, "stream");
       CHECK(cachalot_sim_stream_create(b, d, &w[i].side[d]) == CACHALOT_OK, "stream");
     }
   }

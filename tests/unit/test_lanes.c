@@ -8,6 +8,8 @@
 #include "allocator/internal.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -318,6 +320,108 @@ static void streams_come_and_go(void **state) {
   env_free(&e);
 }
 
+/* Whether cachalot_free(p) finishes while another thread holds the device lock, as only the warm path
+ * can (a free in exclusive mode waits for the lock, here 2 s, and the answer is false). */
+typedef struct {
+  cl_device *d;
+  atomic_bool held, done, done_while_held;
+} lock_holder;
+static void *hold_device_lock(void *arg) {
+  lock_holder *h = arg;
+  pthread_mutex_lock(&h->d->lock);
+  atomic_store(&h->held, true);
+  for (int i = 0; i < 2000 && !atomic_load(&h->done); i++)
+    usleep(1000);
+  atomic_store(&h->done_while_held, atomic_load(&h->done));
+  pthread_mutex_unlock(&h->d->lock);
+  return NULL;
+}
+static bool free_is_warm(cachalot_allocator *a, cl_device *d, void *p) {
+  lock_holder h = {.d = d};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, hold_device_lock, &h), 0);
+  while (!atomic_load(&h.held))
+    sched_yield();
+  OK(cachalot_free(a, p));
+  atomic_store(&h.done, true);
+  pthread_join(t, NULL);
+  return atomic_load(&h.done_while_held);
+}
+
+/* Streams that hold memory but make no call (issue 30: replaying 4,096 streams took 10 s): after
+ * CL_LANE_IDLE_MAX exclusive sections without a call, their lanes go cold, down to CL_LANE_ARMED_MIN armed,
+ * so that exclusive mode no longer takes and folds them; a cold lane's next malloc or free goes to
+ * exclusive mode, is served as before (its cached block, no new segment) and arms the lane, whose warm
+ * paths then run again. */
+static void idle_lanes_go_cold(void **state) {
+  (void)state;
+  enum { N = 100 };
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s[N];
+  void *p[N];
+  for (int i = 0; i < N; i++) {
+    s[i] = STREAM(e.b, 0);
+    p[i] = ALLOC(e.a, 0, 4096, s[i]); /* a segment each: no lane is dormant */
+  }
+  CHECK(e.a);
+  EQ(d->n_lanes, N);
+  /* every ALLOC is sections of its own (the malloc, and the helper's check): the first streams' lanes
+   * went cold while the later ones were made */
+  EQ(d->n_armed, CL_LANE_ARMED_MIN);
+  for (int k = 0; k < CL_LANE_IDLE_MAX; k++) /* sections without a call: all idle long enough */
+    CHECK(e.a);
+  EQ(d->n_armed, CL_LANE_ARMED_MIN);
+  int c1 = -1, c2 = -1; /* two streams whose lanes are cold */
+  for (int i = 0; i < N && c2 < 0; i++)
+    if (!cl_lane_find(d, s[i])->armed)
+      *(c1 < 0 ? &c1 : &c2) = i;
+  assert_true(c1 >= 0 && c2 >= 0);
+  const size_t used = USED(e.b, 0);
+  EQ(used, (size_t)N * 2 * MiB);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, N * 4096);
+
+  cl_lane *cold = cl_lane_find(d, s[c1]);
+  assert_non_null(cold);
+  assert_false(cold->armed);
+  assert_null(cold->bins);
+  EQ(atomic_load(&cold->warm), 0);
+  assert_false(free_is_warm(e.a, d, p[c1])); /* to exclusive mode, which arms the lane */
+  CHECK(e.a);
+  assert_true(cold->armed);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, (N - 1) * 4096);
+  void *q = ALLOC(e.a, 0, 4096, s[c1]); /* the block it freed (at the peak: in exclusive mode) */
+  EQ((uintptr_t)q, (uintptr_t)p[c1]);
+  assert_true(free_is_warm(e.a, d, q)); /* armed: the warm path again */
+  CHECK(e.a);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, (N - 1) * 4096);
+  q = ALLOC(e.a, 0, 4096, s[c1]);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, N * 4096);
+
+  cl_lane *other = cl_lane_find(d, s[c2]);
+  assert_false(other->armed);
+  void *r = ALLOC(e.a, 0, 8192, s[c2]); /* a cold lane's malloc: its own cached space, no new segment */
+  CHECK(e.a);
+  assert_true(other->armed);
+  assert_true((uintptr_t)r - (uintptr_t)p[c2] < 2 * MiB);
+  EQ(USED(e.b, 0), used);
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, N * 4096 + 8192);
+
+  FREE(e.a, q);
+  FREE(e.a, r);
+  for (int i = 0; i < N; i++) {
+    if (i != c1)
+      FREE(e.a, p[i]);
+    CHECK(e.a);
+  }
+  EQ(STATS(e.a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, 0);
+  EMPTY(e.a);
+  EQ(d->n_lanes, 0);
+  EQ(d->n_armed, 0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+}
+
 /* Debug builds check the _locked naming rule: a _locked function called outside exclusive mode, or in
  * exclusive mode another thread holds, aborts with its name; inside exclusive mode it runs. */
 #ifdef CL_DEBUG_LOCKS
@@ -366,6 +470,7 @@ int main(void) {
       cmocka_unit_test(warm_path_peak_between_reads),
       cmocka_unit_test(threads_leave_exact_totals),
       cmocka_unit_test(streams_come_and_go),
+      cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
