@@ -639,6 +639,49 @@ static void stream_destroy_keeps_events(void **state) {
   cachalot_backend_destroy(b);
 }
 
+/* A device free (cudaFree's implicit synchronization) completes what every stream of that device had
+ * submitted, and nothing submitted after it, nor any other device's work; with thousands of streams it
+ * costs what it costs with one (it no longer walks them). */
+static void device_free_completes_its_streams(void **state) {
+  (void)state;
+  enum { N = 3000 };
+  cachalot_backend *b = sim_new(2, false);
+  cachalot_stream *s = malloc(N * sizeof *s);
+  assert_non_null(s);
+  cl_event **before = malloc(N * sizeof *before);
+  assert_non_null(before);
+  for (int i = 0; i < N; i++) {
+    s[i] = op_stream(b, 0);
+    OK(cachalot_sim_launch(b, s[i]));
+    OK(b->ops->event_record(b, 0, s[i], &before[i]));
+  }
+  cachalot_stream other = op_stream(b, 1);
+  cl_event *on_other = NULL;
+  OK(b->ops->event_record(b, 1, other, &on_other));
+  void *p = NULL, *q = NULL;
+  OK(b->ops->alloc(b, 0, 1024, &p));
+  OK(b->ops->alloc(b, 0, 1024, &q));
+  OK(cachalot_sim_launch(b, s[7])); /* submitted before the free: completed by it */
+  OK(b->ops->free(b, 0, p));
+  cl_event *after = NULL;
+  OK(b->ops->event_record(b, 0, s[7], &after)); /* after it: not */
+  for (int i = 0; i < N; i++)
+    assert_true(event_done(b, before[i]));
+  EQ(submitted(b, s[7]), 4);
+  assert_false(event_done(b, after));
+  assert_false(event_done(b, on_other));
+  OK(b->ops->free(b, 0, q)); /* the next synchronization completes it */
+  assert_true(event_done(b, after));
+  assert_false(event_done(b, on_other));
+  for (int i = 0; i < N; i++)
+    b->ops->event_release(b, before[i]);
+  b->ops->event_release(b, after);
+  b->ops->event_release(b, on_other);
+  free(before);
+  free(s);
+  cachalot_backend_destroy(b);
+}
+
 static void public_controls_reject_other_backends(void **state) {
   (void)state;
   cachalot_backend fake = {0};
@@ -670,6 +713,7 @@ int main(void) {
       cmocka_unit_test(wrong_thread_end),
       cmocka_unit_test(capture_mode_rules),
       cmocka_unit_test(stream_destroy_keeps_events),
+      cmocka_unit_test(device_free_completes_its_streams),
       cmocka_unit_test(public_controls_reject_other_backends),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

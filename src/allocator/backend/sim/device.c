@@ -17,16 +17,6 @@ bool cl_sim_inject_locked(struct sim_backend *sim) {
   return inject;
 }
 
-static void complete_device_locked(struct sim_backend *sim, int device) {
-  struct sim_stream *def = &sim->dev[device].default_stream;
-  def->completed = def->submitted;
-  struct sim_stream *st, *tmp;
-  HASH_ITER(hh, sim->streams, st, tmp) {
-    if (st->device == device)
-      st->completed = st->submitted;
-  }
-}
-
 cachalot_status cl_sim_alloc(cachalot_backend *b, int device, size_t size, void **ptr) {
   struct sim_backend *sim = sim_of(b);
   if (!ptr)
@@ -127,7 +117,7 @@ cachalot_status cl_sim_free(cachalot_backend *b, int device, void *ptr) {
   HASH_DEL(sim->allocs, rec);
   sim->dev[device].used -= rec->size;
   free(rec);
-  complete_device_locked(sim, device);
+  sim_complete_device_locked(sim, device);
   st = CACHALOT_OK;
 out:
   sim_unlock(sim);
@@ -162,7 +152,7 @@ cachalot_status cl_sim_device_sync(cachalot_backend *b, int device) {
   if (cl_sim_unsafe_call_prohibited_locked(sim))
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated device sync: operation not permitted when stream is capturing");
   else
-    complete_device_locked(sim, device);
+    sim_complete_device_locked(sim, device);
   sim_unlock(sim);
   return st;
 }
@@ -216,6 +206,7 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
     /* Recording into a capture adds a graph node, not device work: the stream's numbering is untouched. */
     ev->seq = stream->submitted;
   } else {
+    sim_stream_settle(sim, stream);
     ev->seq = ++stream->submitted;
     if (sim->complete_immediately)
       stream->completed = stream->submitted;
@@ -251,8 +242,10 @@ cachalot_status cl_sim_event_query(cachalot_backend *b, cl_event *e, bool *done)
   struct sim_event *ev = (struct sim_event *)e;
   sim_lock(sim);
   cachalot_status st = check_event_locked(ev, "simulated event query");
-  if (st == CACHALOT_OK)
+  if (st == CACHALOT_OK) {
+    sim_stream_settle(sim, ev->stream);
     *done = ev->stream->completed >= ev->seq;
+  }
   sim_unlock(sim);
   return st;
 }
@@ -266,6 +259,8 @@ cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e) {
   cachalot_status st = check_event_locked(ev, "simulated event sync");
   /* Nothing runs on a simulated device but the caller's say-so, so waiting is what finishes the work;
    * everything before the event on its stream finishes with it. */
+  if (st == CACHALOT_OK)
+    sim_stream_settle(sim, ev->stream);
   if (st == CACHALOT_OK && ev->stream->completed < ev->seq)
     ev->stream->completed = ev->seq;
   sim_unlock(sim);

@@ -16,9 +16,7 @@ static bool inject_host_locked(struct sim_backend *sim) {
 /* cudaFreeHost synchronizes the device (every device: the memory may be in use by any of them). */
 static void complete_all_locked(struct sim_backend *sim) {
   for (int d = 0; d < sim->base.device_count; d++)
-    sim->dev[d].default_stream.completed = sim->dev[d].default_stream.submitted;
-  struct sim_stream *st, *tmp;
-  HASH_ITER(hh, sim->streams, st, tmp) { st->completed = st->submitted; }
+    sim_complete_device_locked(sim, d);
 }
 
 /* Any live range that [p, p + size) overlaps (lock held). The ranges are few: a linear scan. */
