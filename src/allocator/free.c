@@ -97,7 +97,7 @@ CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, c
   const size_t orig_size = b->size;
   const size_t requested = b->requested;
 
-  if (mode == CL_EXCLUSIVE) /* the warm paths run only while history is off (cl_leave_exclusive) */
+  if (mode == CL_EXCLUSIVE) /* the warm path records its own (cl_trace_warm, in free_fast) */
     cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
   b->n_uses = 0;
   b->requested = 0;
@@ -178,9 +178,41 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
   cl_ctx_drop_locked(d, ptr);
 }
 
-/* free()'s warm path: a block with no other stream's uses, under its lane's lock alone; the same steps
- * as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share. A
- * STOPPED result comes after the exclusive mode that stopped it is over. */
+/* free()'s warm path once the lane is locked and warm: a block with no other stream's uses; the same
+ * steps as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share.
+ * With `traced` (a constant in each call) it records free_requested and free_completed too. False when
+ * the call needs exclusive mode (nothing changed then). */
+CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced) {
+  cl_block **slot = NULL, *b = NULL;
+  if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
+    slot = cl_seg_slot(seg, key);
+    b = *slot;
+  }
+  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses))
+    return false;
+  const merge_plan m = plan_merge(b);
+  if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
+    return false;
+  *slot = NULL;
+  const size_t requested = b->requested;
+  /* counts the free() and the block's return at once; `small` a constant in each call (see malloc's) */
+  if (seg->small)
+    free_block(d, CL_WARM, b, true, &m);
+  else
+    free_block(d, CL_WARM, b, false, &m);
+  if (traced) /* before the lane goes: exclusive mode reads the ring */
+    cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream);
+  return true;
+}
+
+/* History on (CL_WARM_TRACE): out of the plain path's way. A call with a context goes to exclusive mode,
+ * where history keeps it. */
+static __attribute__((noinline)) bool free_warm_traced(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key) {
+  return !cl_tls_free_ctx && free_warm(d, ln, seg, key, true);
+}
+
+/* free()'s warm path, under its lane's lock alone. A STOPPED result comes after the exclusive mode that
+ * stopped it is over. */
 CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
   if (CL_UNLIKELY(!seg || seg == CL_PAGE_SHARED)) /* the slow path scans then */
@@ -189,30 +221,17 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   cl_lane *ln = cl_seg_lane(seg);
   cl_device *d = ln->dev;
   cl_spin_lock(&ln->lock);
+  /* the flags first: a cold lane's segments may be changing meanwhile */
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
-  if (CL_UNLIKELY((warm & (CL_WARM_FREE | CL_WARM_STOP)) != CL_WARM_FREE)) /* first: a cold lane's segments */
-    goto slow;                                                               /* may be changing meanwhile */
-  const uintptr_t key = (uintptr_t)ptr;
-  cl_block **slot = NULL, *b = NULL;
-  if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
-    slot = cl_seg_slot(seg, key);
-    b = *slot;
-  }
-  if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses))
-    goto slow;
-  const merge_plan m = plan_merge(b);
-  if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
-    goto slow;
-  *slot = NULL;
-  /* counts the free() and the block's return at once; `small` a constant in each call (see malloc's) */
-  if (seg->small)
-    free_block(d, CL_WARM, b, true, &m);
-  else
-    free_block(d, CL_WARM, b, false, &m);
+  const unsigned w = warm & (CL_WARM_FREE | CL_WARM_STOP | CL_WARM_TRACE);
+  bool done = false;
+  if (CL_LIKELY(w == CL_WARM_FREE))
+    done = free_warm(d, ln, seg, (uintptr_t)ptr, false);
+  else if (w == (CL_WARM_FREE | CL_WARM_TRACE))
+    done = free_warm_traced(d, ln, seg, (uintptr_t)ptr);
   cl_spin_unlock(&ln->lock);
-  return CL_WARM_DONE;
-slow:
-  cl_spin_unlock(&ln->lock);
+  if (CL_LIKELY(done))
+    return CL_WARM_DONE;
   return cl_warm_missed(d, warm);
 }
 

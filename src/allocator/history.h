@@ -16,6 +16,10 @@ static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_
   if (CL_UNLIKELY(d->trace.cap != 0))
     (void)cl_trace_record_slow_locked(d, action, addr, size, stream, NULL);
 }
+/* A warm path's entries (its lane locked, CL_WARM_TRACE set: history without stacks or contexts, so no
+ * entry holds a context): `action` alone, or with free_completed after it when `action` is free_requested
+ * (a warm free is both at once), at one time. */
+void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream);
 /* The same with the context the entry keeps given (a segment's, for its segment_free entry). */
 static inline void cl_trace_ctx_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                        cachalot_stream stream, void *ctx) {

@@ -231,9 +231,11 @@ void cl_leave_exclusive(cl_device *d) {
     atomic_store_explicit(&d->room_oversize, room - each * (int64_t)L, memory_order_relaxed);
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
-  const bool fast_free = d->trace.cap == 0 && !gc && !d->block_ctx;
+  const bool traced = d->trace.cap != 0; /* the warm paths record then, but no stacks and no contexts */
+  const bool fast_free = (!traced || (!d->trace.frames && !d->owner->ctx_ops.retain)) && !gc && !d->block_ctx;
   const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
-  const unsigned char warm = (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0);
+  const unsigned char warm =
+      (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0) | (traced ? CL_WARM_TRACE : 0);
   atomic_store_explicit(&d->warm, warm, memory_order_relaxed);
 #ifdef CL_DEBUG_LOCKS
   d->excl_held = false;

@@ -296,7 +296,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
     cl_stats_hand_out_warm(d, lane, small, a->size, requested);
   } else {
     cl_stats_hand_out_locked(d, small, a->size, requested);
-    /* history only here: the warm paths run only while history is off (cl_leave_exclusive) */
+    /* the warm paths record their own (cl_trace_warm, in malloc_fast) */
     cl_trace_locked(d, CL_TRACE_ALLOC, a->ptr, requested, seg->stream);
     if (CL_UNLIKELY(cl_tls_alloc_ctx != NULL || d->trace.frames != NULL))
       cl_ctx_attach_locked(d, a->ptr);
@@ -327,6 +327,23 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   return true;
 }
 
+/* malloc's warm path once the lane is locked and warm. */
+CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
+  const size_t rounded = cl_round_size(&d->cfg, size);
+  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
+                              : malloc_fast_kind(d, ln, rounded, size, false, out);
+}
+
+/* History on (CL_WARM_TRACE): the same and its entry, out of the plain path's way. A call with a context
+ * goes to exclusive mode, where history keeps it. */
+static __attribute__((noinline)) bool malloc_warm_traced(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
+                                                         void **out) {
+  if (cl_tls_alloc_ctx || !malloc_warm(d, ln, size, out))
+    return false;
+  cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s); /* before the lane goes: exclusive mode reads it */
+  return true;
+}
+
 /* The warm path: a cached block of stream `s`'s default pool, under its lane lock only. A STOPPED
  * result comes after the exclusive mode that stopped it is over. */
 CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream s, void **out) {
@@ -335,12 +352,12 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
     return CL_WARM_SLOW;
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
+  const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE);
   bool done = false;
-  if (CL_LIKELY((warm & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)) { /* (MALLOC: armed, bins there) */
-    const size_t rounded = cl_round_size(&d->cfg, size);
-    done = cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
-                                : malloc_fast_kind(d, ln, rounded, size, false, out);
-  }
+  if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
+    done = malloc_warm(d, ln, size, out);
+  else if (w == (CL_WARM_MALLOC | CL_WARM_TRACE))
+    done = malloc_warm_traced(d, ln, size, s, out);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;

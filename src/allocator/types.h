@@ -406,7 +406,9 @@ typedef struct cl_lane_index {
 } cl_lane_index;
 
 
-enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4 };
+/* TRACE: history is on; the warm paths run (without stacks or contexts only) and record their entries
+ * through cl_trace_warm. */
+enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4, CL_WARM_TRACE = 8 };
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */
 struct cl_device {
@@ -456,6 +458,9 @@ struct cl_device {
   /* trace has min(cap, 4096 << trace_grown) rows (see cl_trace). A shift in a byte of padding, not a
    * size_t: a larger cl_device turns the warm paths' devices[i] from one multiply into three. */
   uint8_t trace_grown;
+  /* Orders the warm paths' trace entries (CL_WARM_TRACE: history on without stacks or contexts): exclusive
+   * mode records with no warm path running, so only warm paths race for the ring. In padding too. */
+  cl_spin trace_lock;
   double fraction;             /* memory fraction, < 0 when not set */
   size_t allowed_max;          /* fraction x total, valid when total_known */
   bool total_known;

@@ -122,6 +122,7 @@ typedef struct {
   int id;
   bool strict; /* overlap checking on (the roomy configuration) */
   bool contexts; /* malloc and free with contexts; history on */
+  bool history;  /* history on (with or without contexts) */
   uint64_t rng;
   cachalot_stream own[DEVICES][OWN], side[DEVICES];
   struct {
@@ -200,7 +201,7 @@ static void *run(void *arg) {
         w->live[k].used_side = true;
       } else if (r < 98) {
         complete_side(w, (int)(next_rand(&w->rng) % DEVICES));
-      } else if (w->contexts && w->id == 0) { /* a snapshot while the others allocate and free */
+      } else if (w->history && w->id == 0) { /* a snapshot while the others allocate and free */
         cachalot_snapshot_info *si = NULL;
         CHECK(cachalot_snapshot_take(w->a, true, &si) == CACHALOT_OK, "snapshot_take");
         cachalot_snapshot_info_free(w->a, si);
@@ -218,7 +219,9 @@ static void *run(void *arg) {
   return NULL;
 }
 
-static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool contexts) {
+/* contexts: history on with context ops, every call with a context; history: history on, without contexts
+ * too (the warm paths then record the entries themselves, racing each other for the ring). */
+static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool contexts, bool history) {
   cachalot_sim_options opt = {.device_count = DEVICES, .capacity_bytes = capacity, .complete_immediately = false};
   cachalot_backend *b = NULL;
   cachalot_allocator *a = NULL;
@@ -227,8 +230,9 @@ static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool 
   if (contexts) {
     const cachalot_context_ops ops = {ctx_retain, ctx_release};
     CHECK(cachalot_set_context_ops(a, &ops) == CACHALOT_OK, "context ops");
-    CHECK(cachalot_record_history(a, true, 256) == CACHALOT_OK, "history");
   }
+  if (history)
+    CHECK(cachalot_record_history(a, true, 256) == CACHALOT_OK, "history");
   static worker w[THREADS];
   pthread_t t[THREADS];
   pthread_barrier_t barrier;
@@ -241,6 +245,7 @@ static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool 
     w[i].id = i;
     w[i].strict = strict;
     w[i].contexts = contexts;
+    w[i].history = history;
     w[i].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     for (int d = 0; d < DEVICES; d++) {
       for (int j = 0; j < OWN; j++)
@@ -297,14 +302,16 @@ static void run_config_ctx(size_t capacity, bool strict, const char *conf, bool 
     CHECK(ctx_total() == 0, "%ld context references left with nothing allocated and history off", ctx_total());
   }
   printf("stress: %s capacity %zu MiB, conf '%s'%s: %d threads x %d ops on %d devices, %ld OOMs: ok\n",
-         strict ? "strict" : "tight", capacity >> 20, conf, contexts ? ", contexts" : "", THREADS,
+         strict ? "strict" : "tight", capacity >> 20, conf, contexts ? ", contexts" : history ? ", history" : "", THREADS,
          ROUNDS * OPS_PER_ROUND, DEVICES, ooms);
   cachalot_destroy(a);
   CHECK(ctx_total() == 0, "context references left after destroy");
   cachalot_backend_destroy(b);
 }
 
-static void run_config(size_t capacity, bool strict, const char *conf) { run_config_ctx(capacity, strict, conf, false); }
+static void run_config(size_t capacity, bool strict, const char *conf) {
+  run_config_ctx(capacity, strict, conf, false, false);
+}
 
 /* Warning handlers set from two threads while two others warn (an empty captured graph warns): each
  * warning must reach a handler with that handler's own context. */
@@ -651,8 +658,11 @@ int main(void) {
                                        "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
   warning_handlers();
   /* contexts, as the PyTorch backend passes them while history is on */
-  run_config_ctx((size_t)64 << 30, true, "", true);
-  run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", true);
+  run_config_ctx((size_t)64 << 30, true, "", true, true);
+  run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", true, true);
+  /* history without contexts: the warm paths record their own entries */
+  run_config_ctx((size_t)64 << 30, true, "", false, true);
+  run_config_ctx((size_t)256 << 20, false, "expandable_segments:True", false, true);
   /* the pinned-host cache: blocks shared by every thread, reuse gated by events on many streams */
   host_stress("");
   host_stress("pinned_use_cuda_host_register:True,pinned_num_register_threads:2");

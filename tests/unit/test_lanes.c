@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
@@ -422,6 +423,82 @@ static void idle_lanes_go_cold(void **state) {
   env_free(&e);
 }
 
+/* Whether cachalot_malloc finishes while another thread holds the device lock (see free_is_warm). */
+static bool malloc_is_warm(cachalot_allocator *a, cl_device *d, size_t size, cachalot_stream s, void **p) {
+  lock_holder h = {.d = d};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, hold_device_lock, &h), 0);
+  while (!atomic_load(&h.held))
+    sched_yield();
+  OK(cachalot_malloc(a, 0, size, s, p));
+  atomic_store(&h.done, true);
+  pthread_join(t, NULL);
+  return atomic_load(&h.done_while_held);
+}
+
+static int64_t realtime_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* History on, without stacks or contexts (issue 31: it sent every call to exclusive mode, 13x a pair): the
+ * warm paths run and record alloc, free_requested and free_completed as exclusive mode does, in order,
+ * with the block's address, requested size and stream and a time within the call's, also past the ring's
+ * wrap (a warm entry taking the row of an annotation frees its text). */
+static void history_on_warm_paths(void **state) {
+  (void)state;
+  enum { RING = 64, PAIRS = 100 };
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0);
+  OK(cachalot_record_history(e.a, true, RING));
+  FREE(e.a, ALLOC(e.a, 0, 1000, s)); /* the segment and the peaks, in exclusive mode */
+  OK(cachalot_annotate(e.a, 0, "a row a warm entry takes over"));
+  const int64_t t0 = realtime_us();
+  void *p = NULL;
+  assert_true(malloc_is_warm(e.a, d, 1000, s, &p));
+  assert_true(free_is_warm(e.a, d, p));
+  for (int i = 1; i < PAIRS; i++) {
+    void *q = NULL;
+    OK(cachalot_malloc(e.a, 0, 1000, s, &q));
+    EQ((uintptr_t)q, (uintptr_t)p);
+    OK(cachalot_free(e.a, q));
+  }
+  const int64_t t1 = realtime_us();
+  CHECK(e.a);
+  cachalot_snapshot_info *si = NULL;
+  OK(cachalot_snapshot_take(e.a, true, &si));
+  EQ(si->n_trace, RING); /* full: the pairs' entries only, the oldest gone */
+  static const cachalot_trace_action cycle[3] = {CACHALOT_TRACE_ALLOC, CACHALOT_TRACE_FREE_REQUESTED,
+                                                 CACHALOT_TRACE_FREE_COMPLETED};
+  const int first = 3 * PAIRS - RING; /* the index, among the pairs' entries, of the oldest kept */
+  int64_t last = t0;
+  for (size_t i = 0; i < si->n_trace; i++) {
+    const cachalot_trace_entry *en = &si->trace[i];
+    EQ(en->action, cycle[(first + (int)i) % 3]);
+    EQ(en->addr, (uintptr_t)p);
+    EQ(en->size, 1000);
+    assert_ptr_equal(en->stream, s);
+    assert_null(en->context);
+    assert_true(en->time_us >= last - 2 && en->time_us <= t1 + 2); /* (the warm clock's microseconds) */
+    if (en->time_us > last)
+      last = en->time_us;
+  }
+  cachalot_snapshot_info_free(e.a, si);
+  void *q = NULL;
+  assert_true(malloc_is_warm(e.a, d, 1000, s, &q)); /* the snapshot entry is exclusive mode's: still warm */
+  FREE(e.a, q);
+  OK(cachalot_record_history_stacks(e.a, true)); /* with stacks the warm paths stay off */
+  assert_false(malloc_is_warm(e.a, d, 1000, s, &q));
+  assert_false(free_is_warm(e.a, d, q));
+  OK(cachalot_record_history(e.a, false, 0));
+  assert_true(malloc_is_warm(e.a, d, 1000, s, &q));
+  assert_true(free_is_warm(e.a, d, q));
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* Debug builds check the _locked naming rule: a _locked function called outside exclusive mode, or in
  * exclusive mode another thread holds, aborts with its name; inside exclusive mode it runs. */
 #ifdef CL_DEBUG_LOCKS
@@ -471,6 +548,7 @@ int main(void) {
       cmocka_unit_test(threads_leave_exact_totals),
       cmocka_unit_test(streams_come_and_go),
       cmocka_unit_test(idle_lanes_go_cold),
+      cmocka_unit_test(history_on_warm_paths),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
