@@ -257,7 +257,6 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
     cl_enter_exclusive(d); /* nobody else sees d yet; entered so that the _locked contract holds */
     apply_config_locked(d, &cfg);
     cl_leave_exclusive(d);
-    atomic_store_explicit(&d->warm, CL_WARM_MALLOC | CL_WARM_FREE, memory_order_relaxed);
   }
   fork_watch(a, true);
   *out = a;

@@ -330,7 +330,7 @@ CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
     if (ln->dormant && (ln->bins || ln->spare || ln->armed)) /* (its lock may be held: a warm path on its way out) */
       return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                     "cachalot_check: device %d: a dormant lane holds a free index or spares", dev);
+                     "cachalot_check: device %d: a dormant lane holds a free index or spares, or is armed", dev);
     n_dormant += ln->dormant;
   }
   if (n_dormant + d->n_lanes != d->n_all_lanes)

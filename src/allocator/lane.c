@@ -1,4 +1,4 @@
-/* Lanes: the per-stream part of a device, and exclusive mode over all of them.
+/* Lanes: the per-stream part of a device, and exclusive mode over the armed ones.
  *
  * The warm paths (malloc.c, free.c) lock one lane. Everything else runs in exclusive mode, which takes the device
  * lock and then every armed lane (cl_lane: the lanes of the streams in use); the warm paths never wait for
@@ -171,8 +171,10 @@ static void swap_lanes(cl_device *d, size_t i, size_t j) {
 
 void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
   CL_ASSERT_EXCLUSIVE(d);
+  if (ln->dormant)
+    return;
   ln->idle = 0;
-  if (ln->armed || ln->dormant)
+  if (ln->armed)
     return;
   cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
   atomic_store_explicit(&ln->warm, CL_WARM_STOP, memory_order_relaxed); /* until cl_leave_exclusive */
@@ -310,7 +312,7 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
   const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
   for (int id = 0; id < CL_LS_N; id++) {
     cl_lane_stat *e = &ln->st[small][id];
-    if (top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+    if (top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_armed))
       continue;
     /* The all pool may be dry only because this lane's entry of the other kind holds the room (a large
      * block freed, a small one wanted): that room goes back first. */
@@ -319,10 +321,10 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
       return false;
     return_room(other, &d->room[id][small ? CACHALOT_STAT_LARGE_POOL : CACHALOT_STAT_SMALL_POOL],
                 &d->room[id][CACHALOT_STAT_ALL], other->rem);
-    if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_lanes))
+    if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_armed))
       return false;
   }
-  return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_lanes);
+  return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_armed);
 }
 
 /* Gives the part of e's rem above half its cap back to pool `a` (and `b`). */
@@ -390,7 +392,7 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
     return NULL;
   if (ln) {
     /* Wake it, armed: locked as exclusive mode holds every armed lane (a warm path may hold it for a
-     * moment: it finds no bins and lets go). Its stats shares were folded before it slept. */
+     * moment: it finds `warm` 0 and lets go). Its stats shares were folded before it slept. */
     cl_spin_lock(&ln->lock);
     ln->dormant = false;
     ln->armed = true;

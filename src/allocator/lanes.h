@@ -51,7 +51,7 @@ void cl_assert_exclusive(const cl_device *d, const char *fn);
 #define CL_ASSERT_EXCLUSIVE(d) ((void)(d))
 #endif
 
-/* Exclusive mode: the device lock, then every lane; the lanes' stats shares are folded into d->stats. */
+/* Exclusive mode: the device lock, then every armed lane; their stats shares are folded into d->stats. */
 void cl_enter_exclusive(cl_device *d);
 /* Leaves exclusive mode: shares out room for the peaks again and sets the warm-path flags. */
 void cl_leave_exclusive(cl_device *d);

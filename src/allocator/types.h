@@ -19,12 +19,13 @@
  *             warm path.
  *
  * Locking, two levels:
- *   - a lane's `lock` guards its blocks (the blocks and handed-out tables of segments on its
- *     stream, in any pool), its spares and stats share. The warm paths of malloc and free take only that.
+ *   - an armed lane's `lock` guards its blocks (the blocks and handed-out tables of segments on its
+ *     stream, in any pool), its spares and stats share. The warm paths of malloc and free take only that,
+ *     and read the lane's `warm` first: on a cold or dormant lane (cl_lane) it is 0 and they touch nothing.
  *   - exclusive mode, cl_enter_exclusive(d) to cl_leave_exclusive(d): the device's `lock` and then every
- *     lane's lock in order. Names ending in _locked expect it (debug builds assert it: CL_ASSERT_EXCLUSIVE).
- *     So anything written only in exclusive mode may be read under any one lane lock: the config, the
- *     device flags, the pools and routes.
+ *     armed lane's lock. Names ending in _locked expect it (debug builds assert it: CL_ASSERT_EXCLUSIVE).
+ *     So anything written only in exclusive mode may be read under an armed lane's lock once its `warm`
+ *     allows a warm path: the config, the device flags, the pools and routes.
  * Exclusive mode is dropped around device allocations and frees unless the config's
  * release_lock_on_cudamalloc is False; `inflight` counts the bytes of device allocations in transit
  * meanwhile, so memory fraction checks stay honest (segments being freed still count as reserved).
@@ -370,12 +371,14 @@ typedef struct {
  * Dormant: at empty_cache, a lane no segment refers to (its stream has nothing cached or allocated) leaves
  * `lanes`, gives its spares, its default-pool bins and their reservations back, and is skipped by
  * exclusive mode, so that what exclusive mode costs does not grow with the streams ever seen. Its warm
- * paths find no bins and go to exclusive mode, which wakes it (cl_lane_get_locked).
+ * paths find `warm` 0 and go to exclusive mode, which wakes it (cl_lane_get_locked).
  * Armed: a lane that is not dormant is armed or cold. Only armed lanes are taken by exclusive mode and
  * run warm paths; a cold one has no bins pointer, no stats share and `warm` 0, so its warm paths touch
- * nothing but `warm` and go to exclusive mode, which arms it again (cl_lane_arm_locked). A lane goes
- * cold when it has been idle through CL_LANE_IDLE_MAX exclusive sections while more than CL_LANE_ARMED_MIN
- * lanes are armed: what exclusive mode costs follows the streams in use, not the streams with memory. */
+ * nothing but `warm` and go to exclusive mode, which arms it again (cl_lane_arm_locked). A lane goes cold
+ * when neither a warm path changed its share nor a slow path of its stream armed it through
+ * CL_LANE_IDLE_MAX exclusive sections (any: a stats read or a check counts too), while more than
+ * CL_LANE_ARMED_MIN lanes are armed: what exclusive mode costs follows the streams in use, not the
+ * streams with memory. */
 struct cl_lane {
   _Alignas(64) cl_spin lock;
   /* CL_WARM_* bits, read by the warm paths under the lock: which of them may run here (set for an armed

@@ -74,7 +74,8 @@ enum {
  * a device synchronization (a device free, cudaFreeHost) completes every stream of the device by raising
  * the device's sync_epoch, which costs nothing per stream (5,000 streams made each device free walk them
  * all); a stream whose sync_epoch lags has had everything it submitted completed since, and
- * sim_stream_settle says so before its numbers are read or raised.
+ * sim_stream_settle says so before its `submitted` is raised or its `completed` read (setting `completed` to
+ * `submitted` needs no settling: settling does no more).
  * capture != NULL exactly while the stream takes part in a capture (as its origin or joined into it);
  * deps[0..n_deps) then lists the nodes of the capture's graph that the stream's next node will depend
  * on (CUDA's capture dependency set, without duplicates), and n_deps is 0 otherwise.

@@ -24,6 +24,7 @@ cachalot_status cl_sim_stream_create_impl(struct sim_backend *sim, int device, c
   stream->device = device;
   bool oom = false;
   sim_lock(sim);
+  stream->sync_epoch = sim->dev[device].sync_epoch; /* nothing of it to complete from before */
   HASH_ADD_PTR(sim->streams, key, stream);
   sim_unlock(sim);
   if (oom) {
