@@ -368,10 +368,7 @@ cachalot_status cl_sim_enqueue_locked(struct sim_backend *sim, struct sim_stream
       return cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s", fn, MSG_INVALIDATED);
     return capture_add_node_locked(st, kind, fn);
   }
-  sim_stream_settle(sim, st);
-  st->submitted++;
-  if (sim->complete_immediately)
-    st->completed = st->submitted;
+  (void)sim_submit_locked(sim, st, 1);
   return CACHALOT_OK;
 }
 

@@ -206,10 +206,7 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
     /* Recording into a capture adds a graph node, not device work: the stream's numbering is untouched. */
     ev->seq = stream->submitted;
   } else {
-    sim_stream_settle(sim, stream);
-    ev->seq = ++stream->submitted;
-    if (sim->complete_immediately)
-      stream->completed = stream->submitted;
+    ev->seq = sim_submit_locked(sim, stream, 1);
   }
   *out = (cl_event *)ev;
   st = CACHALOT_OK;

@@ -66,10 +66,7 @@ cachalot_status cl_sim_graph_launch(cachalot_backend *b, int device, cl_graph_ex
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated graph launch: %s (the capture is now invalidated)",
                  MSG_UNSUPPORTED);
   } else {
-    sim_stream_settle(sim, stream);
-    stream->submitted += e->n_nodes;
-    if (sim->complete_immediately)
-      stream->completed = stream->submitted;
+    (void)sim_submit_locked(sim, stream, e->n_nodes);
   }
   sim_unlock(sim);
   return st;

@@ -255,6 +255,16 @@ static inline void sim_stream_settle(struct sim_backend *sim, struct sim_stream 
   }
 }
 
+/* Submits `n` items of work on `st` (outside a capture), settled first; with complete_immediately they are
+ * done at once. The number of the last one. */
+static inline uint64_t sim_submit_locked(struct sim_backend *sim, struct sim_stream *st, uint64_t n) {
+  sim_stream_settle(sim, st);
+  st->submitted += n;
+  if (sim->complete_immediately)
+    st->completed = st->submitted;
+  return st->submitted;
+}
+
 /* Every stream of `device` completes (what cudaFree's implicit synchronization does). */
 static inline void sim_complete_device_locked(struct sim_backend *sim, int device) {
   struct sim_stream *def = &sim->dev[device].default_stream;
