@@ -183,6 +183,15 @@ void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
   swap_lanes(d, ln->pos, d->n_armed++);
 }
 
+/* A lane new to `lanes` (made, or woken), locked: armed, at the end of the armed ones (room reserved). */
+static void join_armed(cl_device *d, cl_lane *ln) {
+  ln->armed = true;
+  ln->idle = 0;
+  ln->pos = d->n_lanes;
+  d->lanes[d->n_lanes++] = ln;
+  swap_lanes(d, ln->pos, d->n_armed++);
+}
+
 /* Lanes idle through CL_LANE_IDLE_MAX sections go cold (see cl_lane), down to CL_LANE_ARMED_MIN armed.
  * Their shares are empty: entering exclusive mode folded them, and nothing has changed them since. */
 static void cool_idle_lanes(cl_device *d) {
@@ -238,7 +247,7 @@ void cl_leave_exclusive(cl_device *d) {
   const bool fast_malloc = fast_free && d->n_routes == 0 && d->n_pending_events == 0 && d->n_deferred == 0;
   const unsigned char warm =
       (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0) | (traced ? CL_WARM_TRACE : 0);
-  atomic_store_explicit(&d->warm, warm, memory_order_relaxed);
+  atomic_store_explicit(&d->warm, 0, memory_order_relaxed); /* STOP off; the flags go to the lanes below */
 #ifdef CL_DEBUG_LOCKS
   d->excl_held = false;
 #endif
@@ -395,11 +404,7 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
      * moment: it finds `warm` 0 and lets go). Its stats shares were folded before it slept. */
     cl_spin_lock(&ln->lock);
     ln->dormant = false;
-    ln->armed = true;
-    ln->idle = 0;
-    ln->pos = d->n_lanes;
-    d->lanes[d->n_lanes++] = ln;
-    swap_lanes(d, ln->pos, d->n_armed++);
+    join_armed(d, ln);
     return ln;
   }
   if (!lanes_reserve(&d->all_lanes, d->n_all_lanes, &d->cap_all_lanes))
@@ -410,7 +415,6 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   memset(ln, 0, sizeof *ln);
   ln->stream = s;
   ln->dev = d;
-  ln->armed = true;
   /* Exclusive mode holds every armed lane: the new one is born locked, and cl_leave_exclusive releases it
    * and hands it its first room. */
   atomic_store_explicit(&ln->lock.held, 1, memory_order_relaxed);
@@ -418,9 +422,7 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
     free(ln);
     return NULL;
   }
-  ln->pos = d->n_lanes;
-  d->lanes[d->n_lanes++] = ln;
-  swap_lanes(d, ln->pos, d->n_armed++);
+  join_armed(d, ln);
   d->all_lanes[d->n_all_lanes++] = ln;
   return ln;
 }

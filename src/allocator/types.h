@@ -415,12 +415,11 @@ enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4, CL_WARM_TRACE = 8
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */
 struct cl_device {
-  /* CL_WARM_* bits: whether the warm paths may run (set on leaving exclusive mode, and copied into each
-   * armed lane's `warm`, which is what the warm paths read) and CL_WARM_STOP, set while a thread enters or
+  /* CL_WARM_STOP alone (which warm paths may run is each lane's `warm`), set while a thread enters or
    * holds exclusive mode. A warm path that sees STOP on its lane lets go of it and waits for the device's
    * to clear (cl_lane_wait_stop), so that cl_enter_exclusive does not have to win each lane lock against
-   * its owner's next call; a hint for speed only: the lane locks are
-   * what make exclusive mode exclusive. Atomic because STOP is written before the lanes are held. */
+   * its owner's next call; a hint for speed only: the lane locks are what make exclusive mode exclusive.
+   * Atomic because STOP is written before the lanes are held. */
   _Atomic unsigned char warm;
   _Atomic bool detect;         /* cfg.detect_captures, for malloc to read before any lock */
   _Atomic int n_auto;          /* captures detected and being routed (autocapture.c) */
