@@ -268,9 +268,11 @@ static cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
   return &t->entries[slot];
 }
 
-static void fill_warm(cl_trace_entry *e, cl_trace_action action, uint64_t addr, uint64_t size,
-                      cachalot_stream stream, int64_t time_us) {
-  if (CL_UNLIKELY(e->text != NULL)) { /* a reused row of an annotation's; contexts there are none */
+/* Writes entry e anew, without frames or a context. A reused row's text goes; its context must be gone
+ * already (released by exclusive mode; the warm paths record only without context ops). */
+static void fill_entry(cl_trace_entry *e, cl_trace_action action, uint64_t addr, uint64_t size,
+                       cachalot_stream stream, int64_t time_us) {
+  if (CL_UNLIKELY(e->text != NULL)) { /* a reused row of an annotation's */
     free(e->text);
     e->text = NULL;
   }
@@ -310,9 +312,9 @@ void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t
   const int64_t time_us = warm_now_us();
   size_t slot;
   cl_spin_lock(&d->trace_lock);
-  fill_warm(next_entry(d, &slot), action, addr, size, stream, time_us);
+  fill_entry(next_entry(d, &slot), action, addr, size, stream, time_us);
   if (action == CL_TRACE_FREE_REQUESTED)
-    fill_warm(next_entry(d, &slot), CL_TRACE_FREE_COMPLETED, addr, size, stream, time_us);
+    fill_entry(next_entry(d, &slot), CL_TRACE_FREE_COMPLETED, addr, size, stream, time_us);
   cl_spin_unlock(&d->trace_lock);
 }
 
@@ -324,20 +326,12 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
   cl_trace_entry *e = next_entry(d, &slot);
   if (e->ctx) /* a reused slot */
     cl_ctx_release(d->owner, e->ctx);
-  e->ctx = NULL;
-  free(e->text);
-  e->text = NULL;
+  fill_entry(e, action, addr, size, stream, now_us());
   void *ctx = given ? given : entry_ctx(d, action, addr);
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);
     e->ctx = ctx;
   }
-  e->action = (uint8_t)action;
-  e->addr = addr;
-  e->size = size;
-  e->stream = (uintptr_t)stream;
-  e->time_us = now_us();
-  e->n_frames = 0;
   if (t->frames && (action == CL_TRACE_ALLOC || action == CL_TRACE_FREE_REQUESTED || action == CL_TRACE_USER_DEFINED)) {
     /* Inlining makes the number of cachalot's own frames vary; snapshot.c drops them when writing. */
     void *buf[CL_TRACE_MAX_FRAMES + 8];
