@@ -321,10 +321,11 @@ static void streams_come_and_go(void **state) {
   env_free(&e);
 }
 
-/* Whether cachalot_free(p) finishes while another thread holds the device lock, as only the warm path
- * can (a free in exclusive mode waits for the lock, here 2 s, and the answer is false). */
+/* Whether a call finishes while another thread holds the device lock, as only a warm path can (a call in
+ * exclusive mode waits for the lock, here 2 s, and the answer is false): hold_lock, the call, let_go. */
 typedef struct {
   cl_device *d;
+  pthread_t t;
   atomic_bool held, done, done_while_held;
 } lock_holder;
 static void *hold_device_lock(void *arg) {
@@ -337,16 +338,31 @@ static void *hold_device_lock(void *arg) {
   pthread_mutex_unlock(&h->d->lock);
   return NULL;
 }
-static bool free_is_warm(cachalot_allocator *a, cl_device *d, void *p) {
-  lock_holder h = {.d = d};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, hold_device_lock, &h), 0);
-  while (!atomic_load(&h.held))
+static void hold_lock(lock_holder *h, cl_device *d) {
+  h->d = d;
+  atomic_init(&h->held, false);
+  atomic_init(&h->done, false);
+  atomic_init(&h->done_while_held, false);
+  assert_int_equal(pthread_create(&h->t, NULL, hold_device_lock, h), 0);
+  while (!atomic_load(&h->held))
     sched_yield();
+}
+static bool let_go(lock_holder *h) {
+  atomic_store(&h->done, true);
+  pthread_join(h->t, NULL);
+  return atomic_load(&h->done_while_held);
+}
+static bool free_is_warm(cachalot_allocator *a, cl_device *d, void *p) {
+  lock_holder h;
+  hold_lock(&h, d);
   OK(cachalot_free(a, p));
-  atomic_store(&h.done, true);
-  pthread_join(t, NULL);
-  return atomic_load(&h.done_while_held);
+  return let_go(&h);
+}
+static bool malloc_is_warm(cachalot_allocator *a, cl_device *d, size_t size, cachalot_stream s, void **p) {
+  lock_holder h;
+  hold_lock(&h, d);
+  OK(cachalot_malloc(a, 0, size, s, p));
+  return let_go(&h);
 }
 
 /* Streams that hold memory but make no call (issue 30: replaying 4,096 streams took 10 s): after
@@ -421,19 +437,6 @@ static void idle_lanes_go_cold(void **state) {
   EQ(d->n_armed, 0);
   EQ(USED(e.b, 0), 0);
   env_free(&e);
-}
-
-/* Whether cachalot_malloc finishes while another thread holds the device lock (see free_is_warm). */
-static bool malloc_is_warm(cachalot_allocator *a, cl_device *d, size_t size, cachalot_stream s, void **p) {
-  lock_holder h = {.d = d};
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, hold_device_lock, &h), 0);
-  while (!atomic_load(&h.held))
-    sched_yield();
-  OK(cachalot_malloc(a, 0, size, s, p));
-  atomic_store(&h.done, true);
-  pthread_join(t, NULL);
-  return atomic_load(&h.done_while_held);
 }
 
 static int64_t realtime_us(void) {
