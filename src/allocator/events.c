@@ -80,7 +80,8 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
     }
     d->n_pending_events += b->n_uses;
     b->event_count = b->n_uses;
-    b->state = CL_PENDING;
+    if (b->state != CL_PENDING) /* (a deferred block is PENDING already) */
+      cl_hold_locked(b);
   }
   if (pend != inline_buf)
     free(pend);
@@ -121,11 +122,17 @@ void cl_insert_deferred_events_locked(cl_device *d) {
 
 void cl_process_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
+  d->poll_owed = false;
   if (d->n_deferred)
     cl_insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
+  /* Read before the queries: a completion after the read moves the word past done_seen, so the warm
+   * malloc comes back to poll it (ordered before them by the backend's own lock or driver call). */
+  d->done_word = b->ops->completion_word ? b->ops->completion_word(b, d->index) : NULL;
+  if (d->done_word)
+    d->done_seen = __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE);
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
     while (se->head) {
@@ -136,6 +143,12 @@ void cl_process_events_locked(cl_device *d) {
       complete_head_locked(d, se);
     }
   }
+}
+
+void cl_settle_polls_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  if (d->poll_owed && !cl_capturing(d))
+    cl_process_events_locked(d);
 }
 
 cachalot_status cl_sync_all_events_locked(cl_device *d) {

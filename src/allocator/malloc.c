@@ -4,7 +4,8 @@
  *     -> (free oversize blocks, new segment) -> (free all cached, new segment: a retry) -> OOM
  *
  * The warm path runs the same steps under the stream's lane lock alone when they reduce to "best fit,
- * hand out": no events to poll, no capture routing, no garbage collection, no history, a cached block
+ * hand out": no pending block of this stream and kind that a poll could free (one elsewhere cannot change
+ * what best fit picks here), no capture routing, no garbage collection, no history stacks, a cached block
  * that fits and the metadata at hand. Anything else goes to exclusive mode and the full sequence.
  */
 #include "internal.h"
@@ -334,13 +335,32 @@ CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
                               : malloc_fast_kind(d, ln, rounded, size, false, out);
 }
 
-/* History on (CL_WARM_TRACE): the same and its entry, out of the plain path's way. A call with a context
- * goes to exclusive mode, where history keeps it. */
-static __attribute__((noinline)) bool malloc_warm_traced(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
-                                                         void **out) {
-  if (cl_tls_alloc_ctx || !malloc_warm(d, ln, size, out))
+/* The warm path with flags `w` beyond MALLOC, out of the plain path's way.
+ * POLL (blocks are PENDING): the poll is skipped only where it could change nothing (see CL_WARM_POLL):
+ * with WATCH, while no event has completed since the last poll; else outside the lanes and kinds that
+ * hold pending blocks, and not on every CL_POLL_EVERY-th call.
+ * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it. */
+static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
+                                                          unsigned w, void **out) {
+  if (w & CL_WARM_WATCH) {
+    if (__atomic_load_n(d->done_word, __ATOMIC_ACQUIRE) != d->done_seen)
+      return false;
+  } else if (w & CL_WARM_POLL) {
+    if (ln->held[cl_is_small(cl_round_size(&d->cfg, size))])
+      return false;
+    if (ln->poll_left == 0) {
+      ln->poll_left = CL_POLL_EVERY - 1;
+      return false;
+    }
+    ln->poll_left--;
+    ln->poll_owed = true; /* (paid by the next reader of the state: cl_settle_polls_locked) */
+  }
+  if ((w & CL_WARM_TRACE) && cl_tls_alloc_ctx)
     return false;
-  cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s); /* before the lane goes: exclusive mode reads it */
+  if (!malloc_warm(d, ln, size, out))
+    return false;
+  if (w & CL_WARM_TRACE) /* before the lane goes: exclusive mode reads it */
+    cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s);
   return true;
 }
 
@@ -352,12 +372,12 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
     return CL_WARM_SLOW;
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
-  const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE);
+  const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
     done = malloc_warm(d, ln, size, out);
-  else if (w == (CL_WARM_MALLOC | CL_WARM_TRACE))
-    done = malloc_warm_traced(d, ln, size, s, out);
+  else if ((w & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)
+    done = malloc_warm_flagged(d, ln, size, s, w, out);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;
@@ -424,8 +444,10 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     }
   }
   cl_block *a = hand_out(d, CL_EXCLUSIVE, b, small, 0, NULL, NULL, rounded, size);
-  if (a) /* its stream's next calls on the warm path */
+  if (a) { /* its stream's next calls on the warm path, CL_POLL_EVERY of them before one polls again */
     cl_lane_arm_locked(d, a->seg->lane);
+    a->seg->lane->poll_left = CL_POLL_EVERY - 1;
+  }
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_leave_exclusive(d);

@@ -502,6 +502,90 @@ static void history_on_warm_paths(void **state) {
   env_free(&e);
 }
 
+/* A block waiting for an event (record_stream'd on a busy stream, then freed) left the warm malloc off for
+ * the whole device (issue 31: 7x a pair). With the backend's completion word, malloc skips the poll while
+ * no event has completed, the pending block's own stream and kind included; the block is handed out only
+ * once its event is done, and comes back on the first malloc after that, a warm one. */
+static void pending_block_keeps_malloc_warm(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  char *p = ALLOC(e.a, 0, MiB, s); /* small kind, as the pairs below: one 2 MiB segment */
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  FREE(e.a, ALLOC(e.a, 0, 4096, s)); /* the poll that reads the word */
+  EXPECT_POOLS(e.a, 0,
+               PX(.active = 1, .active_b = MiB, .req_b = MiB, .seg = 1, .res_b = 2 * MiB, .split = 1, .split_b = MiB),
+               PX0);
+  for (int i = 0; i < 3; i++) {
+    void *q = NULL;
+    assert_true(malloc_is_warm(e.a, d, 4096, s, &q));
+    EQ((uintptr_t)q, (uintptr_t)(p + MiB)); /* the free half: the pending one is not reused */
+    assert_true(free_is_warm(e.a, d, q));
+    CHECK(e.a);
+  }
+  COMPLETE(&e, side);
+  void *x = NULL;
+  assert_false(malloc_is_warm(e.a, d, 4096, s, &x)); /* the word moved: this one polls */
+  EQ((uintptr_t)x, (uintptr_t)p); /* the block is back, merged: best fit starts the segment */
+  EXPECT_POOLS(e.a, 0,
+               PX(.alloc = 1, .alloc_b = 4096, .active = 1, .active_b = 4096, .req_b = 4096, .seg = 1,
+                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 4096),
+               PX0);
+  FREE(e.a, x);
+  assert_true(malloc_is_warm(e.a, d, 4096, s, &x)); /* nothing pending: the plain warm path */
+  FREE(e.a, x);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* A backend without a completion word: a pending block sends only its own stream and kind to poll;
+ * other kinds and streams stay warm, every CL_POLL_EVERY-th of their calls polls (so the block comes back
+ * with only warm calls made), and a read of the state first makes the poll they skipped. */
+static void pending_block_without_word(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  OK(cachalot_sim_completion_word(e.b, false));
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  char *big = ALLOC(e.a, 0, 4 * MiB, s); /* large kind */
+  FREE(e.a, ALLOC(e.a, 0, 4096, s));
+  RECORD(e.a, big, side);
+  FREE(e.a, big);
+  void *q = NULL;
+  assert_true(malloc_is_warm(e.a, d, 4096, s, &q)); /* small kind: warm */
+  assert_true(free_is_warm(e.a, d, q));
+  assert_false(malloc_is_warm(e.a, d, 4 * MiB, s, &q)); /* its own kind polls: still pending, a new block */
+  assert_true(q != big);
+  FREE(e.a, q);
+  COMPLETE(&e, side);
+  assert_true(malloc_is_warm(e.a, d, 4096, s, &q)); /* the poll it owes is made by the stats read below */
+  FREE(e.a, q);
+  EQ(d->n_pending_events, 1);
+  EXPECT_POOLS(e.a, 0,
+               PX(.seg = 1, .res_b = 2 * MiB),
+               PX(.seg = 1, .res_b = 20 * MiB));
+  EQ(d->n_pending_events, 0);
+
+  /* Only warm calls: the block comes back within CL_POLL_EVERY of them. */
+  big = ALLOC(e.a, 0, 4 * MiB, s);
+  RECORD(e.a, big, side);
+  FREE(e.a, big);
+  FREE(e.a, ALLOC(e.a, 0, 4096, s));
+  COMPLETE(&e, side);
+  int calls = 0;
+  while (d->n_pending_events && calls <= CL_POLL_EVERY) {
+    OK(cachalot_malloc(e.a, 0, 4096, s, &q));
+    OK(cachalot_free(e.a, q));
+    calls++;
+  }
+  EQ(d->n_pending_events, 0);
+  assert_true(calls <= CL_POLL_EVERY);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* Debug builds check the _locked naming rule: a _locked function called outside exclusive mode, or in
  * exclusive mode another thread holds, aborts with its name; inside exclusive mode it runs. */
 #ifdef CL_DEBUG_LOCKS
@@ -552,6 +636,8 @@ int main(void) {
       cmocka_unit_test(streams_come_and_go),
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
+      cmocka_unit_test(pending_block_keeps_malloc_warm),
+      cmocka_unit_test(pending_block_without_word),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

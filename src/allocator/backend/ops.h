@@ -80,6 +80,11 @@ typedef struct cl_backend_ops {
   cachalot_status (*event_sync)(cachalot_backend *b, cl_event *e);
   /* Returns the event to the backend's pool. Never fails. */
   void (*event_release)(cachalot_backend *b, cl_event *e);
+  /* A word that takes a value it has not held before each time an event recorded for `device` (the
+   * `device` of event_record) completes, soon after the completion; NULL when the backend keeps none,
+   * then or any more. Read it with an atomic load. The warm malloc reads it to skip a poll that could only
+   * find nothing done. NULL in the ops table is the same as NULL returned. */
+  const uint32_t *(*completion_word)(cachalot_backend *b, int device);
 
   /* Verifies that events can be recorded on `s` (NULL, the default stream, always can): INVALID_ARGUMENT
    * for a handle the backend knows is not a stream. Lets record_stream refuse a bad stream at once,

@@ -26,6 +26,10 @@ static void cuda_destroy(cachalot_backend *b) {
     pool->free = NULL;
     pthread_mutex_destroy(&pool->mu);
   }
+  uint32_t *words = atomic_load_explicit(&cb->words.host, memory_order_relaxed);
+  if (words && cl_cuda_real_free_host(words) != cudaSuccess) /* (at exit: as for the events above) */
+    (void)cudaGetLastError();
+  pthread_mutex_destroy(&cb->words.mu);
   free(cb);
 }
 
@@ -47,6 +51,7 @@ static const cl_backend_ops cuda_ops = {
     .event_query = cl_cuda_event_query,
     .event_sync = cl_cuda_event_sync,
     .event_release = cl_cuda_event_release,
+    .completion_word = cl_cuda_completion_word,
     .stream_check = cl_cuda_stream_check,
     .stream_capture_info = cl_cuda_stream_capture_info,
     .capture_frontier = cl_cuda_capture_frontier,
@@ -91,6 +96,10 @@ cachalot_status cachalot_backend_cuda(cachalot_backend **out) {
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_backend_cuda: out of host memory");
   cb->base.ops = &cuda_ops;
   cb->base.device_count = 0;
+  if (pthread_mutex_init(&cb->words.mu, NULL) != 0) {
+    free(cb);
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_backend_cuda: pthread_mutex_init failed");
+  }
   for (int d = 0; d < n; d++) {
     if (pthread_mutex_init(&cb->pools[d].mu, NULL) != 0) {
       cuda_destroy(&cb->base); /* destroys the device_count pools made so far */

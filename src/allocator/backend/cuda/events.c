@@ -1,8 +1,9 @@
 /* Events on the CUDA runtime: recorded from a per-device pool of recycled cudaEvent_t, queried, waited
- * on and given back to their pool. */
+ * on and given back to their pool; and the completion words that a stream write after each moves. */
 #include "private.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static void pool_push(cl_cuda_event_pool *pool, struct cl_event *e) {
   pthread_mutex_lock(&pool->mu);
@@ -20,6 +21,66 @@ static struct cl_event *pool_pop(cl_cuda_event_pool *pool) {
   return e;
 }
 
+/* (words_get, under the words' lock) */
+static uint32_t *make_words_locked(cl_cuda_backend *cb) {
+  cl_cuda_words *w = &cb->words;
+  uint32_t *host = atomic_load_explicit(&w->host, memory_order_relaxed);
+  if (!host && !atomic_load_explicit(&w->off, memory_order_relaxed)) {
+    w->write32 = (CUresult(*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int))cl_cuda_driver_symbol("cuStreamWriteValue32");
+    void *p = NULL, *dp = NULL;
+    const size_t bytes = (size_t)cb->base.device_count * CL_CUDA_WORD_STRIDE * sizeof(uint32_t);
+    if (w->write32 && cl_cuda_real_host_alloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess &&
+        cudaHostGetDevicePointer(&dp, p, 0) == cudaSuccess) {
+      memset(p, 0, bytes);
+      w->dev = (CUdeviceptr)(uintptr_t)dp;
+      host = p;
+      atomic_store_explicit(&w->host, host, memory_order_release);
+    } else {
+      (void)cudaGetLastError(); /* no words: the core polls as it did before them */
+      if (p)
+        (void)cl_cuda_real_free_host(p);
+      atomic_store_explicit(&w->off, true, memory_order_relaxed);
+    }
+  }
+  return host;
+}
+
+/* The words, made on first use (the device of `sc` current); NULL when they cannot be had or are off. */
+static uint32_t *words_get(cl_cuda_backend *cb) {
+  cl_cuda_words *w = &cb->words;
+  uint32_t *host = atomic_load_explicit(&w->host, memory_order_acquire);
+  if (!host && !atomic_load_explicit(&w->off, memory_order_relaxed)) {
+    pthread_mutex_lock(&w->mu);
+    host = make_words_locked(cb);
+    pthread_mutex_unlock(&w->mu);
+  }
+  return atomic_load_explicit(&w->off, memory_order_relaxed) ? NULL : host;
+}
+
+/* After event e recorded on s for `device`: the write that moves the device's word once e is done. A
+ * failure turns the words off and moves the word at once, so that no warm path trusts it to stand still. */
+static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
+  uint32_t *host = words_get(cb);
+  if (!host)
+    return;
+  cl_cuda_words *w = &cb->words;
+  const uint32_t v = atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed) + 1;
+  const size_t at = (size_t)device * CL_CUDA_WORD_STRIDE;
+  if (w->write32((CUstream)s, w->dev + at * sizeof(uint32_t), v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+    (void)cudaGetLastError();
+    atomic_store_explicit(&w->off, true, memory_order_relaxed);
+    __atomic_fetch_add(&host[at], 1u << 31, __ATOMIC_RELEASE); /* a value the writes do not reach soon */
+  }
+}
+
+const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device) {
+  cl_cuda_words *w = &as_cuda(b)->words;
+  uint32_t *host = atomic_load_explicit(&w->host, memory_order_acquire);
+  if (!host || atomic_load_explicit(&w->off, memory_order_relaxed) || device < 0 || device >= b->device_count)
+    return NULL;
+  return &host[(size_t)device * CL_CUDA_WORD_STRIDE];
+}
+
 cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_stream s,
                                      cl_event **out) {
   if (!out)
@@ -27,6 +88,7 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
   *out = NULL;
   /* A stream of another device (a block used by a peer device's stream) is recorded on that device,
    * with an event of that device: cudaEventRecord refuses an event and a stream of different devices. */
+  const int word_device = device; /* the core's device: its word is the one to move */
   if (s) {
     int sdev = device;
     cudaError_t derr = cl_cuda_stream_device(s, device, &sdev);
@@ -60,6 +122,8 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
   }
   e->next = NULL;
   cudaError_t err = cudaEventRecord(e->ev, s);
+  if (err == cudaSuccess)
+    word_write(as_cuda(b), word_device, s);
   device_leave(&sc);
   if (err != cudaSuccess) {
     /* A failed record leaves the event usable; the next record overwrites whatever it holds. */

@@ -17,6 +17,16 @@ void cl_cuda_set_real_host(cl_cuda_host_alloc_fn host_alloc, cl_cuda_free_host_f
   atomic_store_explicit(&real_free_host, free_host, memory_order_release);
 }
 
+cudaError_t cl_cuda_real_host_alloc(void **ptr, size_t size, unsigned int flags) {
+  cl_cuda_host_alloc_fn real = atomic_load_explicit(&real_host_alloc, memory_order_acquire);
+  return real ? real(ptr, size, flags) : cudaErrorNotSupported;
+}
+
+cudaError_t cl_cuda_real_free_host(void *ptr) {
+  cl_cuda_free_host_fn real = atomic_load_explicit(&real_free_host, memory_order_acquire);
+  return real ? real(ptr) : cudaErrorNotSupported;
+}
+
 static cachalot_status host_fail(cudaError_t err, const char *op, const char *call) {
   return cuda_fail(err == cudaErrorMemoryAllocation ? CACHALOT_ERROR_OUT_OF_MEMORY : CACHALOT_ERROR_DEVICE, err, op,
                    call);

@@ -20,9 +20,11 @@
 
 #include "../../../common/error.h"
 
+#include <cuda.h> /* the driver's types, for the functions found through cl_cuda_driver_symbol */
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,10 +44,28 @@ typedef struct {
   struct cl_event *free;
 } cl_cuda_event_pool;
 
+/* The completion words (ops.h): one 64-byte line per device of mapped, pinned host memory, made at the
+ * first event record. After each event it records, the backend enqueues a stream write of a number never
+ * written before (`next`) to the word of the event's device, which the GPU performs once the work before
+ * it, the event's included, is done. `off` once a write could not be enqueued: the words are no longer
+ * trusted (the failing record moves its word, so the warm paths reading it go to poll). */
+typedef struct {
+  pthread_mutex_t mu; /* guards making them */
+  uint32_t *_Atomic host; /* NULL until made */
+  CUdeviceptr dev;        /* the device address of `host` */
+  _Atomic uint32_t next;
+  _Atomic bool off;
+  CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int); /* cuStreamWriteValue32 */
+} cl_cuda_words;
+
 typedef struct {
   struct cachalot_backend base; /* first: a cachalot_backend* is a cl_cuda_backend* */
+  cl_cuda_words words;
   cl_cuda_event_pool pools[];   /* device_count of them */
 } cl_cuda_backend;
+
+/* Words per device in cl_cuda_words.host: one cache line each. */
+enum { CL_CUDA_WORD_STRIDE = 16 };
 
 static inline cl_cuda_backend *as_cuda(cachalot_backend *b) { return (cl_cuda_backend *)b; }
 
@@ -105,6 +125,10 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
 cachalot_status cl_cuda_event_query(cachalot_backend *b, cl_event *e, bool *done);
 cachalot_status cl_cuda_event_sync(cachalot_backend *b, cl_event *e);
 void cl_cuda_event_release(cachalot_backend *b, cl_event *e);
+const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device);
+/* The runtime's own cudaHostAlloc and cudaFreeHost (not the interposer's), for the backend's own pinning. */
+cudaError_t cl_cuda_real_host_alloc(void **ptr, size_t size, unsigned int flags);
+cudaError_t cl_cuda_real_free_host(void *ptr);
 
 /* streams.c: the device of stream `s`; NULL (the legacy stream) and a capturing stream are `device`'s. */
 cudaError_t cl_cuda_stream_device(cachalot_stream s, int device, int *out);

@@ -35,13 +35,16 @@ cachalot_status cachalot_sim_stream_complete(cachalot_backend *b, cachalot_strea
   if (!s) {
     for (int d = 0; d < sim->base.device_count; d++)
       sim->dev[d].default_stream.completed = sim->dev[d].default_stream.submitted;
+    sim_completed_locked(sim);
   } else {
     struct sim_stream *stream = find_stream_locked(sim, s);
-    if (stream)
+    if (stream) {
       stream->completed = stream->submitted;
-    else
+      sim_completed_locked(sim);
+    } else {
       st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cachalot_sim_stream_complete: unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
+    }
   }
   sim_unlock(sim);
   return st;
@@ -84,6 +87,17 @@ cachalot_status cachalot_sim_fail_events(cachalot_backend *b, int count) {
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   sim->fail_events = count;
+  sim_unlock(sim);
+  return CACHALOT_OK;
+}
+
+cachalot_status cachalot_sim_completion_word(cachalot_backend *b, bool keep) {
+  cachalot_status st = sim_check(b, "cachalot_sim_completion_word");
+  if (st != CACHALOT_OK)
+    return st;
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  sim->no_word = !keep;
   sim_unlock(sim);
   return CACHALOT_OK;
 }

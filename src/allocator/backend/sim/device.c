@@ -258,8 +258,10 @@ cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e) {
    * everything before the event on its stream finishes with it. */
   if (st == CACHALOT_OK)
     sim_stream_settle(sim, ev->stream);
-  if (st == CACHALOT_OK && ev->stream->completed < ev->seq)
+  if (st == CACHALOT_OK && ev->stream->completed < ev->seq) {
     ev->stream->completed = ev->seq;
+    sim_completed_locked(sim);
+  }
   sim_unlock(sim);
   return st;
 }
@@ -277,6 +279,15 @@ void cl_sim_event_release(cachalot_backend *b, cl_event *e) {
     sim->free_events = ev;
   }
   sim_unlock(sim);
+}
+
+const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device) {
+  (void)device; /* one word for every device: a completion on one sends the others to poll too, which is safe */
+  struct sim_backend *sim = sim_of(b);
+  sim_lock(sim);
+  const bool keep = !sim->no_word;
+  sim_unlock(sim);
+  return keep ? &sim->completions : NULL;
 }
 
 /* A handle that names the allocation: the bytes "cachalot-sim-ipc", the device and the base address (the

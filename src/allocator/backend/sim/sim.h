@@ -204,6 +204,9 @@ struct sim_backend {
   size_t capacity;
   bool complete_immediately;
   pthread_mutex_t mu;
+  /* The completion word of every device (ops.h): raised, under mu, by whatever completes work */
+  uint32_t completions;
+  bool no_word; /* cachalot_sim_completion_word(b, false): completion_word answers NULL */
 
   struct sim_device dev[SIM_MAX_DEVICES];
   struct sim_stream *streams;
@@ -246,6 +249,11 @@ static inline cachalot_status sim_check_device(const struct sim_backend *sim, in
   return CACHALOT_OK;
 }
 
+/* Work completed somewhere: the completion word moves. */
+static inline void sim_completed_locked(struct sim_backend *sim) {
+  __atomic_fetch_add(&sim->completions, 1, __ATOMIC_RELEASE);
+}
+
 /* Completes what the stream submitted before its device's latest synchronization (see sim_stream). */
 static inline void sim_stream_settle(struct sim_backend *sim, struct sim_stream *st) {
   const uint64_t epoch = sim->dev[st->device].sync_epoch;
@@ -260,8 +268,10 @@ static inline void sim_stream_settle(struct sim_backend *sim, struct sim_stream 
 static inline uint64_t sim_submit_locked(struct sim_backend *sim, struct sim_stream *st, uint64_t n) {
   sim_stream_settle(sim, st);
   st->submitted += n;
-  if (sim->complete_immediately)
+  if (sim->complete_immediately) {
     st->completed = st->submitted;
+    sim_completed_locked(sim);
+  }
   return st->submitted;
 }
 
@@ -270,6 +280,7 @@ static inline void sim_complete_device_locked(struct sim_backend *sim, int devic
   struct sim_stream *def = &sim->dev[device].default_stream;
   def->completed = def->submitted;
   sim->dev[device].sync_epoch++;
+  sim_completed_locked(sim);
 }
 
 static inline struct sim_stream *find_stream_locked(struct sim_backend *sim, cachalot_stream s) {
@@ -371,6 +382,7 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
 cachalot_status cl_sim_event_query(cachalot_backend *b, cl_event *e, bool *done);
 cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e);
 void cl_sim_event_release(cachalot_backend *b, cl_event *e);
+const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device);
 
 /* streams.c */
 cachalot_status cl_sim_stream_create_impl(struct sim_backend *sim, int device, cachalot_stream *out,
