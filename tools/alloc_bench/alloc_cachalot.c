@@ -173,6 +173,43 @@ static int cl_run(ab_alloc *base, void *const *streams, const ab_op *ops, size_t
   return 0;
 }
 
+/* cl_run with record_stream before the frees that ask for it (the cross rows). */
+static int cl_run_rec(ab_alloc *base, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
+                      char err[AB_ERR_LEN]) {
+  cachalot_allocator *a = ((cl_inst *)base)->a;
+  for (size_t i = 0; i < n; i++) {
+    const ab_op *o = &ops[i];
+    cachalot_status st = CACHALOT_OK;
+    const char *what = "cachalot_free";
+    if (o->size != 0) {
+      st = cachalot_malloc(a, 0, (size_t)o->size, (cachalot_stream)streams[o->stream], &slots[o->slot]);
+      what = "cachalot_malloc";
+    } else {
+      if (o->record != 0 &&
+          (st = cachalot_record_stream(a, slots[o->slot], (cachalot_stream)streams[o->record - 1])) != CACHALOT_OK)
+        what = "cachalot_record_stream";
+      if (st == CACHALOT_OK)
+        st = cachalot_free(a, slots[o->slot]);
+    }
+    if (st != CACHALOT_OK) {
+      *done = i;
+      return fail(err, what, st);
+    }
+  }
+  *done = n;
+  return 0;
+}
+
+static int cl_history(ab_alloc *base, bool on, bool stacks, char err[AB_ERR_LEN]) {
+  cachalot_allocator *a = ((cl_inst *)base)->a;
+  cachalot_status st = cachalot_record_history(a, on, 100000); /* PyTorch's default max_entries */
+  if (st != CACHALOT_OK)
+    return fail(err, "cachalot_record_history", st);
+  if ((st = cachalot_record_history_stacks(a, on && stacks)) != CACHALOT_OK)
+    return fail(err, "cachalot_record_history_stacks", st);
+  return 0;
+}
+
 static int cl_sync(ab_alloc *base, void *const *streams, int n, char err[AB_ERR_LEN]) {
   cl_inst *c = (cl_inst *)base;
   if (c->sim)
@@ -334,6 +371,8 @@ const ab_allocator ab_cachalot = {
     .probe = probe_cuda,
     .open = open_cuda,
     .run = cl_run,
+    .run_rec = cl_run_rec,
+    .history = cl_history,
     .sync = cl_sync,
     .stats = cl_stats,
     .check = cl_check,
@@ -351,6 +390,8 @@ const ab_allocator ab_cachalot_sim = {
     .probe = probe_sim,
     .open = open_sim,
     .run = cl_run,
+    .run_rec = cl_run_rec,
+    .history = cl_history,
     .sync = cl_sync,
     .stats = cl_stats,
     .check = cl_check,

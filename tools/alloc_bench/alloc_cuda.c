@@ -198,6 +198,26 @@ static int async_run(ab_alloc *base, void *const *streams, const ab_op *ops, siz
   return 0;
 }
 
+/* The cross rows: a block used on another stream is freed on that stream (stream-ordered, what
+ * cudaMallocAsync asks of a program whose last use of a block is there). */
+static int async_run_rec(ab_alloc *base, void *const *streams, const ab_op *ops, size_t n, void **slots,
+                         size_t *done, char err[AB_ERR_LEN]) {
+  cudaMemPool_t pool = ((cu_inst *)base)->pool;
+  for (size_t i = 0; i < n; i++) {
+    const ab_op *o = &ops[i];
+    cudaError_t e = o->size != 0 ? cudaMallocFromPoolAsync(&slots[o->slot], (size_t)o->size, pool,
+                                                           (cudaStream_t)streams[o->stream])
+                                 : cudaFreeAsync(slots[o->slot],
+                                                 (cudaStream_t)streams[o->record ? o->record - 1 : o->stream]);
+    if (e != cudaSuccess) {
+      *done = i;
+      return cuda_fail(err, o->size ? "cudaMallocFromPoolAsync" : "cudaFreeAsync", e);
+    }
+  }
+  *done = n;
+  return 0;
+}
+
 static int malloc_run(ab_alloc *base, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
                       char err[AB_ERR_LEN]) {
   (void)streams;
@@ -369,6 +389,8 @@ const ab_allocator ab_cuda_async = {
     .probe = probe_async,
     .open = open_async,
     .run = async_run,
+    .run_rec = async_run_rec,
+    .history_na = "keeps no history",
     .sync = async_sync,
     .stats = async_stats,
     .check = async_check,
@@ -384,6 +406,8 @@ const ab_allocator ab_cuda_malloc = {
     .probe = ab_cuda_probe,
     .open = open_malloc,
     .run = malloc_run,
+    .run_rec = malloc_run, /* cudaFree waits for the device: any stream's use is over */
+    .history_na = "keeps no history",
     .sync = malloc_sync,
     .stats = malloc_stats,
     .check = NULL,

@@ -23,6 +23,7 @@
 static const char help[] =
     "usage: alloc_bench [--workload W,...|all] [--allocators A,...|all] [--threads N] [--streams N]\n"
     "                   [--repeat R] [--ops N] [--graph-ops N] [--replays K] [--host-ops N]\n"
+    "                   [--stream-requests N]\n"
     "                   [--trace FILE]... [--trace-dir DIR] [--pin CPU] [--seed S] [--conf STRING]\n"
     "                   [--csv FILE] [--json FILE] [--svg FILE] [-v]\n"
     "       alloc_bench svg IN.csv OUT.svg\n"
@@ -37,6 +38,15 @@ static const char help[] =
     "Workloads (--workload, comma-separated; default all):\n"
     "  pair     alloc + free of one size, N times, for 256 B, 4 KiB, 512 KiB, 2 MiB and 32 MiB\n"
     "           (rows pair-256B ... pair-32MiB); timed PER PAIR (ns/pair), not per call\n"
+    "  cross    4 KiB pairs on one stream, every 4th (row cross-4) or 64th (cross-64) block used on a\n"
+    "           second stream before its free (record_stream; cudaMallocAsync frees it on that\n"
+    "           stream, cudaMalloc frees it); ns/pair\n"
+    "  history  4 KiB pairs with the allocator's history recorded: history-4KiB without call stacks,\n"
+    "           history-stacks-4KiB with them (cachalot_record_history[_stacks]; PyTorch's\n"
+    "           _record_memory_history with context None, then 'all' and Python stacks); ns/pair;\n"
+    "           n/a for the CUDA runtime's allocators, which keep none\n"
+    "  streams  a stream per request: --stream-requests requests, each on a stream of its own,\n"
+    "           allocate 4 KiB and 64 KiB and free both (row streams-N, ns per request of 4 calls)\n"
     "  random   RMM-style: N steps, each allocates (73 %, while fewer than the cap are live) a\n"
     "           log-uniform size, or frees a random live allocation; then frees the rest. Rows\n"
     "           random-1MiB (256 B-1 MiB, at most 1000 live) and random-64MiB (256 B-64 MiB, at most\n"
@@ -61,9 +71,10 @@ static const char help[] =
     "  cudaMallocAsync  a cudaMemPoolCreate pool of its own, release threshold UINT64_MAX\n"
     "  cudaMalloc       plain cudaMalloc / cudaFree\n"
     "  cudaHostAlloc    host workload: plain cudaHostAlloc / cudaFreeHost, no cache\n"
-    "  PyTorch          host workload: PyTorch's caching host allocator (what pin_memory=True uses),\n"
-    "                   timed in C++ in a python3 child (torch_host.py beside alloc_bench's sources;\n"
-    "                   needs torch with CUDA, and a C++ compiler for its loop: built once, cached)\n"
+    "  PyTorch          PyTorch's CUDA caching allocator (one thread: no mt rows; no graph rows) and\n"
+    "                   its caching host allocator (what pin_memory=True uses), timed in C++ in a python3\n"
+    "                   child (torch_host.py beside alloc_bench's sources; needs torch with CUDA and the\n"
+    "                   cachalot package with its PyTorch backend, whose library holds the loops)\n"
     "  cachalot-sim     cachalot on the simulated device (events complete at once; no GPU needed)\n"
     "\n"
     "Columns: median [min-max] over the timed passes; peak reserved and peak allocated bytes (cachalot:\n"
@@ -89,6 +100,8 @@ static const char help[] =
     "      --replays K         graph launches per timed pass (default 100)\n"
     "      --host-ops N        alloc + free pairs per pass of the host workload (default 1000: pinning\n"
     "                          costs milliseconds, and cudaHostAlloc's row pins every time)\n"
+    "      --stream-requests N requests (and streams) of the streams workload (default 10000, at most\n"
+    "                          65535)\n"
     "      --trace FILE        a snapshot to replay (repeatable; replaces the default traces); a FILE\n"
     "                          that does not exist and has no '/' is a trace's NAME in --trace-dir\n"
     "                          (kv_generate: kv_generate.snapshot.json.gz there)\n"
@@ -116,7 +129,8 @@ static const char help[] =
     "empty list, a bad --conf string, an allocator named for workloads it has no rows in too, two\n"
     "outputs to '-').\n";
 
-const char *const ab_workload_names[WL_COUNT] = {"pair", "random", "mt", "replay", "graph", "host"};
+const char *const ab_workload_names[WL_COUNT] = {"pair",   "cross", "history", "streams", "random",
+                                                 "mt",     "replay", "graph",  "host"};
 
 static const ab_allocator *const all_allocators[] = {&ab_cachalot,        &ab_cuda_async, &ab_cuda_malloc,
                                                      &ab_cuda_host_alloc, &ab_torch,      &ab_cachalot_sim};
@@ -183,8 +197,11 @@ static void pick_workload(config *c, int i) { c->workload[i] = true; }
 
 static int parse_workloads(const char *list, config *c) {
   memset(c->workload, 0, sizeof c->workload);
-  return parse_names(list, ab_workload_names, WL_COUNT, "workload", "pair, random, mt, replay, graph, host or all",
-                     "--workload names no workload (pair, random, mt, replay, graph, host or all)", pick_workload, c);
+  return parse_names(list, ab_workload_names, WL_COUNT, "workload",
+                     "pair, cross, history, streams, random, mt, replay, graph, host or all",
+                     "--workload names no workload (pair, cross, history, streams, random, mt, replay, graph, host "
+                     "or all)",
+                     pick_workload, c);
 }
 
 /* An allocator named twice runs once. */
@@ -337,6 +354,7 @@ enum {
   OPT_GRAPH_OPS = 256,
   OPT_REPLAYS,
   OPT_HOST_OPS,
+  OPT_STREAM_REQUESTS,
   OPT_TRACE,
   OPT_TRACE_DIR,
   OPT_SEED,
@@ -435,6 +453,10 @@ static int apply_option(config *c, int o, char **argv) {
     rc = count_arg("--host-ops", 100000000, &v);
     c->host_ops = (size_t)v;
     break;
+  case OPT_STREAM_REQUESTS:
+    rc = count_arg("--stream-requests", AB_MAX_STREAMS, &v);
+    c->stream_requests = (uint32_t)v;
+    break;
   case OPT_TRACE:
     if (add_trace(c, optarg) != 0)
       rc = ab_usage_error("out of host memory");
@@ -473,6 +495,7 @@ int ab_parse_args(int argc, char **argv, config *c) {
                                            {"graph-ops", required_argument, NULL, OPT_GRAPH_OPS},
                                            {"replays", required_argument, NULL, OPT_REPLAYS},
                                            {"host-ops", required_argument, NULL, OPT_HOST_OPS},
+                                           {"stream-requests", required_argument, NULL, OPT_STREAM_REQUESTS},
                                            {"trace", required_argument, NULL, OPT_TRACE},
                                            {"trace-dir", required_argument, NULL, OPT_TRACE_DIR},
                                            {"seed", required_argument, NULL, OPT_SEED},
@@ -486,7 +509,7 @@ int ab_parse_args(int argc, char **argv, config *c) {
                                            {"version", no_argument, NULL, OPT_VERSION},
                                            {0}};
   *c = (config){.threads = 8, .streams = 1, .repeat = 5, .replays = 100, .ops = 20000, .graph_ops = 1000,
-                .host_ops = 1000, .seed = 1, .trace_dir = ALLOC_BENCH_TRACE_DIR, .pin = -1};
+                .host_ops = 1000, .stream_requests = 10000, .seed = 1, .trace_dir = ALLOC_BENCH_TRACE_DIR, .pin = -1};
   parse_workloads("all", c);
   parse_allocators("all", c);
   opterr = 0;

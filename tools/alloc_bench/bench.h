@@ -23,12 +23,16 @@ enum { AB_ERR_LEN = 512 };
 /* ---- operation sequences (sequence.c) ---- */
 
 /* One operation: size != 0 allocates `size` bytes on streams[stream] and stores the pointer in
- * slots[slot]; size == 0 frees slots[slot] (stream is then the stream it was allocated on). */
+ * slots[slot]; size == 0 frees slots[slot] (stream is then the stream it was allocated on), after
+ * marking it used on streams[record - 1] when record != 0 (PyTorch's record_stream: the cross workload,
+ * which only the allocators' run_rec runs). */
 typedef struct {
   uint64_t size;
   uint32_t slot;
-  uint32_t stream;
+  uint16_t stream;
+  uint16_t record;
 } ab_op;
+enum { AB_MAX_STREAMS = 65535 };
 
 /* A sequence starts and ends with nothing live (the last operations free whatever is still live). */
 typedef struct {
@@ -51,6 +55,11 @@ uint64_t ab_rng_below(ab_rng *r, uint64_t n);
 
 /* `pairs` x (allocate `size` into slot 0, free slot 0). */
 int ab_seq_pair(ab_seq *s, uint64_t size, size_t pairs, char err[AB_ERR_LEN]);
+/* The pairs of ab_seq_pair on stream 0, where every `every`-th block is used on stream 1 before its free
+ * (record = 2): the side-stream pattern of a data prefetcher. */
+int ab_seq_cross(ab_seq *s, uint64_t size, size_t pairs, uint32_t every, char err[AB_ERR_LEN]);
+/* `requests` requests, request i on stream i: allocate `small` and `large` bytes, free both. */
+int ab_seq_streams(ab_seq *s, uint32_t requests, uint64_t small, uint64_t large, char err[AB_ERR_LEN]);
 /* `pairs` x (allocate a size drawn log-uniformly from [min, max] into slot 0, free slot 0): the host
  * workload's pinned blocks. */
 int ab_seq_host(ab_seq *s, uint64_t min, uint64_t max, size_t pairs, uint64_t seed, char err[AB_ERR_LEN]);
@@ -60,7 +69,7 @@ int ab_seq_host(ab_seq *s, uint64_t min, uint64_t max, size_t pairs, uint64_t se
  * allocation's stream is its slot % n_streams. */
 int ab_seq_random(ab_seq *s, uint64_t min, uint64_t max, size_t steps, uint32_t cap, uint32_t n_streams,
                   uint64_t seed, char err[AB_ERR_LEN]);
-/* Appends one operation (used by the generators and the trace conversion). */
+/* Appends one operation (used by the generators and the trace conversion); stream < AB_MAX_STREAMS. */
 int ab_seq_push(ab_seq *s, uint64_t size, uint32_t slot, uint32_t stream, char err[AB_ERR_LEN]);
 /* Fills n_slots, n_allocs and peak_requested from the ops, and checks the sequence's shape: every free
  * frees a live slot, every alloc fills a free one, nothing is live at the end. */
@@ -115,6 +124,16 @@ struct ab_allocator {
    * streams. */
   int (*run)(ab_alloc *a, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
              char err[AB_ERR_LEN]);
+  /* The same, honouring each free's `record` (NULL: the cross rows are n/a). A loop of its own, so that
+   * run's, which the pair rows and callgrind's count time, has no test for it. */
+  int (*run_rec)(ab_alloc *a, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
+                 char err[AB_ERR_LEN]);
+  /* History on (stacks: with the call stacks of each allocation) or off, before a history row's passes
+   * (NULL, with history_na saying why: the history rows are n/a). */
+  int (*history)(ab_alloc *a, bool on, bool stacks, char err[AB_ERR_LEN]);
+  const char *history_na;
+  /* Why the mt rows are n/a (NULL: they run). */
+  const char *mt_na;
   /* Waits for the device work of the given streams. */
   int (*sync)(ab_alloc *a, void *const *streams, int n, char err[AB_ERR_LEN]);
   /* Statistics of the instance's whole life; graph: the graph workload ran (memory of graphs). */

@@ -5,7 +5,7 @@
 
 #include "bench.h"
 
-enum { WL_PAIR, WL_RANDOM, WL_MT, WL_REPLAY, WL_GRAPH, WL_HOST, WL_COUNT };
+enum { WL_PAIR, WL_CROSS, WL_HISTORY, WL_STREAMS, WL_RANDOM, WL_MT, WL_REPLAY, WL_GRAPH, WL_HOST, WL_COUNT };
 extern const char *const ab_workload_names[WL_COUNT];
 
 /* How many allocators alloc_bench knows (args.c lists them). */
@@ -18,6 +18,7 @@ typedef struct {
   int n_alloc;
   int threads, streams, repeat, replays;
   size_t ops, graph_ops, host_ops;
+  uint32_t stream_requests; /* the streams workload's requests (and streams) */
   uint64_t seed;
   char **traces;
   size_t n_traces;

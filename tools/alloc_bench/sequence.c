@@ -1,6 +1,7 @@
 /* alloc_bench: the pre-generated operation sequences (see bench.h). */
 #include "bench.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ static uint64_t log_uniform(ab_rng *r, double lmin, double lmax, uint64_t min, u
 }
 
 int ab_seq_push(ab_seq *s, uint64_t size, uint32_t slot, uint32_t stream, char err[AB_ERR_LEN]) {
+  if (stream >= AB_MAX_STREAMS) {
+    snprintf(err, AB_ERR_LEN, "stream %" PRIu32 ": a sequence has at most %d streams", stream, AB_MAX_STREAMS);
+    return -1;
+  }
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 1024;
     ab_op *ops = realloc(s->ops, cap * sizeof *ops);
@@ -39,7 +44,7 @@ int ab_seq_push(ab_seq *s, uint64_t size, uint32_t slot, uint32_t stream, char e
     s->ops = ops;
     s->cap = cap;
   }
-  s->ops[s->n++] = (ab_op){.size = size, .slot = slot, .stream = stream};
+  s->ops[s->n++] = (ab_op){.size = size, .slot = slot, .stream = (uint16_t)stream};
   return 0;
 }
 
@@ -121,6 +126,26 @@ int ab_seq_pair(ab_seq *s, uint64_t size, size_t pairs, char err[AB_ERR_LEN]) {
   memset(s, 0, sizeof *s);
   for (size_t i = 0; i < pairs; i++)
     if (ab_seq_push(s, size, 0, 0, err) || ab_seq_push(s, 0, 0, 0, err))
+      return -1;
+  return ab_seq_finish(s, err);
+}
+
+int ab_seq_cross(ab_seq *s, uint64_t size, size_t pairs, uint32_t every, char err[AB_ERR_LEN]) {
+  memset(s, 0, sizeof *s);
+  for (size_t i = 0; i < pairs; i++) {
+    if (ab_seq_push(s, size, 0, 0, err) || ab_seq_push(s, 0, 0, 0, err))
+      return -1;
+    if (every != 0 && i % every == every - 1)
+      s->ops[s->n - 1].record = 2; /* streams[1] */
+  }
+  return ab_seq_finish(s, err);
+}
+
+int ab_seq_streams(ab_seq *s, uint32_t requests, uint64_t small, uint64_t large, char err[AB_ERR_LEN]) {
+  memset(s, 0, sizeof *s);
+  for (uint32_t i = 0; i < requests; i++)
+    if (ab_seq_push(s, small, 0, i, err) || ab_seq_push(s, large, 1, i, err) || ab_seq_push(s, 0, 0, i, err) ||
+        ab_seq_push(s, 0, 1, i, err))
       return -1;
   return ab_seq_finish(s, err);
 }

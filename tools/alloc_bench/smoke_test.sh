@@ -117,7 +117,7 @@ grep -q '^replay-tiny,cachalot-sim,' "$dir/tiny.csv" || fail "--trace tiny --tra
 
 # Every workload on the simulated device, small.
 "$bench" --allocators cachalot-sim --workload all --ops 300 --repeat 1 --threads 2 --graph-ops 50 --replays 5 \
-  --host-ops 30 --trace "$dir/tiny.json" --csv "$dir/out.csv" --json "$dir/out.json" --svg "$dir/out.svg" \
+  --host-ops 30 --stream-requests 50 --trace "$dir/tiny.json" --csv "$dir/out.csv" --json "$dir/out.json" --svg "$dir/out.svg" \
   >"$dir/table.txt" 2>"$dir/stderr.txt"
 rc=$?
 [ "$rc" = 0 ] || { fail "the sim run exited $rc"; cat "$dir/stderr.txt"; }
@@ -125,8 +125,8 @@ for f in out.csv out.json out.svg; do
   [ -s "$dir/$f" ] || fail "$f was not written"
 done
 head -1 "$dir/out.csv" | grep -q '^workload,allocator,status,unit,' || fail "out.csv has no header"
-for w in pair-256B pair-4KiB pair-512KiB pair-2MiB pair-32MiB random-1MiB random-64MiB mt-1 mt-2 graph-capture \
-  graph-replay host-4KiB-64MiB; do
+for w in pair-256B pair-4KiB pair-512KiB pair-2MiB pair-32MiB cross-4 cross-64 history-4KiB history-stacks-4KiB \
+  streams-50 random-1MiB random-64MiB mt-1 mt-2 graph-capture graph-replay host-4KiB-64MiB; do
   grep -q "^$w,cachalot-sim,ok,ns/" "$dir/out.csv" || fail "out.csv has no ok row $w for cachalot-sim"
   grep -q "^$w " "$dir/table.txt" || fail "the table has no row $w"
 done
@@ -139,7 +139,10 @@ if grep -q '^replay-tiny,cachalot-sim,ok,' "$dir/out.csv"; then
     fail "replay-tiny: expected 6 ops and a requested peak of 3001000 bytes"
 fi
 n_rows=$(($(wc -l <"$dir/out.csv") - 1))
-[ "$n_rows" = 13 ] || fail "out.csv has $n_rows rows, expected 13"
+[ "$n_rows" = 18 ] || fail "out.csv has $n_rows rows, expected 18"
+# streams-50: 50 requests, each a stream of its own: 50 streams, and a small segment each (the warm-up's)
+grep -q '^streams-50,cachalot-sim,ok,ns/req,50,1,1,50,' "$dir/out.csv" || fail "streams-50: expected 50 requests on 50 streams"
+grep -q '^streams-50,cachalot-sim,ok,.*,104857600,' "$dir/out.csv" || fail "streams-50: expected 50 x 2 MiB reserved"
 grep -q '"tool": "alloc_bench"' "$dir/out.json" || fail "out.json is not alloc_bench's"
 if command -v python3 >/dev/null; then
   python3 -m json.tool "$dir/out.json" >/dev/null || fail "out.json is not valid JSON"

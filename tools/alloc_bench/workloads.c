@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -137,18 +138,43 @@ static bool open_row(const config *c, int idx, const ab_allocator *vt, int n_str
   return true;
 }
 
-/* One thread, one stream: the pair, random and replay workloads. */
-static void run_single(ab_results *res, const config *c, int idx, const char *name, const char *unit,
-                       const ab_seq *s, uint64_t units, const char *note) {
+/* How a one-thread row runs: its streams (the sequence's, stream 0 the one synchronized), whether its
+ * frees record (run_rec), and history off (0), on (1) or with stacks (2). */
+typedef struct {
+  int n_streams;
+  bool rec;
+  int history;
+} single_how;
+static const single_how PLAIN = {1, false, 0};
+
+/* One thread: the pair, cross, history, streams, random and replay workloads. */
+static void run_single_how(ab_results *res, const config *c, int idx, const char *name, const char *unit,
+                           const ab_seq *s, uint64_t units, const char *note, single_how how) {
   const ab_allocator *vt = c->alloc[idx];
   ab_row *r = new_row(res, name, vt, unit, units, c);
   r->peak_requested = (int64_t)s->peak_requested;
+  r->streams = how.n_streams;
   if (note != NULL)
     snprintf(r->note, sizeof r->note, "%s", note);
+  const char *na = how.rec && !vt->run_rec ? "cannot mark a block used on another stream"
+                   : how.history && !vt->history ? (vt->history_na ? vt->history_na : "keeps no history")
+                                                 : NULL;
+  if (na != NULL && c->skip[idx][0] == '\0') {
+    r->status = AB_ROW_NA;
+    snprintf(r->note, sizeof r->note, "%s", na);
+    return;
+  }
   ab_alloc *a;
-  if (!open_row(c, idx, vt, 1, &r, 1, &a))
+  if (!open_row(c, idx, vt, how.n_streams, &r, 1, &a))
     return;
   char err[AB_ERR_LEN];
+  if (how.history && vt->history(a, true, how.history == 2, err) != 0) {
+    row_error(r, "turning history on", err);
+    vt->close(a);
+    return;
+  }
+  int (*const run)(ab_alloc *, void *const *, const ab_op *, size_t, void **, size_t *, char *) =
+      how.rec ? vt->run_rec : vt->run;
   void **slots = calloc(s->n_slots ? s->n_slots : 1, sizeof *slots);
   double *t = calloc((size_t)c->repeat, sizeof *t);
   if (slots == NULL || t == NULL) {
@@ -165,7 +191,7 @@ static void run_single(ab_results *res, const config *c, int idx, const char *na
       break;
     }
     uint64_t t0 = ab_now_ns();
-    int rc = vt->run(a, a->streams, s->ops, s->n, slots, &done, err);
+    int rc = run(a, a->streams, s->ops, s->n, slots, &done, err);
     if (rc == 0)
       rc = vt->sync(a, a->streams, 1, err);
     uint64_t t1 = ab_now_ns();
@@ -177,6 +203,8 @@ static void run_single(ab_results *res, const config *c, int idx, const char *na
     if (pass > 0)
       t[pass - 1] = (double)(t1 - t0) / (double)units;
   }
+  if (r->status == AB_ROW_OK && how.history && vt->history(a, false, false, err) != 0)
+    row_error(r, "turning history off", err);
   if (r->status == AB_ROW_OK)
     set_times(r, t, c->repeat);
   if (r->status == AB_ROW_OK)
@@ -185,6 +213,11 @@ static void run_single(ab_results *res, const config *c, int idx, const char *na
     vt->close(a);
   free(slots);
   free(t);
+}
+
+static void run_single(ab_results *res, const config *c, int idx, const char *name, const char *unit,
+                       const ab_seq *s, uint64_t units, const char *note) {
+  run_single_how(res, c, idx, name, unit, s, units, note, PLAIN);
 }
 
 /* ---- host: pinned host memory, one thread; the allocator times its loop itself ---- */
@@ -275,6 +308,11 @@ static void run_mt(ab_results *res, const config *c, int idx, int threads, const
   r->threads = threads;
   r->streams = c->streams;
   r->peak_requested = (int64_t)requested;
+  if (vt->mt_na != NULL && c->skip[idx][0] == '\0') {
+    r->status = AB_ROW_NA;
+    snprintf(r->note, sizeof r->note, "%s", vt->mt_na);
+    return;
+  }
   ab_alloc *a;
   if (!open_row(c, idx, vt, threads * c->streams, &r, 1, &a))
     return;
@@ -427,6 +465,50 @@ static void workload_pair(ab_results *res, const config *c) {
   }
 }
 
+/* Side-stream frees (docs/benchmarks.md): 4 KiB pairs on stream 0, every N-th block used on stream 1
+ * (record_stream; cudaMallocAsync frees it on stream 1) before its free; rows cross-4 and cross-64. */
+static void workload_cross(ab_results *res, const config *c) {
+  static const struct {
+    uint32_t every;
+    const char *name;
+  } kinds[] = {{4, "cross-4"}, {64, "cross-64"}};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    ab_seq s;
+    char err[AB_ERR_LEN];
+    seq_or_die(ab_seq_cross(&s, 4 << 10, c->ops, kinds[k].every, err), kinds[k].name, err);
+    for (int i = 0; i < c->n_alloc; i++)
+      run_single_how(res, c, i, kinds[k].name, "ns/pair", &s, c->ops, NULL, (single_how){2, true, 0});
+    ab_seq_free(&s);
+  }
+}
+
+/* History recorded (without and with the call stacks of each allocation): the 4 KiB pairs. */
+static void workload_history(ab_results *res, const config *c) {
+  ab_seq s;
+  char err[AB_ERR_LEN];
+  seq_or_die(ab_seq_pair(&s, 4 << 10, c->ops, err), "history", err);
+  for (int h = 1; h <= 2; h++)
+    for (int i = 0; i < c->n_alloc; i++)
+      run_single_how(res, c, i, h == 1 ? "history-4KiB" : "history-stacks-4KiB", "ns/pair", &s, c->ops, NULL,
+                     (single_how){1, false, h});
+  ab_seq_free(&s);
+}
+
+/* A stream per request: --stream-requests requests, each on a stream of its own, allocate 4 KiB and
+ * 64 KiB and free both; ns per request (4 calls). The passes after the warm-up find every stream's
+ * memory cached: what it costs that many streams hold some. */
+static void workload_streams(ab_results *res, const config *c) {
+  ab_seq s;
+  char err[AB_ERR_LEN];
+  seq_or_die(ab_seq_streams(&s, c->stream_requests, 4 << 10, 64 << 10, err), "streams", err);
+  char name[32];
+  snprintf(name, sizeof name, "streams-%" PRIu32, c->stream_requests);
+  for (int i = 0; i < c->n_alloc; i++)
+    run_single_how(res, c, i, name, "ns/req", &s, c->stream_requests, NULL,
+                   (single_how){(int)c->stream_requests, false, 0});
+  ab_seq_free(&s);
+}
+
 /* The random workloads' caps (docs/benchmarks.md): 1000 live of 256 B-1 MiB (~123 KiB each on average);
  * 500 live of 256 B-64 MiB (~5.1 MiB each on average: ~2.5 GiB live, 32 GiB if all were 64 MiB, which fits
  * an H100's 79.6 GiB with every allocator's slack). */
@@ -561,6 +643,12 @@ void ab_run_workloads(ab_results *res, const config *all) {
   const config *c = &dev;
   if (c->workload[WL_PAIR])
     workload_pair(res, c);
+  if (c->workload[WL_CROSS])
+    workload_cross(res, c);
+  if (c->workload[WL_HISTORY])
+    workload_history(res, c);
+  if (c->workload[WL_STREAMS])
+    workload_streams(res, c);
   if (c->workload[WL_RANDOM])
     workload_random(res, c);
   if (c->workload[WL_MT])
