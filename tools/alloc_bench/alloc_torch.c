@@ -1,15 +1,22 @@
-/* alloc_bench: PyTorch's caching host allocator ("PyTorch"; the host workload only).
+/* alloc_bench: PyTorch's allocators ("PyTorch"): its CUDA caching allocator (the device workloads but mt
+ * and graph) and its caching host allocator (the host workload).
  *
- * PyTorch's allocator is C++ inside the torch Python package, so the row runs in a child process:
+ * PyTorch's allocators are C++ inside the torch Python package, so the row runs in a child process:
  * `python3 torch_host.py serve` (tools/alloc_bench/torch_host.py, found at the path built in), which loads
- * torch and a small C++ extension whose loop calls the allocator that pin_memory=True uses, and answers
- * one line per command over a socket pair on its standard input and output:
+ * torch and the loops of cachalot's PyTorch backend library (src/torch/bench.cpp): one calls the allocator
+ * that pin_memory=True uses, one PyTorch's CUDA caching allocator. It answers one line per command over a
+ * socket pair on its standard input and output:
  *
  *   (at start)                   -> "ready TORCH_VERSION" | "error MESSAGE"
  *   "ops N" + N lines "SIZE SLOT" -> "loaded"             | "error MESSAGE"   (SIZE 0 frees SLOT)
  *   "pass"                        -> "ok NS"              | "error DONE MESSAGE"
  *   "stats"                       -> "stats RESERVED_PEAK ALLOCATED_PEAK PINNINGS"   (-1: unknown)
  *   "check"                       -> "ok"                 | "error MESSAGE"
+ * and for the device workloads, the same with a d (the sequence's ops carry their stream and record, the
+ * stats are torch.cuda.memory_stats()'s, the check empties the cache and finds nothing reserved):
+ *   "dops N STREAMS" + N lines "SIZE SLOT STREAM RECORD" -> "loaded" | "error MESSAGE"
+ *   "dpass", "dstats", "dcheck"
+ *   "history off|plain|stacks"    -> "ok"                 | "error MESSAGE"
  *
  * NS is the time of the loop alone, taken in the child; the child's stderr is ours. One child per row,
  * so each row starts from a fresh allocator, as the others do. The probe (`torch_host.py probe`) builds
@@ -39,6 +46,7 @@ typedef struct {
   FILE *in; /* the same end, for reading the replies line by line */
   const ab_op *loaded; /* the sequence the child holds (NULL: none yet) */
   size_t loaded_n;
+  bool device; /* the row is a device workload's (the d commands) */
 } pt_inst;
 
 enum { LINE = 400 }; /* a reply line: the driver keeps its messages to 300 characters */
@@ -179,15 +187,21 @@ static int command(pt_inst *p, const char *cmd, char line[LINE], char err[AB_ERR
 }
 
 static int pt_open(ab_alloc **out, int n_streams, char err[AB_ERR_LEN]) {
-  (void)n_streams; /* the host workload uses no stream */
   *out = NULL;
   pt_inst *p = calloc(1, sizeof *p);
-  if (p == NULL) {
+  /* the streams live in the child: the handles here are placeholders the harness passes back */
+  void **streams = calloc(n_streams > 0 ? (size_t)n_streams : 1, sizeof *streams);
+  if (p == NULL || streams == NULL) {
+    free(p);
+    free(streams);
     snprintf(err, AB_ERR_LEN, "out of host memory");
     return -1;
   }
   p->base.vt = &ab_torch;
+  p->base.n_streams = n_streams;
+  p->base.streams = streams;
   if (spawn_driver("serve", false, &p->pid, &p->fd, err) != 0) {
+    free(streams);
     free(p);
     return -1;
   }
@@ -196,6 +210,7 @@ static int pt_open(ab_alloc **out, int n_streams, char err[AB_ERR_LEN]) {
     close(p->fd);
     char how[128];
     reap(p->pid, how, sizeof how);
+    free(streams);
     free(p);
     return -1;
   }
@@ -211,19 +226,27 @@ static int pt_open(ab_alloc **out, int n_streams, char err[AB_ERR_LEN]) {
   return 0;
 }
 
-/* Sends ops[0..n) to the child, once per sequence (untimed: the child times its loop alone). */
+/* Sends ops[0..n) to the child, once per sequence (untimed: the child times its loop alone); a device
+ * sequence with each op's stream and record. */
 static int load(pt_inst *p, const ab_op *ops, size_t n, char err[AB_ERR_LEN]) {
   if (p->loaded == ops && p->loaded_n == n)
     return 0;
-  size_t cap = 64 + n * 48, k = 0;
+  size_t cap = 64 + n * 64, k = 0;
   char *buf = malloc(cap);
   if (buf == NULL) {
     snprintf(err, AB_ERR_LEN, "out of host memory");
     return -1;
   }
-  k += (size_t)snprintf(buf, cap, "ops %zu\n", n);
-  for (size_t i = 0; i < n; i++)
-    k += (size_t)snprintf(buf + k, cap - k, "%" PRIu64 " %" PRIu32 "\n", ops[i].size, ops[i].slot);
+  if (p->device) {
+    k += (size_t)snprintf(buf, cap, "dops %zu %d\n", n, p->base.n_streams);
+    for (size_t i = 0; i < n; i++)
+      k += (size_t)snprintf(buf + k, cap - k, "%" PRIu64 " %" PRIu32 " %u %u\n", ops[i].size, ops[i].slot,
+                            (unsigned)ops[i].stream, (unsigned)ops[i].record);
+  } else {
+    k += (size_t)snprintf(buf, cap, "ops %zu\n", n);
+    for (size_t i = 0; i < n; i++)
+      k += (size_t)snprintf(buf + k, cap - k, "%" PRIu64 " %" PRIu32 "\n", ops[i].size, ops[i].slot);
+  }
   char line[LINE];
   int rc = send_all(p->fd, buf, k);
   free(buf);
@@ -248,7 +271,7 @@ static int pt_host_run(ab_alloc *base, const ab_op *ops, size_t n, void **slots,
   pt_inst *p = (pt_inst *)base;
   *done = 0;
   char line[LINE];
-  if (load(p, ops, n, err) != 0 || command(p, "pass", line, err) != 0)
+  if (load(p, ops, n, err) != 0 || command(p, p->device ? "dpass" : "pass", line, err) != 0)
     return -1;
   if (sscanf(line, "ok %" SCNu64, ns) == 1) {
     *done = n;
@@ -264,9 +287,42 @@ static int pt_host_run(ab_alloc *base, const ab_op *ops, size_t n, void **slots,
   return -1;
 }
 
+/* A device workload's pass: the child's loop, its time the pass's (pass_ns). */
+static int pt_run(ab_alloc *base, void *const *streams, const ab_op *ops, size_t n, void **slots, size_t *done,
+                  char err[AB_ERR_LEN]) {
+  (void)streams;
+  pt_inst *p = (pt_inst *)base;
+  p->device = true;
+  uint64_t ns = 0;
+  if (pt_host_run(base, ops, n, slots, done, &ns, err) != 0)
+    return -1;
+  base->pass_ns = ns ? ns : 1;
+  return 0;
+}
+
+static int pt_sync(ab_alloc *base, void *const *streams, int n, char err[AB_ERR_LEN]) {
+  (void)base, (void)streams, (void)n, (void)err;
+  return 0; /* the child's pass ends with its stream 0 synchronized */
+}
+
+static int pt_history(ab_alloc *base, bool on, bool stacks, char err[AB_ERR_LEN]) {
+  char line[LINE];
+  if (command((pt_inst *)base, !on ? "history off" : stacks ? "history stacks" : "history plain", line, err) != 0)
+    return -1;
+  if (strcmp(line, "ok") == 0)
+    return 0;
+  snprintf(err, AB_ERR_LEN, "%s", strncmp(line, "error ", 6) == 0 ? line + 6 : line);
+  return -1;
+}
+
+static int pt_stats(ab_alloc *base, bool graph, ab_stats *out, char err[AB_ERR_LEN]) {
+  (void)graph;
+  return ab_torch.host_stats(base, out, err);
+}
+
 static int pt_host_stats(ab_alloc *base, ab_stats *out, char err[AB_ERR_LEN]) {
   char line[LINE];
-  if (command((pt_inst *)base, "stats", line, err) != 0)
+  if (command((pt_inst *)base, ((pt_inst *)base)->device ? "dstats" : "stats", line, err) != 0)
     return -1;
   if (sscanf(line, "stats %" SCNd64 " %" SCNd64 " %" SCNd64, &out->peak_reserved, &out->peak_allocated,
              &out->device_allocs) != 3) {
@@ -278,7 +334,7 @@ static int pt_host_stats(ab_alloc *base, ab_stats *out, char err[AB_ERR_LEN]) {
 
 static int pt_check(ab_alloc *base, char err[AB_ERR_LEN]) {
   char line[LINE];
-  if (command((pt_inst *)base, "check", line, err) != 0)
+  if (command((pt_inst *)base, ((pt_inst *)base)->device ? "dcheck" : "check", line, err) != 0)
     return -1;
   if (strcmp(line, "ok") == 0)
     return 0;
@@ -288,9 +344,16 @@ static int pt_check(ab_alloc *base, char err[AB_ERR_LEN]) {
 
 const ab_allocator ab_torch = {
     .name = "PyTorch",
-    .kinds = AB_HOST,
+    .kinds = AB_HOST | AB_DEVICE,
     .probe = probe_torch,
     .open = pt_open,
+    .run = pt_run,
+    .run_rec = pt_run,
+    .history = pt_history,
+    .sync = pt_sync,
+    .stats = pt_stats,
+    .mt_na = "runs in one thread of its driver process",
+    .graph_na = "its graph pools are not measured here",
     .check = pt_check,
     .host_run = pt_host_run,
     .host_stats = pt_host_stats,

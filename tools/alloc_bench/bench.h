@@ -96,6 +96,9 @@ typedef struct {
   int n_streams;
   void **streams; /* cudaStream_t / cachalot_stream handles */
   char note[128]; /* what its rows' note says ("" for nothing), e.g. the version of what it measures */
+  /* Set by a run that times its loop itself (PyTorch's, in its driver process: the time around the call
+   * would add the round trip), the sync included; 0: the harness's clock around run and sync counts. */
+  uint64_t pass_ns;
 } ab_alloc;
 
 /* A peak that is the requested bytes themselves (an allocator that keeps nothing: cudaMalloc,

@@ -76,8 +76,7 @@ rc=$?
 [ "$rc" = 1 ] && [ "$(cat "$dir/bad.err")" = "alloc_bench: --trace $dir/no_such.json: No such file or directory" ] ||
   fail "--trace of a missing path: exit $rc: $(cat "$dir/bad.err")"
 # An allocator named for workloads it has no rows in is a usage error, not a run of nothing.
-for args in "-a cudaHostAlloc -w pair" "-a PyTorch -w random,graph" "-a cudaMalloc -w host" \
-  "-a cudaMallocAsync -w host"; do
+for args in "-a cudaHostAlloc -w pair" "-a cudaMalloc -w host" "-a cudaMallocAsync -w host"; do
   # shellcheck disable=SC2086
   "$bench" $args >"$dir/bad.out" 2>"$dir/bad.err"
   rc=$?
@@ -202,6 +201,19 @@ serve)
     pass) if [ "${FAKE_FAIL:-}" = pass ]; then echo "error 3 pinning failed: out of memory"; else echo "ok 5000"; fi ;;
     stats) echo "stats 12288 -1 2" ;;
     check) echo ok ;;
+    dops) # (n is "N STREAMS"); each op "SIZE SLOT STREAM RECORD": the records and streams are counted
+      recs=0 top=0
+      for ((i = 0; i < ${n% *}; i++)); do
+        read -r _ _ st rec
+        [ "$rec" != 0 ] && recs=$((recs + 1))
+        [ "$st" -gt "$top" ] && top=$st
+      done
+      echo loaded
+      echo "$recs $top ${n#* }" >>"$FAKE_LOG" ;;
+    dpass) echo "ok 2000" ;;
+    dstats) echo "stats 2097152 4096 1" ;;
+    dcheck) echo ok ;;
+    history) echo "history $n" >>"$FAKE_LOG"; echo ok ;;
     *) echo "error unknown command $cmd" ;;
     esac
   done
@@ -213,6 +225,23 @@ PATH="$dir/fakepy:$PATH" "$bench" -a PyTorch -w host --host-ops 50 --repeat 2 --
   >"$dir/torch.txt" 2>&1 || fail "the PyTorch row with a stand-in exited $?: $(cat "$dir/torch.txt")"
 grep -q '^host-4KiB-64MiB,PyTorch,ok,ns/pair,50,2,1,1,100.000,100.000,100.000,12288,,[0-9]*,2,torch 0.0+stand-in$' \
   "$dir/torch.csv" || fail "the PyTorch row with a stand-in: $(cat "$dir/torch.csv")"
+# The device rows: the child gets each sequence with its streams and records, and turns history on and off.
+: >"$dir/fake.log"
+PATH="$dir/fakepy:$PATH" FAKE_LOG="$dir/fake.log" "$bench" -a PyTorch -w pair,cross,history,streams,mt,graph \
+  --ops 8 --stream-requests 5 --repeat 1 --csv "$dir/torchdev.csv" >"$dir/torchdev.txt" 2>&1 ||
+  fail "the PyTorch device rows with a stand-in exited $?: $(cat "$dir/torchdev.txt")"
+grep -q '^pair-4KiB,PyTorch,ok,ns/pair,8,1,1,1,250.000,250.000,250.000,2097152,4096,4096,1,torch 0.0+stand-in$' \
+  "$dir/torchdev.csv" ||
+  fail "pair-4KiB on PyTorch with a stand-in: $(grep pair-4KiB "$dir/torchdev.csv")"
+grep -q '^cross-4,PyTorch,ok,ns/pair,8,1,1,2,' "$dir/torchdev.csv" || fail "no cross-4 row on PyTorch"
+grep -q '^streams-5,PyTorch,ok,ns/req,5,1,1,5,400.000,' "$dir/torchdev.csv" || fail "no streams-5 row on PyTorch"
+grep -q '^mt-1,PyTorch,n/a,.*runs in one thread' "$dir/torchdev.csv" || fail "mt on PyTorch is not n/a"
+grep -q '^graph-capture,PyTorch,n/a,' "$dir/torchdev.csv" || fail "graph on PyTorch is not n/a"
+# what the child was sent: cross-4 records 2 of 8 frees, cross-64 none; streams-5 names streams 0-4 of 5;
+# history on (plain, then stacks) and off around each history row
+[ "$(grep -c '^2 0 2$' "$dir/fake.log")" = 1 ] && [ "$(grep -c '^0 4 5$' "$dir/fake.log")" = 1 ] &&
+  [ "$(grep -c '^history plain$' "$dir/fake.log")" = 1 ] && [ "$(grep -c '^history stacks$' "$dir/fake.log")" = 1 ] &&
+  [ "$(grep -c '^history off$' "$dir/fake.log")" = 2 ] || fail "the PyTorch child was sent: $(cat "$dir/fake.log")"
 PATH="$dir/fakepy:$PATH" FAKE_FAIL=pass "$bench" -a PyTorch -w host --host-ops 50 --repeat 1 >"$dir/torch.txt" 2>&1
 rc=$?
 [ "$rc" = 1 ] || fail "a failing PyTorch pass exited $rc, expected 1"

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""alloc_bench's PyTorch row of the host workload (docs/benchmarks.md): PyTorch's caching host allocator,
-the allocator that pin_memory=True uses, on the sequence alloc_bench sends. alloc_bench runs this script;
-its loop is C++ in cachalot's PyTorch backend library (src/torch/bench.cpp, reached with ctypes), so that
-the time is the allocator's alone, not Python's or a tensor's. The row needs the cachalot package installed
-with its backend, against this torch; it does not make cachalot PyTorch's allocator.
+"""alloc_bench's PyTorch rows (docs/benchmarks.md): PyTorch's caching host allocator, the allocator that
+pin_memory=True uses (the host workload), and its CUDA caching allocator (the device workloads), on the
+sequence alloc_bench sends. alloc_bench runs this script; its loops are C++ in cachalot's PyTorch backend
+library (src/torch/bench.cpp, reached with ctypes), so that the time is the allocator's alone, not Python's
+or a tensor's. The rows need the cachalot package installed with its backend, against this torch; nothing
+here makes cachalot PyTorch's allocator.
 
 usage: torch_host.py probe   prints "ok TORCH_VERSION" when the row can run here, else "no REASON"
        torch_host.py serve   alloc_bench's child: one command a line on stdin, one reply a line on stdout
@@ -54,6 +55,11 @@ class Loop:
                                                        ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
         lib.cachalot_torch_bench_host_run.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
         lib.cachalot_torch_bench_host_run.restype = ctypes.c_int64
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        lib.cachalot_torch_bench_device_load.argtypes = [i64p, i64p, i64p, i64p, ctypes.c_size_t, ctypes.c_int64,
+                                                         ctypes.c_char_p, ctypes.c_size_t]
+        lib.cachalot_torch_bench_device_run.argtypes = [i64p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.cachalot_torch_bench_device_run.restype = ctypes.c_int64
         self.err = ctypes.create_string_buffer(1024)
 
     def load(self, sizes, slots):
@@ -69,6 +75,19 @@ class Loop:
 
     def release(self):
         self.lib.cachalot_torch_bench_host_release()
+        self.lib.cachalot_torch_bench_device_release()
+
+    def device_load(self, cols, n_streams):
+        n = len(cols[0])
+        arr = ctypes.c_int64 * n
+        if self.lib.cachalot_torch_bench_device_load(*(arr(*c) for c in cols), n, n_streams, self.err,
+                                                     len(self.err)) != 0:
+            raise RuntimeError(self.err.value.decode())
+
+    def device_run(self):
+        done = ctypes.c_int64()
+        ns = self.lib.cachalot_torch_bench_device_run(ctypes.byref(done), self.err, len(self.err))
+        return ns, done.value, self.err.value.decode() if ns < 0 else ""
 
 
 def host_stats(torch):
@@ -107,6 +126,37 @@ def check_reply(torch):
     if pinned_now > 0:
         return f"error everything was freed, yet {pinned_now} pinned bytes stay after emptying the host cache"
     return "ok"
+
+
+def device_stats_reply(torch):
+    """The 'dstats' reply: the CUDA caching allocator's reserved and allocated peaks and its cudaMalloc
+    calls (-1 for what this torch does not say)."""
+    st = torch.cuda.memory_stats()
+    return (f"stats {st.get('reserved_bytes.all.peak', -1)} {st.get('allocated_bytes.all.peak', -1)} "
+            f"{st.get('num_device_alloc', -1)}")
+
+
+def device_check_reply(torch):
+    """The 'dcheck' reply: with everything freed, emptying the cache leaves nothing allocated or reserved."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    if allocated or reserved:
+        return f"error everything was freed, yet {allocated} bytes stay allocated and {reserved} reserved"
+    return "ok"
+
+
+def history(torch, mode):
+    """History as the history rows ask: off, on without stacks (context None), or with Python stacks."""
+    record = torch.cuda.memory._record_memory_history
+    if mode == "off":
+        record(enabled=None)
+    elif mode == "plain":
+        record(enabled="all", context=None, max_entries=100000)
+    elif mode == "stacks":
+        record(enabled="all", context="all", stacks="python", max_entries=100000)
+    else:
+        raise RuntimeError(f"unknown history mode {mode!r}")
 
 
 def probe():
@@ -153,6 +203,30 @@ def serve():
             reply(stats_reply(torch))
         elif words[0] == "check":
             reply(check_reply(torch))
+        elif words[0] == "dops":
+            n, n_streams = int(words[1]), int(words[2])
+            cols = [[0] * n for _ in range(4)]
+            for i in range(n):
+                for c, v in zip(cols, sys.stdin.readline().split()):
+                    c[i] = int(v)
+            try:
+                ext.device_load(cols, n_streams)
+                reply("loaded")
+            except Exception as e:  # noqa: BLE001
+                reply("error " + one_line(e))
+        elif words[0] == "dpass":
+            ns, done, error = ext.device_run()
+            reply(f"ok {ns}" if ns >= 0 else f"error {done} {one_line(error)}")
+        elif words[0] == "dstats":
+            reply(device_stats_reply(torch))
+        elif words[0] == "dcheck":
+            reply(device_check_reply(torch))
+        elif words[0] == "history" and len(words) == 2:
+            try:
+                history(torch, words[1])
+                reply("ok")
+            except Exception as e:  # noqa: BLE001
+                reply("error " + one_line(e))
         else:
             reply(f"error unknown command {words[0]!r}")
     ext.release()

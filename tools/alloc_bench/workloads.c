@@ -167,6 +167,8 @@ static void run_single_how(ab_results *res, const config *c, int idx, const char
   ab_alloc *a;
   if (!open_row(c, idx, vt, how.n_streams, &r, 1, &a))
     return;
+  if (r->note[0] == '\0')
+    snprintf(r->note, sizeof r->note, "%s", a->note);
   char err[AB_ERR_LEN];
   if (how.history && vt->history(a, true, how.history == 2, err) != 0) {
     row_error(r, "turning history on", err);
@@ -190,11 +192,14 @@ static void run_single_how(ab_results *res, const config *c, int idx, const char
       row_error(r, "", err);
       break;
     }
+    a->pass_ns = 0;
     uint64_t t0 = ab_now_ns();
     int rc = run(a, a->streams, s->ops, s->n, slots, &done, err);
     if (rc == 0)
       rc = vt->sync(a, a->streams, 1, err);
     uint64_t t1 = ab_now_ns();
+    if (a->pass_ns != 0)
+      t1 = t0 + a->pass_ns;
     if (rc != 0) {
       row_error(r, pass == 0 ? "warm-up pass" : "timed pass", err);
       undo(a, a->streams, s, done, slots);
