@@ -244,6 +244,12 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
     if ((warm = free_fast(a, ptr)) == CL_WARM_DONE)
       return CACHALOT_OK;
+  cl_segment *seg = cl_page_get(&a->pages, (uintptr_t)ptr);
+  if (seg && seg != CL_PAGE_SHARED) { /* a cold lane's free: armed quickly, then warm (lanes outlive segments) */
+    cl_lane *ln = cl_seg_lane(seg);
+    if (cl_lane_looks_cold(ln) && cl_lane_arm_quick(ln->dev, ln) && free_fast(a, ptr) == CL_WARM_DONE)
+      return CACHALOT_OK;
+  }
   cl_device *d;
   cl_block *b;
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);

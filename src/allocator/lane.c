@@ -252,6 +252,8 @@ void cl_leave_exclusive(cl_device *d) {
   const bool watch = poll && d->n_deferred == 0 && d->done_word; /* (deferred blocks: the next poll inserts them) */
   const unsigned char warm = (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0) |
                              (traced ? CL_WARM_TRACE : 0) | (poll ? CL_WARM_POLL : 0) | (watch ? CL_WARM_WATCH : 0);
+  d->warm_flags = warm;
+  atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
   atomic_store_explicit(&d->warm, 0, memory_order_relaxed); /* STOP off; the flags go to the lanes below */
 #ifdef CL_DEBUG_LOCKS
   d->excl_held = false;
@@ -321,12 +323,14 @@ static void return_room(cl_lane_stat *e, _Atomic int64_t *a, _Atomic int64_t *b,
     atomic_fetch_add_explicit(b, g, memory_order_relaxed);
 }
 
-bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
+static bool refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
   cl_device *d = ln->dev;
+  const uint32_t hint = atomic_load_explicit(&d->armed_hint, memory_order_relaxed);
+  const size_t n_lanes = hint ? hint : 1;
   const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
   for (int id = 0; id < CL_LS_N; id++) {
     cl_lane_stat *e = &ln->st[small][id];
-    if (top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_armed))
+    if (top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], n_lanes))
       continue;
     /* The all pool may be dry only because this lane's entry of the other kind holds the room (a large
      * block freed, a small one wanted): that room goes back first. */
@@ -335,10 +339,50 @@ bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_
       return false;
     return_room(other, &d->room[id][small ? CACHALOT_STAT_LARGE_POOL : CACHALOT_STAT_SMALL_POOL],
                 &d->room[id][CACHALOT_STAT_ALL], other->rem);
-    if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], d->n_armed))
+    if (!top_up(e, need[id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], n_lanes))
       return false;
   }
-  return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, d->n_armed);
+  return top_up(&ln->oversize, need_ov, &d->room_oversize, NULL, n_lanes);
+}
+
+bool cl_lane_refill(cl_lane *ln, bool small, const int64_t need[CL_LS_N], int64_t need_ov) {
+  if (refill(ln, small, need, need_ov))
+    return true;
+  atomic_store_explicit(&ln->short_of_room, true, memory_order_relaxed);
+  return false;
+}
+
+/* Every entry's room back to its pools (its lane locked). */
+static void return_all_room(cl_device *d, cl_lane *v) {
+  for (int small = 0; small < 2; small++) {
+    const int kind = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
+    for (int id = 0; id < CL_LS_N; id++)
+      if (v->st[small][id].rem > 0)
+        return_room(&v->st[small][id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL], v->st[small][id].rem);
+  }
+  if (v->oversize.rem > 0)
+    return_room(&v->oversize, &d->room_oversize, NULL, v->oversize.rem);
+}
+
+bool cl_lane_gather_room(cl_device *d, cl_lane *ln) {
+  if (!atomic_load_explicit(&ln->short_of_room, memory_order_relaxed) ||
+      (atomic_load_explicit(&d->warm, memory_order_relaxed) & CL_WARM_STOP))
+    return false;
+  pthread_mutex_lock(&d->lock); /* no exclusive mode meanwhile, and one gatherer at a time */
+  const bool gather = ln->armed;
+  if (gather) {
+    for (size_t i = 0; i < d->n_armed; i++) {
+      cl_lane *v = d->lanes[i];
+      if (v == ln)
+        continue;
+      cl_spin_lock(&v->lock); /* its warm path may be running: after it */
+      return_all_room(d, v);
+      cl_spin_unlock(&v->lock);
+    }
+    atomic_store_explicit(&ln->short_of_room, false, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return gather;
 }
 
 /* Gives the part of e's rem above half its cap back to pool `a` (and `b`). */
@@ -353,6 +397,66 @@ void cl_lane_trim(cl_lane *ln, bool small) {
   for (int id = 0; id < CL_LS_N; id++)
     give_back(&ln->st[small][id], &d->room[id][kind], &d->room[id][CACHALOT_STAT_ALL]);
   give_back(&ln->oversize, &d->room_oversize, NULL);
+}
+
+/* Cools armed lane `v` outside exclusive mode (cl_lane_arm_quick: the device mutex held): what its
+ * shares changed goes into the device's stats and the room they hold back to the pools, as entering and
+ * leaving exclusive mode would have done. */
+static void cool_quick(cl_device *d, cl_lane *v) {
+  cl_spin_lock(&v->lock); /* its warm path may be running: after it */
+  return_all_room(d, v);
+  for (int small = 0; small < 2; small++)
+    for (int id = 0; id < CL_LS_N; id++) {
+      cachalot_stat *arr[2];
+      const int n = shared_stats(&d->stats, id, arr);
+      (void)fold_entry(&v->st[small][id], arr, n, small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL);
+    }
+  cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
+  (void)fold_entry(&v->oversize, ov, 1, CACHALOT_STAT_ALL);
+  d->poll_owed |= v->poll_owed;
+  v->poll_owed = false;
+  v->armed = false;
+  v->bins = NULL;
+  atomic_store_explicit(&v->warm, 0, memory_order_relaxed);
+  swap_lanes(d, v->pos, --d->n_armed);
+  atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
+  cl_spin_unlock(&v->lock);
+}
+
+bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
+  if (atomic_load_explicit(&d->warm, memory_order_relaxed) & CL_WARM_STOP)
+    return false; /* a thread enters exclusive mode: the call goes there too */
+  pthread_mutex_lock(&d->lock);
+  const bool arm = !ln->armed && !ln->dormant;
+  if (arm) {
+#ifdef CL_DEBUG_LOCKS
+    /* The books this reads (the default pool's free indexes) are the mutex holder's. */
+    d->excl_owner = pthread_self();
+    d->excl_held = true;
+#endif
+    cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
+    ln->armed = true;
+    ln->idle = 0;
+    ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    ln->poll_left = CL_POLL_EVERY - 1;
+    swap_lanes(d, ln->pos, d->n_armed++);
+    atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
+    const unsigned char w = d->warm_flags;
+    atomic_store_explicit(&ln->warm, ln->bins ? w : (unsigned char)(w & ~CL_WARM_MALLOC), memory_order_relaxed);
+    cl_spin_unlock(&ln->lock);
+    if (d->n_armed > CL_LANE_ARMED_MIN) { /* the lane idle longest goes (the latest armed before this one on a tie) */
+      size_t victim = d->n_armed - 2;
+      for (size_t i = 0; i + 1 < d->n_armed; i++)
+        if (d->lanes[i]->idle > d->lanes[victim]->idle)
+          victim = i;
+      cool_quick(d, d->lanes[victim]);
+    }
+#ifdef CL_DEBUG_LOCKS
+    d->excl_held = false;
+#endif
+  }
+  pthread_mutex_unlock(&d->lock);
+  return arm;
 }
 
 /* Adds `ln` to the lock-free index, growing it (a new copy) at half full. False on host OOM. */

@@ -63,6 +63,19 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s);
 enum { CL_LANE_IDLE_MAX = 16, CL_LANE_ARMED_MIN = 8 };
 /* Marks a lane in use by this section's call: armed again if it was cold (exclusive mode). */
 void cl_lane_arm_locked(cl_device *d, cl_lane *ln);
+/* A cold lane's call, outside exclusive mode: arms the lane under the device mutex alone (the armed lanes
+ * are not taken: nothing of theirs is touched but one lane cooled when more than CL_LANE_ARMED_MIN are
+ * armed, the one idle longest, else the one armed last before), so that a stream whose lane went cold gets
+ * its warm paths back for the price of a mutex, not of an exclusive section, and exclusive mode keeps
+ * costing what the streams in use cost. True when it armed the lane: the warm path is to be tried again. */
+bool cl_lane_arm_quick(cl_device *d, cl_lane *ln);
+/* A warm path of lane ln found the pools short of room (ln->short_of_room): the device mutex taken, every
+ * other armed lane gives its room back to the pools (each lane's lock for a moment), so that ln's warm path
+ * can take it. True when it did: the warm path is to be tried again. */
+bool cl_lane_gather_room(cl_device *d, cl_lane *ln);
+/* Whether a lane may be cold (its flags 0: cold, dormant, or no warm path allowed), read without a lock:
+ * only a hint for which way to go, cl_lane_arm_quick looks again under the mutex. */
+CL_INLINE bool cl_lane_looks_cold(cl_lane *ln) { return atomic_load_explicit(&ln->warm, memory_order_relaxed) == 0; }
 void cl_lanes_destroy_locked(cl_device *d);
 /* empty_cache: lanes of streams with no segment left go dormant (see cl_lane), and empty per-stream event
  * queues go. */

@@ -394,6 +394,12 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
     if ((warm = malloc_fast(d, size, s, out)) == CL_WARM_DONE)
       return CACHALOT_OK;
+  /* a cold lane arms, and a lane short of room for the stats' peaks gathers it, without exclusive mode */
+  cl_lane *ln = cl_lane_find(d, s);
+  if (ln && cl_lane_looks_cold(ln) && cl_lane_arm_quick(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE)
+    return CACHALOT_OK;
+  if (ln && cl_lane_gather_room(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE)
+    return CACHALOT_OK;
   *out = NULL;
   const int device = d->index;
   cachalot_status rc;

@@ -374,7 +374,9 @@ typedef struct {
  * paths find `warm` 0 and go to exclusive mode, which wakes it (cl_lane_get_locked).
  * Armed: a lane that is not dormant is armed or cold. Only armed lanes are taken by exclusive mode and
  * run warm paths; a cold one has no bins pointer, no stats share and `warm` 0, so its warm paths touch
- * nothing but `warm` and go to exclusive mode, which arms it again (cl_lane_arm_locked). A lane goes cold
+ * nothing but `warm` and go to the slow path, which arms it again under the device mutex alone
+ * (cl_lane_arm_quick; past CL_LANE_ARMED_MIN armed, another lane goes cold then) or in exclusive mode
+ * (cl_lane_arm_locked). A lane goes cold
  * when neither a warm path changed its share nor a slow path of its stream armed it through
  * CL_LANE_IDLE_MAX exclusive sections (any: a stats read or a check counts too), while more than
  * CL_LANE_ARMED_MIN lanes are armed: what exclusive mode costs follows the streams in use, not the
@@ -406,6 +408,9 @@ struct cl_lane {
    * under the lane's lock) */
   uint32_t poll_left;
   bool poll_owed;
+  /* A warm path found too little room in the pools (cl_lane_refill): the slow path gathers the other
+   * lanes' room first (cl_lane_gather_room). Read without the lock, as a hint. */
+  _Atomic bool short_of_room;
 };
 
 /* The lane lookup: an open-addressing table of lane pointers read without a lock; it only grows (in
@@ -451,6 +456,9 @@ struct cl_device {
    * mode writes both; in the padding too). */
   const uint32_t *done_word;
   uint32_t done_seen;
+  /* n_armed for the warm paths, which size their share of room by it: written with n_armed (which a
+   * quick arm changes outside exclusive mode, cl_lane_arm_quick), read without a lock. Padding too. */
+  _Atomic uint32_t armed_hint;
   _Alignas(64) pthread_mutex_t lock;
   cl_pool default_pool;
   cl_lane **lanes;             /* every lane that is not dormant: the n_armed armed ones first */
@@ -487,6 +495,9 @@ struct cl_device {
    * exclusive mode): readers of the state poll first (cl_settle_polls_locked), so that what they see is
    * what every malloc polling would have left. In padding too. */
   bool poll_owed;
+  /* The CL_WARM_* flags cl_leave_exclusive last gave the armed lanes, for a lane armed in between
+   * (cl_lane_arm_quick; under `lock`). In padding too. */
+  uint8_t warm_flags;
   /* Orders the warm paths' trace entries (CL_WARM_TRACE: history on without stacks or contexts): exclusive
    * mode records with no warm path running, so only warm paths race for the ring. In padding too. */
   cl_spin trace_lock;
