@@ -384,6 +384,17 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   return cl_warm_missed(d, warm);
 }
 
+/* Before exclusive mode: a cold lane arms, or a lane short of room for the stats' peaks gathers it, under
+ * the device mutex alone, and the warm path runs again. Whether that served the call. */
+static bool warm_again(cl_device *d, size_t size, cachalot_stream s, void **out) {
+  cl_lane *ln = cl_lane_find(d, s);
+  if (!ln)
+    return false;
+  if (cl_lane_looks_cold(ln) && cl_lane_arm_quick(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE)
+    return true;
+  return cl_lane_gather_room(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE;
+}
+
 /* Everything but the warm path, in exclusive mode. */
 static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_t size, cachalot_stream s,
                                                              void **out, cl_warm_result warm) {
@@ -394,11 +405,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   while (warm == CL_WARM_STOPPED) /* another thread was entering exclusive mode: after it, warm again */
     if ((warm = malloc_fast(d, size, s, out)) == CL_WARM_DONE)
       return CACHALOT_OK;
-  /* a cold lane arms, and a lane short of room for the stats' peaks gathers it, without exclusive mode */
-  cl_lane *ln = cl_lane_find(d, s);
-  if (ln && cl_lane_looks_cold(ln) && cl_lane_arm_quick(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE)
-    return CACHALOT_OK;
-  if (ln && cl_lane_gather_room(d, ln) && malloc_fast(d, size, s, out) == CL_WARM_DONE)
+  if (warm_again(d, size, s, out))
     return CACHALOT_OK;
   *out = NULL;
   const int device = d->index;
@@ -435,6 +442,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && !cl_capturing(d)) {
       (void)cl_release_all_locked(d);
+      cl_lanes_rest_locked(d); /* as empty_cache: streams left with nothing keep no state (the retry makes s's anew) */
       rc = new_memory_locked(d, p, s, small, rounded, true, &b, &host_oom);
     }
     if (rc == CACHALOT_ERROR_OUT_OF_MEMORY && !host_oom && p == &d->default_pool &&

@@ -540,6 +540,29 @@ static void stream_per_request(void **state) {
   env_free(&e);
 }
 
+/* Streams whose memory went back to the device in an out-of-memory retry keep no state (their lanes go
+ * dormant, as at empty_cache), with no call from the program. */
+static void oom_retry_rests_streams(void **state) {
+  (void)state;
+  enum { N = 10 };
+  env e = ENV(1, 64 * MiB, "");
+  cl_device *d = &e.a->devices[0];
+  for (int i = 0; i < N; i++) {
+    cachalot_stream s = STREAM(e.b, 0);
+    FREE(e.a, ALLOC(e.a, 0, 4096, s)); /* a 2 MiB segment each, cached */
+  }
+  EQ(d->n_lanes, N);
+  EQ(USED(e.b, 0), N * 2 * MiB);
+  cachalot_stream main_s = STREAM(e.b, 0);
+  void *big = ALLOC(e.a, 0, 50 * MiB, main_s); /* fits only once the cached segments are gone */
+  EQ(STATS(e.a, 0).num_alloc_retries, 1);
+  EQ(d->n_lanes, 1); /* main_s's alone */
+  EQ(USED(e.b, 0), 50 * MiB);
+  FREE(e.a, big);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* A block waiting for an event (record_stream'd on a busy stream, then freed) left the warm malloc off for
  * the whole device (issue 31: 7x a pair). With the backend's completion word, malloc skips the poll while
  * no event has completed, the pending block's own stream and kind included; the block is handed out only
@@ -675,6 +698,7 @@ int main(void) {
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
       cmocka_unit_test(stream_per_request),
+      cmocka_unit_test(oom_retry_rests_streams),
       cmocka_unit_test(pending_block_keeps_malloc_warm),
       cmocka_unit_test(pending_block_without_word),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
