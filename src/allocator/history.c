@@ -256,13 +256,18 @@ static cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
   cl_trace *t = &d->trace;
   if (t->count < t->cap && t->count == trace_rows(d))
     grow_trace(d);
+  /* head < cap and count <= cap: a subtraction wraps, where a division (two a pair of calls, on the warm
+   * paths) cost more than the rest of the entry */
   size_t slot;
   if (t->count < t->cap) {
-    slot = (t->head + t->count) % t->cap;
+    slot = t->head + t->count;
+    if (slot >= t->cap)
+      slot -= t->cap;
     t->count++;
   } else { /* full: the oldest entry makes room */
     slot = t->head;
-    t->head = (t->head + 1) % t->cap;
+    if (++t->head == t->cap)
+      t->head = 0;
   }
   *slot_out = slot;
   return &t->entries[slot];
