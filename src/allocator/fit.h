@@ -193,7 +193,8 @@ uint64_t cl_bins_free_bytes(const cl_bins *bins);
 /* Makes b FREE and stamps its age base, before it enters its free index. */
 CL_INLINE void cl_block_becomes_free(cl_block *b) {
   b->state = CL_FREE;
-  b->gc_base = b->seg->pool->lookups[b->seg->small];
+  /* atomic: warm mallocs of other lanes count lookups meanwhile (CL_WARM_GC) */
+  b->gc_base = __atomic_load_n(&b->seg->pool->lookups[b->seg->small], __ATOMIC_RELAXED);
 }
 /* Inserts a FREE block into its index and stamps its age base (exclusive mode or its lane locked). */
 CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {

@@ -245,13 +245,14 @@ void cl_leave_exclusive(cl_device *d) {
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
   const bool traced = d->trace.cap != 0; /* the warm paths record then, but no stacks and no contexts */
-  const bool fast_free = (!traced || (!d->trace.frames && !d->owner->ctx_ops.retain)) && !gc && !d->block_ctx;
+  const bool fast_free = (!traced || (!d->trace.frames && !d->owner->ctx_ops.retain)) && !d->block_ctx;
   /* a route is asked per call (its filter) which pool a stream's malloc goes to */
   const bool fast_malloc = fast_free && d->n_routes == 0;
   const bool poll = d->n_pending_events != 0 || d->n_deferred != 0;
   const bool watch = poll && d->n_deferred == 0 && d->done_word; /* (deferred blocks: the next poll inserts them) */
   const unsigned char warm = (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0) |
-                             (traced ? CL_WARM_TRACE : 0) | (poll ? CL_WARM_POLL : 0) | (watch ? CL_WARM_WATCH : 0);
+                             (traced ? CL_WARM_TRACE : 0) | (poll ? CL_WARM_POLL : 0) | (watch ? CL_WARM_WATCH : 0) |
+                             (gc ? CL_WARM_GC : 0);
   d->warm_flags = warm;
   atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
   atomic_store_explicit(&d->warm, 0, memory_order_relaxed); /* STOP off; the flags go to the lanes below */

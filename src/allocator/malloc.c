@@ -4,9 +4,9 @@
  *     -> (free oversize blocks, new segment) -> (free all cached, new segment: a retry) -> OOM
  *
  * The warm path runs the same steps under the stream's lane lock alone when they reduce to "best fit,
- * hand out": no pending block of this stream and kind that a poll could free (one elsewhere cannot change
- * what best fit picks here), no capture routing, no garbage collection, no history stacks, a cached block
- * that fits and the metadata at hand. Anything else goes to exclusive mode and the full sequence.
+ * hand out": no poll that could free a block best fit would pick (see CL_WARM_POLL), no capture routing,
+ * no history stacks, a cached block that fits and the metadata at hand (with garbage collection set it
+ * counts its lookup, CL_WARM_GC). Anything else goes to exclusive mode and the full sequence.
  */
 #include "internal.h"
 
@@ -23,7 +23,7 @@ CL_INLINE bool fits(const cl_config *c, const cl_block *b, size_t size) {
 static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size) {
   CL_ASSERT_EXCLUSIVE(d);
   if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
-    p->lookups[small]++;
+    __atomic_fetch_add(&p->lookups[small], 1, __ATOMIC_RELAXED); /* (the warm mallocs count theirs so) */
   cl_bins *bins = cl_bins_get_locked(p, s, false);
   if (!bins)
     return NULL;
@@ -339,7 +339,8 @@ CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
  * POLL (blocks are PENDING): the poll is skipped only where it could change nothing (see CL_WARM_POLL):
  * with WATCH, while no event has completed since the last poll; else outside the lanes and kinds that
  * hold pending blocks, and not on every CL_POLL_EVERY-th call.
- * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it. */
+ * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it.
+ * GC (garbage collection set): the lookup counted, as every search of a free block counts. */
 static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
                                                           unsigned w, void **out) {
   if (w & CL_WARM_WATCH) {
@@ -361,6 +362,8 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
     return false;
   if (w & CL_WARM_TRACE) /* before the lane goes: exclusive mode reads it */
     cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s);
+  if (w & CL_WARM_GC) /* the lookup get_free_block_locked counts (after: a call that fell through counts there) */
+    __atomic_fetch_add(&d->default_pool.lookups[cl_is_small(cl_round_size(&d->cfg, size))], 1, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -372,7 +375,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
     return CL_WARM_SLOW;
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
-  const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH);
+  const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH | CL_WARM_GC);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
     done = malloc_warm(d, ln, size, out);

@@ -225,6 +225,8 @@ struct cl_vrange {
 
 /* A pool: the default pool of a device ({0,0}) or a private one (PyTorch's private pools). `lookups[kind]`
  * counts free-block searches (only while garbage collection is on): a free block's age is lookups - gc_base.
+ * The warm mallocs of the default pool count theirs with atomic adds (CL_WARM_GC), so that every lookup of
+ * every lane counts once, in one order.
  * A private pool lives in its device's `pools` table from its first begin_allocate_to_pool until it is
  * freeable (use_count 0) and has no segment left; n_segments counts its segments (any state). */
 struct cl_pool {
@@ -433,7 +435,16 @@ typedef struct cl_lane_index {
  *   else: a polled block can change what best fit picks only in its own lane and kind (cl_lane.held), so
  *   the warm malloc serves the other lanes and kinds as after a poll, owes the poll to the next reader of
  *   the state (cl_settle_polls_locked), and every CL_POLL_EVERY-th call goes to exclusive mode to poll. */
-enum { CL_WARM_MALLOC = 1, CL_WARM_FREE = 2, CL_WARM_STOP = 4, CL_WARM_TRACE = 8, CL_WARM_POLL = 16, CL_WARM_WATCH = 32 };
+/* GC: garbage collection is set; the warm malloc counts its lookup in the pool (the ages of free blocks). */
+enum {
+  CL_WARM_MALLOC = 1,
+  CL_WARM_FREE = 2,
+  CL_WARM_STOP = 4,
+  CL_WARM_TRACE = 8,
+  CL_WARM_POLL = 16,
+  CL_WARM_WATCH = 32,
+  CL_WARM_GC = 64
+};
 enum { CL_POLL_EVERY = 64 };
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */

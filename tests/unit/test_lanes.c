@@ -540,6 +540,35 @@ static void stream_per_request(void **state) {
   env_free(&e);
 }
 
+/* Garbage collection set (issue 31: it sent every call to exclusive mode): the warm paths run, and each
+ * warm malloc counts its lookup as exclusive mode's does, so that a free block's age (lookups since its
+ * free) is PyTorch's. */
+static void gc_keeps_warm_paths(void **state) {
+  (void)state;
+  env e = ENV(1, 200 * MiB, "per_process_memory_fraction:1.0,garbage_collection_threshold:0.5");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0);
+  char *a = ALLOC(e.a, 0, 30 * MiB, s); /* lookup 1, in exclusive mode */
+  FREE(e.a, a);
+  EQ(d->default_pool.lookups[0], 1);
+  void *p = NULL;
+  assert_true(malloc_is_warm(e.a, d, 30 * MiB, s, &p)); /* lookup 2 */
+  EQ((uintptr_t)p, (uintptr_t)a);
+  assert_true(free_is_warm(e.a, d, p));
+  EQ(d->default_pool.lookups[0], 2);
+  for (int i = 0; i < 10; i++) {
+    OK(cachalot_malloc(e.a, 0, 30 * MiB, s, &p));
+    OK(cachalot_free(e.a, p));
+  }
+  EQ(d->default_pool.lookups[0], 12);
+  EQ(d->default_pool.lookups[1], 0); /* small blocks count in their own pool's */
+  const cl_block *b = d->segments->head;
+  EQ(b->state, CL_FREE);
+  EQ(b->gc_base, 12); /* freed after the 12th lookup */
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* Streams whose memory went back to the device in an out-of-memory retry keep no state (their lanes go
  * dormant, as at empty_cache), with no call from the program. */
 static void oom_retry_rests_streams(void **state) {
@@ -698,6 +727,7 @@ int main(void) {
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
       cmocka_unit_test(stream_per_request),
+      cmocka_unit_test(gc_keeps_warm_paths),
       cmocka_unit_test(oom_retry_rests_streams),
       cmocka_unit_test(pending_block_keeps_malloc_warm),
       cmocka_unit_test(pending_block_without_word),
