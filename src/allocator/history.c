@@ -268,6 +268,10 @@ static cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
     slot = t->head;
     if (++t->head == t->cap)
       t->head = 0;
+    /* The rows ahead are old and cold (a ring of up to 100,000 rows is several MiB), and fill_entry reads
+     * each one's text: ask for them now, so that the warm paths do not wait a memory load per entry. */
+    const size_t ahead = slot + 8 < t->cap ? slot + 8 : slot + 8 - t->cap;
+    __builtin_prefetch(&t->entries[ahead], 1);
   }
   *slot_out = slot;
   return &t->entries[slot];
