@@ -32,7 +32,6 @@ cachalot_status cl_enter_device(cachalot_allocator *a, int device, const char *f
     return rc;
   *d = &a->devices[device];
   cl_enter_exclusive(*d);
-  cl_settle_polls_locked(*d); /* an entry point: what it reads or changes is as after every malloc's poll */
   return CACHALOT_OK;
 }
 

@@ -156,7 +156,7 @@ CL_NO_COVERAGE static cachalot_status check_vranges(cl_device *d, size_t n_runs)
 typedef struct {
   tally allocation, allocated_bytes, active, active_bytes, requested, segment, reserved, inactive, inactive_bytes;
   int64_t oversize_allocs, oversize_segs;
-  size_t n_free, n_segments, n_event_refs, n_runs, n_pending;
+  size_t n_free, n_segments, n_event_refs, n_runs;
 } recount;
 
 /* A segment's own fields, before its blocks: list links, head, lane and index, page map, table. */
@@ -242,7 +242,6 @@ CL_NO_COVERAGE static cachalot_status check_handed_out_locked(cl_device *d, cons
     if (b->event_count && deferred)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: deferred block with events", dev);
     c->n_event_refs += b->event_count;
-    c->n_pending++;
   } else {
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: block in unknown state %d", dev,
                    b->state);
@@ -415,47 +414,6 @@ CL_NO_COVERAGE static cachalot_status check_events_locked(cl_device *d, const re
   return CACHALOT_OK;
 }
 
-/* A lane and kind that holds a PENDING block, as one number that sorts them together. */
-static int held_key_cmp(const void *x, const void *y) {
-  const uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
-  return (a > b) - (a < b);
-}
-
-/* Each lane's held counts are the PENDING blocks of its segments, by kind (the warm malloc trusts them to
- * know which calls a poll could change). */
-CL_NO_COVERAGE static cachalot_status check_held_locked(cl_device *d, const recount *c) {
-  CL_ASSERT_EXCLUSIVE(d);
-  const int dev = d->index;
-  size_t total = 0;
-  for (size_t i = 0; i < d->n_all_lanes; i++)
-    total += (size_t)d->all_lanes[i]->held[0] + d->all_lanes[i]->held[1];
-  if (total != c->n_pending)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: lanes hold %zu pending blocks, segments %zu",
-                   dev, total, c->n_pending);
-  if (!total)
-    return CACHALOT_OK;
-  uintptr_t *keys = malloc(total * sizeof *keys); /* lanes are 64-byte aligned: the low bit is free for the kind */
-  if (!keys)
-    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_check: host out of memory");
-  size_t n = 0;
-  for (const cl_segment *s = d->segments; s; s = s->next)
-    for (const cl_block *b = s->head; b; b = b->next)
-      if (b->state == CL_PENDING)
-        keys[n++] = (uintptr_t)s->lane | (uintptr_t)s->small;
-  qsort(keys, n, sizeof *keys, held_key_cmp);
-  cachalot_status rc = CACHALOT_OK;
-  for (size_t i = 0, j; i < n && rc == CACHALOT_OK; i = j) {
-    for (j = i; j < n && keys[j] == keys[i]; j++) {
-    }
-    const cl_lane *ln = (const cl_lane *)(keys[i] & ~(uintptr_t)1);
-    if (ln->held[keys[i] & 1] != j - i)
-      rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane counts %u pending blocks, has %zu",
-                   dev, ln->held[keys[i] & 1], j - i);
-  }
-  free(keys);
-  return rc;
-}
-
 /* The stats against the recount: every current value equal, no peak below its current value. */
 CL_NO_COVERAGE static cachalot_status check_stats_locked(cl_device *d, const recount *c) {
   CL_ASSERT_EXCLUSIVE(d);
@@ -501,8 +459,7 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment count %zu, list holds %zu",
                    d->index, d->n_segments, c.n_segments);
   if ((rc = check_lanes_locked(d)) != CACHALOT_OK || (rc = check_pools_locked(d, &c)) != CACHALOT_OK ||
-      (rc = check_events_locked(d, &c)) != CACHALOT_OK || (rc = check_held_locked(d, &c)) != CACHALOT_OK ||
-      (rc = cl_ctx_check_locked(d)) != CACHALOT_OK)
+      (rc = check_events_locked(d, &c)) != CACHALOT_OK || (rc = cl_ctx_check_locked(d)) != CACHALOT_OK)
     return rc;
   return check_stats_locked(d, &c);
 }

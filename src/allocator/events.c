@@ -25,6 +25,21 @@ static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
   return se;
 }
 
+/* The backend's completion word and its value now, for the warm mallocs (CL_WARM_WATCH): read before the
+ * events it is to stand for are queried or recorded, so that any completion after it moves the word. The
+ * word is asked for again after the read: a backend that turns its word off moves it first, so a reading
+ * taken as it went off is dropped here rather than trusted. */
+static void watch_word_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cachalot_backend *b = d->owner->backend;
+  d->done_word = b->ops->completion_word ? b->ops->completion_word(b, d->index) : NULL;
+  if (!d->done_word)
+    return;
+  d->done_seen = __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE);
+  if (!b->ops->completion_word(b, d->index))
+    d->done_word = NULL;
+}
+
 /* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
  * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
 bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
@@ -48,6 +63,8 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   if (b->n_uses > INLINE && !(pend = malloc(b->n_uses * sizeof *pend)))
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_free: host out of memory");
   cachalot_backend *be = d->owner->backend;
+  if (!d->n_pending_events && !d->n_deferred) /* nothing unpolled: the word read now is the one to watch */
+    watch_word_locked(d);
   cachalot_status rc = CACHALOT_OK;
   uint32_t n = 0;
   for (; n < b->n_uses; n++) {
@@ -80,8 +97,7 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
     }
     d->n_pending_events += b->n_uses;
     b->event_count = b->n_uses;
-    if (b->state != CL_PENDING) /* (a deferred block is PENDING already) */
-      cl_hold_locked(b);
+    b->state = CL_PENDING;
   }
   if (pend != inline_buf)
     free(pend);
@@ -122,17 +138,12 @@ void cl_insert_deferred_events_locked(cl_device *d) {
 
 void cl_process_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
-  d->poll_owed = false;
   if (d->n_deferred)
     cl_insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
-  /* Read before the queries: a completion after the read moves the word past done_seen, so the warm
-   * malloc comes back to poll it (ordered before them by the backend's own lock or driver call). */
-  d->done_word = b->ops->completion_word ? b->ops->completion_word(b, d->index) : NULL;
-  if (d->done_word)
-    d->done_seen = __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE);
+  watch_word_locked(d); /* before the queries: a completion after the read moves the word past done_seen */
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
     while (se->head) {
@@ -143,12 +154,6 @@ void cl_process_events_locked(cl_device *d) {
       complete_head_locked(d, se);
     }
   }
-}
-
-void cl_settle_polls_locked(cl_device *d) {
-  CL_ASSERT_EXCLUSIVE(d);
-  if (d->poll_owed && !cl_capturing(d))
-    cl_process_events_locked(d);
 }
 
 cachalot_status cl_sync_all_events_locked(cl_device *d) {

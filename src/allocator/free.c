@@ -170,8 +170,6 @@ CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, c
 void cl_free_block_locked(cl_device *d, cl_block *b) {
   CL_ASSERT_EXCLUSIVE(d);
   const uintptr_t ptr = b->ptr;
-  if (b->state == CL_PENDING)
-    cl_seg_lane(b->seg)->held[b->seg->small]--;
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
   free_block(d, CL_EXCLUSIVE, b, b->seg->small, &m);
@@ -272,7 +270,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
     }
     /* with graph_capture_record_stream_reuse: the nodes its uses ended at, to reuse it within the capture */
     d->deferred[d->n_deferred++] = (cl_deferred){b, d->cfg.capture_reuse ? cl_capture_wait_make_locked(d, b) : NULL};
-    cl_hold_locked(b);
+    b->state = CL_PENDING;
   } else if (b->n_uses > 0) {
     rc = cl_insert_events_locked(d, b);
     if (rc != CACHALOT_OK) {

@@ -143,17 +143,8 @@ bool cl_uses_capturing_locked(cl_device *d, const cl_block *b);
 void cl_insert_deferred_events_locked(cl_device *d);
 /* Polls outstanding events in order per stream and frees the blocks whose events all completed. */
 void cl_process_events_locked(cl_device *d);
-/* Polls as cl_process_events_locked when a warm malloc went without its poll since the last one (and no
- * capture forbids it): for the calls that read the state, so that they see what a poll at every malloc
- * leaves (SPEC: events are polled at the start of every malloc). */
-void cl_settle_polls_locked(cl_device *d);
 /* Waits for every outstanding event (num_sync_all_streams + 1) and frees their blocks. */
 cachalot_status cl_sync_all_events_locked(cl_device *d);
-/* Block b becomes PENDING (from ALLOCATED): its lane's mallocs of its kind poll first (cl_lane.held). */
-CL_INLINE void cl_hold_locked(cl_block *b) {
-  b->state = CL_PENDING;
-  cl_seg_lane(b->seg)->held[b->seg->small]++;
-}
 
 /* --- free.c --- */
 /* Returns a block to its free index, merging with free neighbours (PyTorch's free). */

@@ -100,8 +100,6 @@ static void fold_lane(cl_device *d, cl_lane *ln) {
   cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
   changed |= fold_entry(&ln->oversize, ov, 1, CACHALOT_STAT_ALL); /* it has only an `all` part */
   ln->idle = changed ? 0 : ln->idle + 1;
-  d->poll_owed |= ln->poll_owed;
-  ln->poll_owed = false;
 }
 
 static void raise_peak(cachalot_stat *s) {
@@ -414,8 +412,6 @@ static void cool_quick(cl_device *d, cl_lane *v) {
     }
   cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
   (void)fold_entry(&v->oversize, ov, 1, CACHALOT_STAT_ALL);
-  d->poll_owed |= v->poll_owed;
-  v->poll_owed = false;
   v->armed = false;
   v->bins = NULL;
   atomic_store_explicit(&v->warm, 0, memory_order_relaxed);
@@ -439,7 +435,6 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
     ln->armed = true;
     ln->idle = 0;
     ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
-    ln->poll_left = CL_POLL_EVERY - 1;
     swap_lanes(d, ln->pos, d->n_armed++);
     atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
     const unsigned char w = d->warm_flags;

@@ -336,34 +336,31 @@ CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
 }
 
 /* The warm path with flags `w` beyond MALLOC, out of the plain path's way.
- * POLL (blocks are PENDING): the poll is skipped only where it could change nothing (see CL_WARM_POLL):
- * with WATCH, while no event has completed since the last poll; else outside the lanes and kinds that
- * hold pending blocks, and not on every CL_POLL_EVERY-th call.
+ * POLL (blocks are PENDING): the poll is skipped only while the completion word says that no event has
+ * completed since the last poll (WATCH), when it would change nothing; else the call polls, in exclusive
+ * mode.
  * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it.
- * GC (garbage collection set): the lookup counted, as every search of a free block counts. */
+ * GC (garbage collection set): the lookup counted first, as get_free_block_locked does (the rest of a split
+ * takes its age base after it); taken back when the call goes on to exclusive mode, which counts its own. */
 static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
                                                           unsigned w, void **out) {
-  if (w & CL_WARM_WATCH) {
-    if (__atomic_load_n(d->done_word, __ATOMIC_ACQUIRE) != d->done_seen)
-      return false;
-  } else if (w & CL_WARM_POLL) {
-    if (ln->held[cl_is_small(cl_round_size(&d->cfg, size))])
-      return false;
-    if (ln->poll_left == 0) {
-      ln->poll_left = CL_POLL_EVERY - 1;
-      return false;
-    }
-    ln->poll_left--;
-    ln->poll_owed = true; /* (paid by the next reader of the state: cl_settle_polls_locked) */
-  }
+  if ((w & CL_WARM_POLL) &&
+      (!(w & CL_WARM_WATCH) || __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE) != d->done_seen))
+    return false;
   if ((w & CL_WARM_TRACE) && cl_tls_alloc_ctx)
     return false;
-  if (!malloc_warm(d, ln, size, out))
+  uint64_t *lookups = NULL;
+  if (w & CL_WARM_GC) {
+    lookups = &d->default_pool.lookups[cl_is_small(cl_round_size(&d->cfg, size))];
+    __atomic_fetch_add(lookups, 1, __ATOMIC_RELAXED);
+  }
+  if (!malloc_warm(d, ln, size, out)) {
+    if (lookups)
+      __atomic_fetch_sub(lookups, 1, __ATOMIC_RELAXED);
     return false;
+  }
   if (w & CL_WARM_TRACE) /* before the lane goes: exclusive mode reads it */
     cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s);
-  if (w & CL_WARM_GC) /* the lookup get_free_block_locked counts (after: a call that fell through counts there) */
-    __atomic_fetch_add(&d->default_pool.lookups[cl_is_small(cl_round_size(&d->cfg, size))], 1, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -461,10 +458,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     }
   }
   cl_block *a = hand_out(d, CL_EXCLUSIVE, b, small, 0, NULL, NULL, rounded, size);
-  if (a) { /* its stream's next calls on the warm path, CL_POLL_EVERY of them before one polls again */
+  if (a) /* its stream's next calls on the warm path */
     cl_lane_arm_locked(d, a->seg->lane);
-    a->seg->lane->poll_left = CL_POLL_EVERY - 1;
-  }
   if (a && cl_pool_is_default(d, p))
     cl_lane_refill_spares_locked(d, a->seg->lane);
   cl_leave_exclusive(d);

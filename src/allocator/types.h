@@ -401,15 +401,6 @@ struct cl_lane {
   cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
   unsigned idle;               /* exclusive sections since its shares last changed (exclusive mode) */
   size_t pos;                  /* its index in its device's `lanes` while not dormant */
-  /* [small]: blocks of this lane's segments that are PENDING (waiting for events, or deferred until no
-   * capture is underway): written in exclusive mode. A malloc of a kind whose count is not 0 polls
-   * first, in exclusive mode: the polled blocks may be what its best fit picks. */
-  uint32_t held[2];
-  /* CL_WARM_POLL: warm mallocs left before one goes to exclusive mode to poll (set by each malloc of the
-   * lane's stream there), and whether one went without its poll since the lane was last folded (both
-   * under the lane's lock) */
-  uint32_t poll_left;
-  bool poll_owed;
   /* A warm path found too little room in the pools (cl_lane_refill): the slow path gathers the other
    * lanes' room first (cl_lane_gather_room). Read without the lock, as a hint. */
   _Atomic bool short_of_room;
@@ -428,13 +419,12 @@ typedef struct cl_lane_index {
 /* TRACE: history is on; the warm paths run (without stacks or contexts only) and record their entries
  * through cl_trace_warm.
  * POLL: some block of the device is PENDING, so every malloc polls first (SPEC), and the warm malloc may
- * skip the poll only where it could change nothing:
- *   WATCH as well (the backend keeps a completion word, and no block waits for a capture's end): the word
- *   is unchanged since the last poll, so no event completed since; a changed word sends the call to
- *   exclusive mode, which polls: blocks come back as soon as their events are done.
- *   else: a polled block can change what best fit picks only in its own lane and kind (cl_lane.held), so
- *   the warm malloc serves the other lanes and kinds as after a poll, owes the poll to the next reader of
- *   the state (cl_settle_polls_locked), and every CL_POLL_EVERY-th call goes to exclusive mode to poll. */
+ * skip the poll only where it could change nothing: with WATCH as well (the backend keeps a completion
+ * word, and no block waits for a capture's end), while the word is unchanged since the last poll began,
+ * so no event has completed since; a changed word, or no WATCH, sends the call to exclusive mode, which
+ * polls: blocks come back as soon as their events are done, and every stat and peak moves as when every
+ * malloc polls. (Skipping elsewhere is not exact: a block a poll frees raises the split stats, whose
+ * peaks then depend on whether the poll came first.) */
 /* GC: garbage collection is set; the warm malloc counts its lookup in the pool (the ages of free blocks). */
 enum {
   CL_WARM_MALLOC = 1,
@@ -445,7 +435,6 @@ enum {
   CL_WARM_WATCH = 32,
   CL_WARM_GC = 64
 };
-enum { CL_POLL_EVERY = 64 };
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */
 struct cl_device {
@@ -462,9 +451,9 @@ struct cl_device {
   cl_config cfg;               /* this device's copy, replaced by set_settings under the lock */
   size_t n_armed;              /* lanes[0, n_armed) are armed (exclusive mode; here, in the padding before
                                   `lock`, so that the device's size, which malloc multiplies by, is kept) */
-  /* The backend's completion word (ops.h) and its value when the last poll began, for CL_WARM_WATCH: while
-   * the word still holds done_seen no event has completed since, so a poll would free nothing (exclusive
-   * mode writes both; in the padding too). */
+  /* The backend's completion word (ops.h) and its value when the last poll began (or the first event was
+   * recorded with none pending), for CL_WARM_WATCH: while the word still holds done_seen no event has
+   * completed since, so a poll would free nothing (exclusive mode writes both; in the padding too). */
   const uint32_t *done_word;
   uint32_t done_seen;
   /* n_armed for the warm paths, which size their share of room by it: written with n_armed (which a
@@ -502,10 +491,6 @@ struct cl_device {
   /* trace has min(cap, 4096 << trace_grown) rows (see cl_trace). A shift in a byte of padding, not a
    * size_t: a larger cl_device turns the warm paths' devices[i] from one multiply into three. */
   uint8_t trace_grown;
-  /* A warm malloc went without the poll it owed (CL_WARM_POLL; folded from the lanes on entering
-   * exclusive mode): readers of the state poll first (cl_settle_polls_locked), so that what they see is
-   * what every malloc polling would have left. In padding too. */
-  bool poll_owed;
   /* The CL_WARM_* flags cl_leave_exclusive last gave the armed lanes, for a lane armed in between
    * (cl_lane_arm_quick; under `lock`). In padding too. */
   uint8_t warm_flags;

@@ -261,7 +261,6 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   for (int i = 0; i < a->device_count && rc == CACHALOT_OK; i++) {
     cl_device *d = &a->devices[i];
     cl_enter_exclusive(d);
-    cl_settle_polls_locked(d);
     uint64_t active = (uint64_t)d->stats.active_bytes[CACHALOT_STAT_ALL].current;
     cl_trace_locked(d, CL_TRACE_SNAPSHOT, 0, active, NULL);
     rc = write_segments_locked(&j, sym, d);

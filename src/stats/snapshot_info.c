@@ -118,7 +118,6 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
   for (int i = 0; i < a->device_count && ok; i++) {
     cl_device *d = &a->devices[i];
     cl_enter_exclusive(d);
-    cl_settle_polls_locked(d);
     ok = take_segments_locked(d, s, &cap_seg) && (!include_trace || take_trace_locked(d, s, &cap_trace));
     /* The "snapshot" entry marks the moment in the history, as PyTorch's allocator records it: after the
      * trace is read, so a snapshot's trace ends with the program's last event and the next one shows the

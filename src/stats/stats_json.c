@@ -87,7 +87,6 @@ cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, ch
   cl_device *d = &a->devices[device];
   cachalot_device_stats st;
   cl_enter_exclusive(d);
-  cl_settle_polls_locked(d);
   st = d->stats;
   cl_leave_exclusive(d);
 

@@ -45,7 +45,7 @@ static uint32_t *make_words_locked(cl_cuda_backend *cb) {
   return host;
 }
 
-/* The words, made on first use (the device of `sc` current); NULL when they cannot be had or are off. */
+/* The words, made on first use; NULL when they cannot be had or are off. */
 static uint32_t *words_get(cl_cuda_backend *cb) {
   cl_cuda_words *w = &cb->words;
   uint32_t *host = atomic_load_explicit(&w->host, memory_order_acquire);
@@ -58,7 +58,8 @@ static uint32_t *words_get(cl_cuda_backend *cb) {
 }
 
 /* After event e recorded on s for `device`: the write that moves the device's word once e is done. A
- * failure turns the words off and moves the word at once, so that no warm path trusts it to stand still. */
+ * failure turns the words off, then moves every word at once, so that no warm path trusts one to stand
+ * still (the core, which reads its word and then asks for it again, drops it). */
 static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
   uint32_t *host = words_get(cb);
   if (!host)
@@ -69,14 +70,15 @@ static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
   if (w->write32((CUstream)s, w->dev + at * sizeof(uint32_t), v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
     (void)cudaGetLastError();
     atomic_store_explicit(&w->off, true, memory_order_relaxed);
-    __atomic_fetch_add(&host[at], 1u << 31, __ATOMIC_RELEASE); /* a value the writes do not reach soon */
+    for (int k = 0; k < cb->base.device_count; k++) /* every device's: none will be written again */
+      __atomic_fetch_add(&host[(size_t)k * CL_CUDA_WORD_STRIDE], 1u << 31, __ATOMIC_RELEASE);
   }
 }
 
+/* Made on the first call (the core asks before it records its first event). */
 const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device) {
-  cl_cuda_words *w = &as_cuda(b)->words;
-  uint32_t *host = atomic_load_explicit(&w->host, memory_order_acquire);
-  if (!host || atomic_load_explicit(&w->off, memory_order_relaxed) || device < 0 || device >= b->device_count)
+  uint32_t *host = words_get(as_cuda(b));
+  if (!host || device < 0 || device >= b->device_count)
     return NULL;
   return &host[(size_t)device * CL_CUDA_WORD_STRIDE];
 }
