@@ -87,8 +87,8 @@ static bool fold_entry(cl_lane_stat *e, cachalot_stat *arr[2], int n, int kind) 
   return changed;
 }
 
-/* Folds every share of an armed lane; every warm path changes one, so an unchanged lane was idle. */
-static void fold_lane(cl_device *d, cl_lane *ln) {
+/* Folds every share of an armed lane into the device's stats. Whether any had changed. */
+static bool fold_shares(cl_device *d, cl_lane *ln) {
   bool changed = false;
   for (int small = 0; small < 2; small++) {
     for (int id = 0; id < CL_LS_N; id++) {
@@ -99,8 +99,11 @@ static void fold_lane(cl_device *d, cl_lane *ln) {
   }
   cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
   changed |= fold_entry(&ln->oversize, ov, 1, CACHALOT_STAT_ALL); /* it has only an `all` part */
-  ln->idle = changed ? 0 : ln->idle + 1;
+  return changed;
 }
+
+/* Entering exclusive mode: every warm path changes a share, so a lane whose shares did not change was idle. */
+static void fold_lane(cl_device *d, cl_lane *ln) { ln->idle = fold_shares(d, ln) ? 0 : ln->idle + 1; }
 
 static void raise_peak(cachalot_stat *s) {
   if (s->current > s->peak)
@@ -192,6 +195,14 @@ static void join_armed(cl_device *d, cl_lane *ln) {
   swap_lanes(d, ln->pos, d->n_armed++);
 }
 
+/* Armed lane ln (locked, its shares folded) goes cold: out of the armed ones, no free index, no warm path. */
+static void go_cold(cl_device *d, cl_lane *ln) {
+  ln->armed = false;
+  ln->bins = NULL;
+  atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
+  swap_lanes(d, ln->pos, --d->n_armed);
+}
+
 /* Lanes idle through CL_LANE_IDLE_MAX sections go cold (see cl_lane), down to CL_LANE_ARMED_MIN armed.
  * Their shares are empty: entering exclusive mode folded them, and nothing has changed them since. */
 static void cool_idle_lanes(cl_device *d) {
@@ -199,10 +210,7 @@ static void cool_idle_lanes(cl_device *d) {
     cl_lane *ln = d->lanes[i];
     if (ln->idle < CL_LANE_IDLE_MAX)
       continue;
-    ln->armed = false;
-    ln->bins = NULL;
-    atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
-    swap_lanes(d, i, --d->n_armed); /* the lane moved to i was looked at already: the loop goes down */
+    go_cold(d, ln); /* the lane moved to i was looked at already: the loop goes down */
     cl_spin_unlock(&ln->lock);
   }
 }
@@ -404,18 +412,8 @@ void cl_lane_trim(cl_lane *ln, bool small) {
 static void cool_quick(cl_device *d, cl_lane *v) {
   cl_spin_lock(&v->lock); /* its warm path may be running: after it */
   return_all_room(d, v);
-  for (int small = 0; small < 2; small++)
-    for (int id = 0; id < CL_LS_N; id++) {
-      cachalot_stat *arr[2];
-      const int n = shared_stats(&d->stats, id, arr);
-      (void)fold_entry(&v->st[small][id], arr, n, small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL);
-    }
-  cachalot_stat *ov[2] = {&d->stats.oversize_allocations, NULL};
-  (void)fold_entry(&v->oversize, ov, 1, CACHALOT_STAT_ALL);
-  v->armed = false;
-  v->bins = NULL;
-  atomic_store_explicit(&v->warm, 0, memory_order_relaxed);
-  swap_lanes(d, v->pos, --d->n_armed);
+  (void)fold_shares(d, v);
+  go_cold(d, v);
   atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
   cl_spin_unlock(&v->lock);
 }

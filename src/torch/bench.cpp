@@ -59,6 +59,31 @@ void release_device() {
   }
 }
 
+// The frame of a timed pass: `body(i, error)` runs the loop from operation i on (a failure throws, or
+// names itself in `error`), timed with the steady clock around it alone. Its ns, or -1 with *done the
+// failed operation's index and the reason, after `release` gave back what the pass left live.
+template <typename Body>
+int64_t timed_pass(Body body, void (*release)(), int64_t* done, char* err, size_t len) {
+  size_t i = 0;
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    body(i, error);
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  *done = static_cast<int64_t>(i);
+  if (!error.empty()) {
+    release();
+    set_error(err, len, error);
+    return -1;
+  }
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+}
+
 c10::cuda::CUDAStream wrap(cudaStream_t s) {
   return c10::cuda::getStreamFromExternal(s, c10::cuda::current_device());
 }
@@ -94,30 +119,17 @@ __attribute__((visibility("default"))) int cachalot_torch_bench_host_load(const 
 // One timed pass: its ns, or -1 with *done the failed operation's index and the reason (what the pass
 // left live is given back first).
 __attribute__((visibility("default"))) int64_t cachalot_torch_bench_host_run(int64_t* done, char* err, size_t len) {
-  size_t i = 0;
-  std::string error;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    c10::Allocator* a = at::detail::getCUDAHooks().getPinnedMemoryAllocator();
-    for (; i < sizes.size(); i++) {
-      if (sizes[i] != 0)
-        live[static_cast<size_t>(slot_of[i])] = a->allocate(static_cast<size_t>(sizes[i]));
-      else
-        live[static_cast<size_t>(slot_of[i])].clear();
-    }
-  } catch (const c10::Error& e) {
-    error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  *done = static_cast<int64_t>(i);
-  if (!error.empty()) {
-    release_all();
-    set_error(err, len, error);
-    return -1;
-  }
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  return timed_pass(
+      [](size_t& i, std::string&) {
+        c10::Allocator* a = at::detail::getCUDAHooks().getPinnedMemoryAllocator();
+        for (; i < sizes.size(); i++) {
+          if (sizes[i] != 0)
+            live[static_cast<size_t>(slot_of[i])] = a->allocate(static_cast<size_t>(sizes[i]));
+          else
+            live[static_cast<size_t>(slot_of[i])].clear();
+        }
+      },
+      release_all, done, err, len);
 }
 
 // Gives back every live allocation (each DataPtr's deleter is the allocator's free).
@@ -174,45 +186,33 @@ __attribute__((visibility("default"))) int cachalot_torch_bench_device_load(cons
 // One timed pass, stream 0 synchronized at its end (as alloc_bench does for its own rows): its ns, or -1
 // with *done the failed operation's index and the reason (what the pass left live is given back first).
 __attribute__((visibility("default"))) int64_t cachalot_torch_bench_device_run(int64_t* done, char* err, size_t len) {
-  size_t i = 0;
-  std::string error;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    c10::cuda::CUDACachingAllocator::CUDAAllocator* a = c10::cuda::CUDACachingAllocator::get();
-    for (; i < dev_ops.size(); i++) {
-      const DeviceOp& o = dev_ops[i];
-      const auto k = static_cast<size_t>(o.slot);
-      if (o.size != 0 && !o.keep) {
-        dev_raw[k] = a->raw_alloc_with_stream(static_cast<size_t>(o.size), dev_streams[static_cast<size_t>(o.stream)]);
-      } else if (o.size != 0) {
-        c10::cuda::CUDAStreamGuard guard(wrap(dev_streams[static_cast<size_t>(o.stream)]));
-        dev_kept[k] = a->allocate(static_cast<size_t>(o.size));
-      } else if (o.record != 0) {
-        a->recordStream(dev_kept[k], wrap(dev_streams[static_cast<size_t>(o.record - 1)]));
-        dev_kept[k].clear();
-      } else {
-        a->raw_delete(dev_raw[k]);
-        dev_raw[k] = nullptr;
-      }
-    }
-    cudaError_t e = cudaStreamSynchronize(dev_streams.empty() ? nullptr : dev_streams[0]);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      error = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
-    }
-  } catch (const c10::Error& e) {
-    error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  *done = static_cast<int64_t>(i);
-  if (!error.empty()) {
-    release_device();
-    set_error(err, len, error);
-    return -1;
-  }
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  return timed_pass(
+      [](size_t& i, std::string& error) {
+        c10::cuda::CUDACachingAllocator::CUDAAllocator* a = c10::cuda::CUDACachingAllocator::get();
+        for (; i < dev_ops.size(); i++) {
+          const DeviceOp& o = dev_ops[i];
+          const auto k = static_cast<size_t>(o.slot);
+          if (o.size != 0 && !o.keep) {
+            dev_raw[k] =
+                a->raw_alloc_with_stream(static_cast<size_t>(o.size), dev_streams[static_cast<size_t>(o.stream)]);
+          } else if (o.size != 0) {
+            c10::cuda::CUDAStreamGuard guard(wrap(dev_streams[static_cast<size_t>(o.stream)]));
+            dev_kept[k] = a->allocate(static_cast<size_t>(o.size));
+          } else if (o.record != 0) {
+            a->recordStream(dev_kept[k], wrap(dev_streams[static_cast<size_t>(o.record - 1)]));
+            dev_kept[k].clear();
+          } else {
+            a->raw_delete(dev_raw[k]);
+            dev_raw[k] = nullptr;
+          }
+        }
+        cudaError_t e = cudaStreamSynchronize(dev_streams.empty() ? nullptr : dev_streams[0]);
+        if (e != cudaSuccess) {
+          (void)cudaGetLastError();
+          error = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e);
+        }
+      },
+      release_device, done, err, len);
 }
 
 // Gives back every live device allocation.

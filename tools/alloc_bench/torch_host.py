@@ -68,10 +68,14 @@ class Loop:
         if self.lib.cachalot_torch_bench_host_load(arr(*sizes), arr(*slots), n, self.err, len(self.err)) != 0:
             raise RuntimeError(self.err.value.decode())
 
-    def run(self):
+    def timed(self, loop):
+        """One pass of a loop of bench.cpp: the reply to a pass command, 'ok NS' or 'error DONE MESSAGE'."""
         done = ctypes.c_int64()
-        ns = self.lib.cachalot_torch_bench_host_run(ctypes.byref(done), self.err, len(self.err))
-        return ns, done.value, self.err.value.decode() if ns < 0 else ""
+        ns = loop(ctypes.byref(done), self.err, len(self.err))
+        return f"ok {ns}" if ns >= 0 else f"error {done.value} {one_line(self.err.value.decode())}"
+
+    def run(self):
+        return self.timed(self.lib.cachalot_torch_bench_host_run)
 
     def release(self):
         self.lib.cachalot_torch_bench_host_release()
@@ -85,9 +89,7 @@ class Loop:
             raise RuntimeError(self.err.value.decode())
 
     def device_run(self):
-        done = ctypes.c_int64()
-        ns = self.lib.cachalot_torch_bench_device_run(ctypes.byref(done), self.err, len(self.err))
-        return ns, done.value, self.err.value.decode() if ns < 0 else ""
+        return self.timed(self.lib.cachalot_torch_bench_device_run)
 
 
 def host_stats(torch):
@@ -163,9 +165,9 @@ def probe():
     try:
         torch, ext = load()
         ext.load([4096, 0], [0, 0])  # one pinned block, so that a pinning that fails says so now
-        ns, _, error = ext.run()
-        if ns < 0:
-            raise RuntimeError(f"a 4 KiB pinned allocation failed: {one_line(error)}")
+        result = ext.run()
+        if not result.startswith("ok "):
+            raise RuntimeError(f"a 4 KiB pinned allocation failed: {result.split(' ', 2)[2]}")
     except Exception as e:  # noqa: BLE001
         print("no " + one_line(e), flush=True)
         return 0
@@ -197,8 +199,7 @@ def serve():
             ext.load(sizes, slots)
             reply("loaded")
         elif words[0] == "pass":
-            ns, done, error = ext.run()
-            reply(f"ok {ns}" if ns >= 0 else f"error {done} {one_line(error)}")
+            reply(ext.run())
         elif words[0] == "stats":
             reply(stats_reply(torch))
         elif words[0] == "check":
@@ -215,8 +216,7 @@ def serve():
             except Exception as e:  # noqa: BLE001
                 reply("error " + one_line(e))
         elif words[0] == "dpass":
-            ns, done, error = ext.device_run()
-            reply(f"ok {ns}" if ns >= 0 else f"error {done} {one_line(error)}")
+            reply(ext.device_run())
         elif words[0] == "dstats":
             reply(device_stats_reply(torch))
         elif words[0] == "dcheck":
