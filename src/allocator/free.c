@@ -208,7 +208,7 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
 /* History on (CL_WARM_TRACE): out of the plain path's way. A call with a context goes to exclusive mode,
  * where history keeps it. */
 static __attribute__((noinline)) bool free_warm_traced(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key) {
-  return !cl_tls_free_ctx && free_warm(d, ln, seg, key, true);
+  return !cl_free_ctx() && free_warm(d, ln, seg, key, true);
 }
 
 /* free()'s warm path, under its lane's lock alone. A STOPPED result comes after the exclusive mode that

@@ -12,13 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
+_Atomic int cl_ctx_calls;
 
 /* What is kept with a handed-out block, by the block's address: the caller's context and the C stack of
  * its alloc entry (either may be missing, not both). */
@@ -206,7 +201,7 @@ static size_t trace_rows(const cl_device *d) { return rows_of(d->trace.cap, d->t
 /* Doubles the ring's rows (not past cap). It has not wrapped (rows < cap), so the rows keep their order.
  * Where the host has no memory for more, the ring keeps the rows it has and wraps there: history loses
  * its oldest entries sooner, nothing else. */
-static void grow_trace(cl_device *d) {
+__attribute__((noinline, cold)) static void grow_trace(cl_device *d) {
   cl_trace *t = &d->trace;
   const size_t had = trace_rows(d);
   d->trace_grown++;
@@ -252,19 +247,14 @@ static void *entry_ctx(const cl_device *d, cl_trace_action action, uint64_t addr
 }
 
 /* One row of the ring taken for a new entry, growing it first when it must (see cl_trace). */
-static cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
+CL_INLINE cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
   cl_trace *t = &d->trace;
-  if (t->count < t->cap && t->count == trace_rows(d))
+  if (CL_UNLIKELY(t->count < t->cap) && t->count == trace_rows(d))
     grow_trace(d);
   /* head < cap and count <= cap: a subtraction wraps, where a division (two a pair of calls, on the warm
    * paths) cost more than the rest of the entry */
   size_t slot;
-  if (t->count < t->cap) {
-    slot = t->head + t->count;
-    if (slot >= t->cap)
-      slot -= t->cap;
-    t->count++;
-  } else { /* full: the oldest entry makes room */
+  if (CL_LIKELY(t->count == t->cap)) { /* full: the oldest entry makes room */
     slot = t->head;
     if (++t->head == t->cap)
       t->head = 0;
@@ -272,6 +262,11 @@ static cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
      * each one's text: ask for them now, so that the warm paths do not wait a memory load per entry. */
     const size_t ahead = slot + 8 < t->cap ? slot + 8 : slot + 8 - t->cap;
     __builtin_prefetch(&t->entries[ahead], 1);
+  } else {
+    slot = t->head + t->count;
+    if (slot >= t->cap)
+      slot -= t->cap;
+    t->count++;
   }
   *slot_out = slot;
   return &t->entries[slot];
@@ -295,32 +290,85 @@ static void fill_entry(cl_trace_entry *e, cl_trace_action action, uint64_t addr,
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* The warm paths' clock. Reading the real one was half of what history cost them, and entries come
- * faster than its microseconds: an entry within TICKS_FRESH ticks of the time stamp counter of this
- * thread's last reading takes that reading (wrong by under 2 us at 1 GHz, under 1 us at the 2-4 GHz of
- * today's invariant counters); any other entry, and every entry after the counter went backwards (another
- * core's), reads the clock. */
-enum { TICKS_FRESH = 2000 };
-static _Thread_local struct {
+/* The history clock. Reading the real one cost the warm paths more than the rest of an entry (a system
+ * call where the host's clock source has no vDSO, as on some virtual machines), so a device reads it once
+ * per ANCHOR_US and takes the microseconds in between from the time stamp counter, at a rate measured
+ * once per process between two readings at least CALIBRATE_US apart: each reading's counter is the
+ * middle of two, one before and one after the clock, and a reading whose two lie more than READ_TICKS
+ * apart (the thread stopped in between) does not count, so the rate is off by at most 0.25% at 1 GHz
+ * (READ_TICKS / 2 in 10 ms) and an interpolated time by at most 2.5 us. Until the rate is known, an entry
+ * within TICKS_FRESH ticks of the last reading takes that reading (wrong by under 2 us at 1 GHz). A
+ * counter that went backwards (another core's, where cores' counters differ) or too far reads the clock
+ * again, and a device's times never go backwards. */
+enum { TICKS_FRESH = 2000, READ_TICKS = 50000, CALIBRATE_US = 10000, ANCHOR_US = 1000 };
+static _Atomic uint64_t us_per_tick_q32;  /* microseconds per tick, 32.32 fixed point; 0 until measured */
+static _Atomic uint64_t ticks_per_anchor; /* ANCHOR_US in ticks, stored before the rate */
+static pthread_mutex_t calibration_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
   uint64_t tsc;
-  int64_t us;
-} warm_clock;
-static int64_t warm_now_us(void) {
+  int64_t ns;
+} calibration; /* the first reading of the pair (under calibration_lock) */
+
+__attribute__((noinline, cold)) static void calibrate(uint64_t tsc, int64_t ns) {
+  if (pthread_mutex_trylock(&calibration_lock) != 0) /* another device's reading is doing it */
+    return;
+  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0) {
+    if (calibration.ns == 0 || tsc <= calibration.tsc || ns < calibration.ns) {
+      calibration.tsc = tsc;
+      calibration.ns = ns;
+    } else if (ns - calibration.ns >= (int64_t)CALIBRATE_US * 1000) {
+      const uint64_t rate = ((uint64_t)(ns - calibration.ns) << 32) / 1000 / (tsc - calibration.tsc);
+      if (rate != 0) {
+        atomic_store_explicit(&ticks_per_anchor, ((uint64_t)ANCHOR_US << 32) / rate, memory_order_relaxed);
+        atomic_store_explicit(&us_per_tick_q32, rate, memory_order_release);
+      }
+    }
+  }
+  pthread_mutex_unlock(&calibration_lock);
+}
+
+__attribute__((noinline)) static int64_t read_clock(cl_trace_clock *c, uint64_t tsc) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  const uint64_t after = __rdtsc();
+  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0 && after - tsc < READ_TICKS)
+    calibrate(tsc + (after - tsc) / 2, ns);
+  int64_t us = ns / 1000;
+  if (us < c->last && c->last - us < ANCHOR_US) /* the interpolation ran ahead a little */
+    us = c->last;
+  c->us = c->last = us;
+  c->tsc = tsc;
+  return us;
+}
+
+CL_INLINE int64_t clock_us(cl_trace_clock *c) {
   const uint64_t tsc = __rdtsc();
-  if (tsc - warm_clock.tsc < TICKS_FRESH && warm_clock.us != 0)
-    return warm_clock.us;
-  warm_clock.us = now_us();
-  warm_clock.tsc = tsc;
-  return warm_clock.us;
+  const uint64_t dt = tsc - c->tsc; /* huge when the counter went backwards */
+  const uint64_t rate = atomic_load_explicit(&us_per_tick_q32, memory_order_acquire);
+  if (CL_LIKELY(rate != 0) && dt < atomic_load_explicit(&ticks_per_anchor, memory_order_relaxed)) {
+    const int64_t us = c->us + (int64_t)((dt * rate) >> 32);
+    if (us > c->last)
+      c->last = us;
+    return c->last;
+  }
+  if (dt < TICKS_FRESH)
+    return c->last;
+  return read_clock(c, tsc);
 }
 #else
-static int64_t warm_now_us(void) { return now_us(); }
+static int64_t clock_us(cl_trace_clock *c) {
+  (void)c;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 #endif
 
 void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream) {
-  const int64_t time_us = warm_now_us();
   size_t slot;
   cl_spin_lock(&d->trace_lock);
+  const int64_t time_us = clock_us(&d->trace_clock);
   fill_entry(next_entry(d, &slot), action, addr, size, stream, time_us);
   if (action == CL_TRACE_FREE_REQUESTED)
     fill_entry(next_entry(d, &slot), CL_TRACE_FREE_COMPLETED, addr, size, stream, time_us);
@@ -335,7 +383,7 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
   cl_trace_entry *e = next_entry(d, &slot);
   if (e->ctx) /* a reused slot */
     cl_ctx_release(d->owner, e->ctx);
-  fill_entry(e, action, addr, size, stream, now_us());
+  fill_entry(e, action, addr, size, stream, clock_us(&d->trace_clock)); /* no warm path runs */
   void *ctx = given ? given : entry_ctx(d, action, addr);
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);
@@ -476,26 +524,32 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
 cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, size_t size, cachalot_stream s,
                                              void *ctx, void **out) {
   void *const saved = cl_tls_alloc_ctx;
+  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   cl_tls_alloc_ctx = ctx;
   cachalot_status rc = cachalot_malloc(a, device, size, s, out);
   cl_tls_alloc_ctx = saved;
+  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   return rc;
 }
 
 cachalot_status cachalot_restore_pool_with_context(cachalot_allocator *a, const cachalot_pool_state *state,
                                                    void *ctx, void ***ptrs, size_t *n_ptrs) {
   void *const saved = cl_tls_alloc_ctx;
+  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   cl_tls_alloc_ctx = ctx;
   cachalot_status rc = cachalot_restore_pool(a, state, ptrs, n_ptrs);
   cl_tls_alloc_ctx = saved;
+  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   return rc;
 }
 
 cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
   void *const saved = cl_tls_free_ctx;
+  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   cl_tls_free_ctx = ctx;
   cachalot_status rc = cachalot_free(a, ptr);
   cl_tls_free_ctx = saved;
+  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
   return rc;
 }
 

@@ -35,6 +35,16 @@ void cl_trace_free_locked(cl_device *d);
 /* The contexts of the call in progress on this thread (cachalot_malloc_with_context,
  * cachalot_free_with_context): NULL outside such a call. */
 extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
+/* Threads inside one of those calls, of any allocator. While none is, no thread has a context set, and
+ * the warm paths skip reading theirs (a thread-local read in a shared library is a call). A thread sees
+ * its own increments, so relaxed order is enough. */
+extern _Atomic int cl_ctx_calls;
+static inline void *cl_alloc_ctx(void) {
+  return atomic_load_explicit(&cl_ctx_calls, memory_order_relaxed) ? cl_tls_alloc_ctx : NULL;
+}
+static inline void *cl_free_ctx(void) {
+  return atomic_load_explicit(&cl_ctx_calls, memory_order_relaxed) ? cl_tls_free_ctx : NULL;
+}
 /* Keeps this thread's alloc context, and the C stack of the alloc entry just recorded (stacks on), with
  * the block at ptr (history on; hand_out's exclusive path). */
 void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr);

@@ -347,7 +347,7 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
   if ((w & CL_WARM_POLL) &&
       (!(w & CL_WARM_WATCH) || __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE) != d->done_seen))
     return false;
-  if ((w & CL_WARM_TRACE) && cl_tls_alloc_ctx)
+  if ((w & CL_WARM_TRACE) && cl_alloc_ctx())
     return false;
   uint64_t *lookups = NULL;
   if (w & CL_WARM_GC) {

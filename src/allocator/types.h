@@ -325,6 +325,14 @@ typedef struct {
   size_t cap, head, count;
 } cl_trace;
 
+/* A device's history clock (history.c): the real clock read `us` when the time stamp counter read `tsc`,
+ * and the latest time an entry was given, so that the device's entries never go back in time by the
+ * counter's interpolation. Written under trace_lock or in exclusive mode. */
+typedef struct {
+  uint64_t tsc;
+  int64_t us, last;
+} cl_trace_clock;
+
 
 /* --- lanes (lane.c) --- */
 
@@ -507,9 +515,12 @@ struct cl_device {
                                      free passes history.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
+  /* In the cache line before room, which nothing else uses: the warm paths that record history write it
+   * with every entry. */
+  cl_trace_clock trace_clock;
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
    * give back to them under their own lock alone, exclusive mode sets them anew. */
-  char pad_[64];
+  char pad_[64 - sizeof(cl_trace_clock)];
   _Atomic int64_t room[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large] */
   _Atomic int64_t room_oversize;
 };

@@ -451,6 +451,60 @@ static int64_t realtime_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* The warm paths' history clock reads the real clock once a millisecond and interpolates with the time
+ * stamp counter in between, at a rate it measures itself: over 60 ms of pairs (past the 10 ms the rate
+ * takes), every entry's time lies within the real clock's readings around its call, give or take the
+ * interpolation's error (2.5 us at most), and the device's times never go backwards. */
+static void history_clock_follows_real_time(void **state) {
+  (void)state;
+  enum { PAIRS = 20000, SLACK_US = 4 };
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0);
+  OK(cachalot_record_history(e.a, true, 3 * PAIRS));
+  FREE(e.a, ALLOC(e.a, 0, 1000, s)); /* the segment, in exclusive mode */
+  int64_t *before = malloc(PAIRS * sizeof *before), *after = malloc(PAIRS * sizeof *after);
+  assert_non_null(before);
+  assert_non_null(after);
+  const int64_t start = realtime_us();
+  int n = 0;
+  while (n < PAIRS && (n <= PAIRS / 2 || realtime_us() - start < 60000)) {
+    before[n] = realtime_us();
+    void *p = NULL;
+    if (n == 0 || n == PAIRS / 2) { /* (the check holds the device lock: slow) */
+      assert_true(malloc_is_warm(e.a, d, 1000, s, &p));
+      assert_true(free_is_warm(e.a, d, p));
+    } else {
+      OK(cachalot_malloc(e.a, 0, 1000, s, &p));
+      OK(cachalot_free(e.a, p));
+    }
+    after[n] = realtime_us();
+    n++;
+    if (n % 64 == 0) { /* gaps longer than the clock's anchor too */
+      const struct timespec nap = {0, 1500 * 1000};
+      nanosleep(&nap, NULL);
+    }
+  }
+  CHECK(e.a);
+  cachalot_snapshot_info *si = NULL;
+  OK(cachalot_snapshot_take(e.a, true, &si));
+  EQ(si->n_trace, 4 + 3 * (size_t)n); /* segment_alloc and the first pair's, then the timed pairs' */
+  int64_t last = si->trace[3].time_us;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 3; k++) {
+      const int64_t t = si->trace[4 + 3 * i + k].time_us;
+      if (t < before[i] - SLACK_US || t > after[i] + SLACK_US)
+        fail_msg("pair %d entry %d: time %lld us outside the call's [%lld, %lld]", i, k, (long long)t,
+                 (long long)before[i], (long long)after[i]);
+      assert_true(t >= last);
+      last = t;
+    }
+  cachalot_snapshot_info_free(e.a, si);
+  free(before);
+  free(after);
+  env_free(&e);
+}
+
 /* History on, without stacks or contexts (issue 31: it sent every call to exclusive mode, 13x a pair): the
  * warm paths run and record alloc, free_requested and free_completed as exclusive mode does, in order,
  * with the block's address, requested size and stream and a time within the call's, also past the ring's
@@ -717,6 +771,7 @@ int main(void) {
       cmocka_unit_test(streams_come_and_go),
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
+      cmocka_unit_test(history_clock_follows_real_time),
       cmocka_unit_test(stream_per_request),
       cmocka_unit_test(gc_keeps_warm_paths),
       cmocka_unit_test(oom_retry_rests_streams),
