@@ -17,19 +17,19 @@ static unsigned large_class(size_t bytes) { return cl_fit_class(false, bytes); }
 
 static void test_small_pool_classes(void **state) {
   (void)state;
-  /* The premises: 301 and 302 units share a class, 303 is in the next (empty here), 305 in the one
-   * after, 311 further up with empty classes between; 1, 2, 8 and 9 units are classes of their own. */
-  assert_int_equal(small_class(301), small_class(302));
-  assert_int_equal(small_class(303), small_class(301) + 1);
-  assert_int_equal(small_class(305), small_class(301) + 2);
-  assert_true(small_class(311) > small_class(305) + 1);
+  /* The premises: 75 and 76 units share a class, 77 is in the next (empty here), 79 in the one
+   * after, 85 further up with empty classes between; 1, 2, 8 and 9 units are classes of their own. */
+  assert_int_equal(small_class(75), small_class(76));
+  assert_int_equal(small_class(77), small_class(75) + 1);
+  assert_int_equal(small_class(79), small_class(75) + 2);
+  assert_true(small_class(85) > small_class(79) + 1);
   assert_true(small_class(1) < small_class(2) && small_class(8) + 1 == small_class(9));
 
   env e = ENV(1, 0, "");
   cachalot_stream s = STREAM(e.b, 0);
-  /* One 2 MiB segment carved into  ga 302 | k 1 | gb 301 | k 1 | gc 302 | k 1 | gd 305 | k 1 | ge 311 |
-   * k 1 | tail 2570  (units of 512 B); the keepers k stay allocated, so the gaps never merge. */
-  static const size_t gap_units[5] = {302, 301, 302, 305, 311};
+  /* One 2 MiB segment carved into  ga 76 | k 1 | gb 75 | k 1 | gc 76 | k 1 | gd 79 | k 1 | ge 85 |
+   * k 1 | tail 3700  (units of 512 B); the keepers k stay allocated, so the gaps never merge. */
+  static const size_t gap_units[5] = {76, 75, 76, 79, 85};
   char *gap[5], *keep[5];
   for (int i = 0; i < 5; i++) {
     gap[i] = ALLOC(e.a, 0, gap_units[i] * U, s);
@@ -39,51 +39,51 @@ static void test_small_pool_classes(void **state) {
       assert_ptr_equal(gap[i], keep[i - 1] + U);
   }
   char *ga = gap[0], *gb = gap[1], *gc = gap[2], *gd = gap[3], *ge = gap[4];
-  const int order[5] = {2, 4, 0, 3, 1}; /* gc first: the higher of the two 302-unit gaps */
+  const int order[5] = {2, 4, 0, 3, 1}; /* gc first: the higher of the two 76-unit gaps */
   for (int i = 0; i < 5; i++)
     FREE(e.a, gap[order[i]]);
-  const int64_t tail = (int64_t)((4096 - 1521 - 5) * U);
+  const int64_t tail = (int64_t)((4096 - 391 - 5) * U);
   EXPECT_POOLS(e.a, 0,
                PX(.alloc = 5, .alloc_b = 5 * U, .active = 5, .active_b = 5 * U, .req_b = 5 * U, .seg = 1,
-                  .res_b = 2 * MiB, .split = 6, .split_b = 1521 * U + tail),
+                  .res_b = 2 * MiB, .split = 6, .split_b = 391 * U + tail),
                PX0);
 
-  /* Inside one class: 301 is too small for 302, and of the two 302s the lower address wins. */
-  char *p = ALLOC(e.a, 0, 302 * U - 100, s);
+  /* Inside one class: 75 is too small for 76, and of the two 76s the lower address wins. */
+  char *p = ALLOC(e.a, 0, 76 * U - 100, s);
   assert_ptr_equal(p, ga);
-  char *q = ALLOC(e.a, 0, 302 * U, s);
+  char *q = ALLOC(e.a, 0, 76 * U, s);
   assert_ptr_equal(q, gc);
-  /* 303's class is empty: the next non-empty class holds gd (305); its 2-unit rest changes class. */
-  char *r = ALLOC(e.a, 0, 303 * U, s);
+  /* 77's class is empty: the next non-empty class holds gd (79); its 2-unit rest changes class. */
+  char *r = ALLOC(e.a, 0, 77 * U, s);
   assert_ptr_equal(r, gd);
-  /* Just above every block of its class (gb, 301): from the next non-empty class, past two empty ones
-   * (303's, and 305's now that gd is taken): ge (311), leaving a 9-unit rest. */
-  char *t = ALLOC(e.a, 0, 301 * U + 1, s);
+  /* Just above every block of its class (gb, 75): from the next non-empty class, past two empty ones
+   * (77's, and 79's now that gd is taken): ge (85), leaving a 9-unit rest. */
+  char *t = ALLOC(e.a, 0, 75 * U + 1, s);
   assert_ptr_equal(t, ge);
   /* Exact classes: 2 units -> gd's rest; 8 units -> the 9-unit rest of ge (class 8 is empty), split. */
   char *u2 = ALLOC(e.a, 0, 2 * U, s);
-  assert_ptr_equal(u2, gd + 303 * U);
+  assert_ptr_equal(u2, gd + 77 * U);
   char *u8 = ALLOC(e.a, 0, 8 * U - 1, s);
-  assert_ptr_equal(u8, ge + 302 * U);
+  assert_ptr_equal(u8, ge + 76 * U);
   /* The last block of gb's class. */
-  char *v = ALLOC(e.a, 0, 301 * U, s);
+  char *v = ALLOC(e.a, 0, 75 * U, s);
   assert_ptr_equal(v, gb);
   EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 12, .alloc_b = (5 + 302 + 302 + 303 + 302 + 2 + 8 + 301) * U,
-                  .active = 12, .active_b = (5 + 302 + 302 + 303 + 302 + 2 + 8 + 301) * U,
-                  .req_b = (5 + 302 + 302 + 303 + 301 + 2 + 8 + 301) * U - 100 + 1 - 1, .seg = 1, .res_b = 2 * MiB,
+               PX(.alloc = 12, .alloc_b = (5 + 76 + 76 + 77 + 76 + 2 + 8 + 75) * U,
+                  .active = 12, .active_b = (5 + 76 + 76 + 77 + 76 + 2 + 8 + 75) * U,
+                  .req_b = (5 + 76 + 76 + 77 + 75 + 2 + 8 + 75) * U - 100 + 1 - 1, .seg = 1, .res_b = 2 * MiB,
                   .split = 2, .split_b = U + tail),
                PX0);
 
   /* Merges that move a block up a class: the 8-unit block joins the 1-unit rest (9 units), then ge's
-   * first part joins them (311 units, ge's old class): a 311-unit request finds it, not the tail. */
+   * first part joins them (85 units, ge's old class): a 85-unit request finds it, not the tail. */
   FREE(e.a, u8);
   FREE(e.a, t);
-  char *w = ALLOC(e.a, 0, 311 * U, s);
+  char *w = ALLOC(e.a, 0, 85 * U, s);
   assert_ptr_equal(w, ge);
   /* A keeper freed next to the tail merges into it; the tail is then the only block that fits. */
   FREE(e.a, keep[4]);
-  char *x = ALLOC(e.a, 0, 312 * U, s);
+  char *x = ALLOC(e.a, 0, 86 * U, s);
   assert_ptr_equal(x, keep[4]);
   EXPECT_COUNTERS(e.a, 0, 1, 0, 0, 0, 0);
 
