@@ -229,7 +229,10 @@ cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cacha
 
   cachalot_allocator *a = calloc(1, sizeof *a);
   char *raw = strdup(conf ? conf : "");
-  cl_device *devs = calloc((size_t)b->device_count, sizeof *devs);
+  /* aligned as the type says (calloc gives 16 bytes): the lock and the room atomics own their cache lines */
+  cl_device *devs = aligned_alloc(_Alignof(cl_device), (size_t)b->device_count * sizeof *devs);
+  if (devs)
+    memset(devs, 0, (size_t)b->device_count * sizeof *devs);
   cl_host *host = NULL;
   if (!a || !raw || !devs || cl_host_create(b, &host) != CACHALOT_OK) {
     free(a);

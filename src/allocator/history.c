@@ -289,18 +289,47 @@ static void fill_entry(cl_trace_entry *e, cl_trace_action action, uint64_t addr,
   e->time_us = time_us;
 }
 
+/* Where the real clock of a device's history goes on from `real` (its reading): an interpolation that ran
+ * ahead stays put until the clock passes it, so that a lead never outlasts one anchor and times do not go
+ * back; a real step back of ANCHOR_US or more (the clock was set back) is followed. */
+enum { ANCHOR_US = 1000 };
+static int64_t settle(cl_trace_clock *c, int64_t real) {
+  c->us = real;
+  if (real > c->last || c->last - real >= ANCHOR_US)
+    c->last = real;
+  return c->last;
+}
+
+static int64_t realtime_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+uint64_t cl_clock_rate_q32(uint64_t ticks, int64_t ns) {
+  /* (ns << 32) fits 64 bits below 2^32 ns; callers pair readings at most CL_CLOCK_PAIR_MAX_NS apart */
+  if (ticks == 0 || ns <= 0 || ns > CL_CLOCK_PAIR_MAX_NS)
+    return 0;
+  const uint64_t rate = ((uint64_t)ns << 32) / 1000 / ticks;
+  /* counters run at 0.2 to 10 GHz: 5,000 down to 100 ps a tick */
+  if (rate < ((uint64_t)1 << 32) / 10000 || rate > ((uint64_t)1 << 32) / 200)
+    return 0;
+  return rate;
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 /* The history clock. Reading the real one cost the warm paths more than the rest of an entry (a system
  * call where the host's clock source has no vDSO, as on some virtual machines), so a device reads it once
  * per ANCHOR_US and takes the microseconds in between from the time stamp counter, at a rate measured
- * once per process between two readings at least CALIBRATE_US apart: each reading's counter is the
- * middle of two, one before and one after the clock, and a reading whose two lie more than READ_TICKS
- * apart (the thread stopped in between) does not count, so the rate is off by at most 0.25% at 1 GHz
- * (READ_TICKS / 2 in 10 ms) and an interpolated time by at most 2.5 us. Until the rate is known, an entry
- * within TICKS_FRESH ticks of the last reading takes that reading (wrong by under 2 us at 1 GHz). A
- * counter that went backwards (another core's, where cores' counters differ) or too far reads the clock
- * again, and a device's times never go backwards. */
-enum { TICKS_FRESH = 2000, READ_TICKS = 50000, CALIBRATE_US = 10000, ANCHOR_US = 1000 };
+ * once per process against CLOCK_MONOTONIC (which is not stepped) between two readings CALIBRATE_US to
+ * CL_CLOCK_PAIR_MAX_NS apart. Each reading's counter is the middle of two, one before and one after the
+ * clock; a reading whose two lie READ_TICKS or more apart (the thread was stopped in between) is taken
+ * again, up to READ_TRIES times. So an anchor is off by under READ_TICKS / 2 (2 us at 1 GHz) and the
+ * rate by under READ_TICKS in CALIBRATE_US (0.02% at 1 GHz: 0.2 us an interpolated millisecond). Until
+ * the rate is known, an entry within TICKS_FRESH ticks of the last reading takes that reading (wrong by
+ * under 2 us at 1 GHz). A counter that went backwards (another core's, where cores' counters differ) or
+ * too far, and an anchor none of whose tries was clean, read the clock again. */
+enum { TICKS_FRESH = 2000, READ_TICKS = 4000, READ_TRIES = 8, CALIBRATE_US = 20000 };
 static _Atomic uint64_t us_per_tick_q32;  /* microseconds per tick, 32.32 fixed point; 0 until measured */
 static _Atomic uint64_t ticks_per_anchor; /* ANCHOR_US in ticks, stored before the rate */
 static pthread_mutex_t calibration_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -309,37 +338,57 @@ static struct {
   int64_t ns;
 } calibration; /* the first reading of the pair (under calibration_lock) */
 
-__attribute__((noinline, cold)) static void calibrate(uint64_t tsc, int64_t ns) {
-  if (pthread_mutex_trylock(&calibration_lock) != 0) /* another device's reading is doing it */
-    return;
+uint64_t cl_clock_rate(void) { return atomic_load_explicit(&us_per_tick_q32, memory_order_acquire); }
+
+/* Clock `id` and the counter's middle around it; false when every try was stopped in between. */
+static bool read_pair(clockid_t id, uint64_t *tsc, int64_t *ns) {
+  for (int i = 0; i < READ_TRIES; i++) {
+    const uint64_t before = __rdtsc();
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    const uint64_t after = __rdtsc();
+    if (after - before < READ_TICKS) {
+      *tsc = before + (after - before) / 2;
+      *ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+      return true;
+    }
+  }
+  return false;
+}
+
+__attribute__((noinline, cold)) static void calibrate(void) {
+  uint64_t tsc;
+  int64_t ns;
+  if (!read_pair(CLOCK_MONOTONIC, &tsc, &ns) || pthread_mutex_trylock(&calibration_lock) != 0)
+    return; /* (another device's reading is doing it) */
   if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0) {
-    if (calibration.ns == 0 || tsc <= calibration.tsc || ns < calibration.ns) {
+    const int64_t gap = ns - calibration.ns;
+    uint64_t rate = 0;
+    if (calibration.ns != 0 && tsc > calibration.tsc && gap >= (int64_t)CALIBRATE_US * 1000 &&
+        (rate = cl_clock_rate_q32(tsc - calibration.tsc, gap)) != 0) {
+      atomic_store_explicit(&ticks_per_anchor, ((uint64_t)ANCHOR_US << 32) / rate, memory_order_relaxed);
+      atomic_store_explicit(&us_per_tick_q32, rate, memory_order_release);
+    } else if (calibration.ns == 0 || tsc <= calibration.tsc || gap < 0 || gap > CL_CLOCK_PAIR_MAX_NS ||
+               gap >= (int64_t)CALIBRATE_US * 1000) { /* a fresh pair from here */
       calibration.tsc = tsc;
       calibration.ns = ns;
-    } else if (ns - calibration.ns >= (int64_t)CALIBRATE_US * 1000) {
-      const uint64_t rate = ((uint64_t)(ns - calibration.ns) << 32) / 1000 / (tsc - calibration.tsc);
-      if (rate != 0) {
-        atomic_store_explicit(&ticks_per_anchor, ((uint64_t)ANCHOR_US << 32) / rate, memory_order_relaxed);
-        atomic_store_explicit(&us_per_tick_q32, rate, memory_order_release);
-      }
     }
   }
   pthread_mutex_unlock(&calibration_lock);
 }
 
 __attribute__((noinline)) static int64_t read_clock(cl_trace_clock *c, uint64_t tsc) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  const int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-  const uint64_t after = __rdtsc();
-  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0 && after - tsc < READ_TICKS)
-    calibrate(tsc + (after - tsc) / 2, ns);
-  int64_t us = ns / 1000;
-  if (us < c->last && c->last - us < ANCHOR_US) /* the interpolation ran ahead a little */
-    us = c->last;
-  c->us = c->last = us;
-  c->tsc = tsc;
-  return us;
+  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0)
+    calibrate();
+  uint64_t at;
+  int64_t ns;
+  if (read_pair(CLOCK_REALTIME, &at, &ns)) {
+    c->tsc = at;
+    return settle(c, ns / 1000);
+  }
+  /* No clean anchor: this reading, its counter set far back so that the next entry reads again. */
+  c->tsc = tsc - ((uint64_t)1 << 62);
+  return settle(c, realtime_us());
 }
 
 CL_INLINE int64_t clock_us(cl_trace_clock *c) {
@@ -357,12 +406,8 @@ CL_INLINE int64_t clock_us(cl_trace_clock *c) {
   return read_clock(c, tsc);
 }
 #else
-static int64_t clock_us(cl_trace_clock *c) {
-  (void)c;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+uint64_t cl_clock_rate(void) { return 0; }
+static int64_t clock_us(cl_trace_clock *c) { return settle(c, realtime_us()); }
 #endif
 
 void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream) {

@@ -158,7 +158,7 @@ _Static_assert(offsetof(cl_segment, expandable) < 64, "the warm paths' fields fi
  * instead of moving it between classes. Coarser classes mean larger class trees: on the replayed
  * traces and the random workloads that cost 1-10% more mispredicted branches and ~1% more
  * instructions, against 20% fewer instructions for such pairs. Both kinds get room for 225 classes:
- * about 3.7 KiB per (pool, stream). The small kind had M = 7 (641 classes, 10.5 KiB per (pool, stream))
+ * about 3.7 KiB per (pool, stream). The small kind had M = 7 (641 classes, 10.3 KiB per (pool, stream))
  * until a program with a stream per request showed the cost: 10,000 streams' indexes spanned 105 MiB and
  * every request's lookups missed the caches; with M = 5 callgrind counts as many instructions or fewer on
  * the random and replay workloads, up to 11% fewer first-level data misses and 23% fewer last-level

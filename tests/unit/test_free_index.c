@@ -56,8 +56,9 @@ static void test_small_pool_classes(void **state) {
   /* 77's class is empty: the next non-empty class holds gd (79); its 2-unit rest changes class. */
   char *r = ALLOC(e.a, 0, 77 * U, s);
   assert_ptr_equal(r, gd);
-  /* Just above every block of its class (gb, 75): from the next non-empty class, past two empty ones
-   * (77's, and 79's now that gd is taken): ge (85), leaving a 9-unit rest. */
+  /* Just above every block of its class (gb, 75): from the next non-empty class, past four empty ones
+   * (77's, 79's now that gd is taken, and the two between 79's and 85's): ge (85), leaving a 9-unit
+   * rest. */
   char *t = ALLOC(e.a, 0, 75 * U + 1, s);
   assert_ptr_equal(t, ge);
   /* Exact classes: 2 units -> gd's rest; 8 units -> the 9-unit rest of ge (class 8 is empty), split. */

@@ -14,6 +14,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 static uint64_t next_rand(uint64_t *s) { /* splitmix64 */
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -452,26 +455,32 @@ static int64_t realtime_us(void) {
 }
 
 /* The warm paths' history clock reads the real clock once a millisecond and interpolates with the time
- * stamp counter in between, at a rate it measures itself: over 60 ms of pairs (past the 10 ms the rate
- * takes), every entry's time lies within the real clock's readings around its call, give or take the
- * interpolation's error (2.5 us at most), and the device's times never go backwards. */
+ * stamp counter in between, at a rate it measures itself (once per process: an earlier test may have).
+ * Over 40 ms of pairs back to back (40 anchors, so that a lead that carried from one to the next would
+ * grow), then pairs with naps longer than an anchor between, every entry's time lies within the real
+ * clock's readings around its call, give or take the anchor's and the rate's error (well under 4 us),
+ * the device's times never go backwards, and the rate measured agrees with the counter's over the test. */
 static void history_clock_follows_real_time(void **state) {
   (void)state;
-  enum { PAIRS = 20000, SLACK_US = 4 };
+  enum { PAIRS = 100000, SLACK_US = 4, BURST_US = 40000, RUN_US = 80000 };
   env e = ENV(1, 0, "");
   cl_device *d = &e.a->devices[0];
   cachalot_stream s = STREAM(e.b, 0);
-  OK(cachalot_record_history(e.a, true, 3 * PAIRS));
+  OK(cachalot_record_history(e.a, true, 4 + 3 * PAIRS));
   FREE(e.a, ALLOC(e.a, 0, 1000, s)); /* the segment, in exclusive mode */
   int64_t *before = malloc(PAIRS * sizeof *before), *after = malloc(PAIRS * sizeof *after);
   assert_non_null(before);
   assert_non_null(after);
+#if defined(__x86_64__) || defined(__i386__)
+  const uint64_t tsc0 = __rdtsc();
+#endif
   const int64_t start = realtime_us();
   int n = 0;
-  while (n < PAIRS && (n <= PAIRS / 2 || realtime_us() - start < 60000)) {
+  while (n < PAIRS && (n <= PAIRS / 4 || realtime_us() - start < RUN_US)) {
+    const bool burst = n < PAIRS / 2 && realtime_us() - start < BURST_US;
     before[n] = realtime_us();
     void *p = NULL;
-    if (n == 0 || n == PAIRS / 2) { /* (the check holds the device lock: slow) */
+    if (n == 0 || n == PAIRS / 4) { /* (the check holds the device lock: slow) */
       assert_true(malloc_is_warm(e.a, d, 1000, s, &p));
       assert_true(free_is_warm(e.a, d, p));
     } else {
@@ -480,11 +489,15 @@ static void history_clock_follows_real_time(void **state) {
     }
     after[n] = realtime_us();
     n++;
-    if (n % 64 == 0) { /* gaps longer than the clock's anchor too */
+    if (!burst && n % 64 == 0) { /* gaps longer than an anchor */
       const struct timespec nap = {0, 1500 * 1000};
       nanosleep(&nap, NULL);
     }
   }
+  const int64_t end = realtime_us();
+#if defined(__x86_64__) || defined(__i386__)
+  const uint64_t ticks = __rdtsc() - tsc0;
+#endif
   CHECK(e.a);
   cachalot_snapshot_info *si = NULL;
   OK(cachalot_snapshot_take(e.a, true, &si));
@@ -500,9 +513,36 @@ static void history_clock_follows_real_time(void **state) {
       last = t;
     }
   cachalot_snapshot_info_free(e.a, si);
+#if defined(__x86_64__) || defined(__i386__)
+  /* the rate, against this test's own: within 1% */
+  const double measured = (double)cl_clock_rate(), own = (double)(end - start) * 4294967296.0 / (double)ticks;
+  assert_true(measured > 0);
+  if (measured < own * 0.99 || measured > own * 1.01)
+    fail_msg("clock rate %.0f against %.0f measured here", measured, own);
+#else
+  (void)end;
+#endif
   free(before);
   free(after);
   env_free(&e);
+}
+
+/* The rate's arithmetic: readings paired at most CL_CLOCK_PAIR_MAX_NS apart (further, ns << 32 would
+ * wrap: a pair 4.3 s apart once gave a rate 855 times too low) and counters between 0.2 and 10 GHz. */
+static void history_clock_rate_math(void **state) {
+  (void)state;
+  const uint64_t ghz3 = ((uint64_t)1 << 32) / 3000; /* 1/3000 us a tick */
+  EQ(cl_clock_rate_q32(60000000, 20000000), ghz3);        /* 20 ms at 3 GHz */
+  EQ(cl_clock_rate_q32(3000000000u, 1000000000), ghz3);   /* 1 s at 3 GHz, the longest pair */
+  EQ(cl_clock_rate_q32(3000000003u, 1000000001), 0);      /* longer */
+  EQ(cl_clock_rate_q32(15000000000u, 5000000000), 0);     /* 5 s: refused, not wrapped */
+  EQ(cl_clock_rate_q32(0, 20000000), 0);
+  EQ(cl_clock_rate_q32(60000000, 0), 0);
+  EQ(cl_clock_rate_q32(60000000, -5), 0);
+  EQ(cl_clock_rate_q32(20000, 20000000), 0);               /* 1 MHz */
+  EQ(cl_clock_rate_q32(400000000000u, 20000000), 0);       /* 20 GHz */
+  assert_true(cl_clock_rate_q32(4000000, 20000000) != 0);  /* 0.2 GHz */
+  assert_true(cl_clock_rate_q32(200000000, 20000000) != 0); /* 10 GHz */
 }
 
 /* History on, without stacks or contexts (issue 31: it sent every call to exclusive mode, 13x a pair): the
@@ -772,6 +812,7 @@ int main(void) {
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
       cmocka_unit_test(history_clock_follows_real_time),
+      cmocka_unit_test(history_clock_rate_math),
       cmocka_unit_test(stream_per_request),
       cmocka_unit_test(gc_keeps_warm_paths),
       cmocka_unit_test(oom_retry_rests_streams),
