@@ -300,12 +300,6 @@ static int64_t settle(cl_trace_clock *c, int64_t real) {
   return c->last;
 }
 
-static int64_t realtime_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 uint64_t cl_clock_rate_q32(uint64_t ticks, int64_t ns) {
   /* (ns << 32) fits 64 bits below 2^32 ns; callers pair readings at most CL_CLOCK_PAIR_MAX_NS apart */
   if (ticks == 0 || ns <= 0 || ns > CL_CLOCK_PAIR_MAX_NS)
@@ -322,46 +316,58 @@ uint64_t cl_clock_rate_q32(uint64_t ticks, int64_t ns) {
  * call where the host's clock source has no vDSO, as on some virtual machines), so a device reads it once
  * per ANCHOR_US and takes the microseconds in between from the time stamp counter, at a rate measured
  * once per process against CLOCK_MONOTONIC (which is not stepped) between two readings CALIBRATE_US to
- * CL_CLOCK_PAIR_MAX_NS apart. Each reading's counter is the middle of two, one before and one after the
- * clock; a reading whose two lie READ_TICKS or more apart (the thread was stopped in between) is taken
- * again, up to READ_TRIES times. So an anchor is off by under READ_TICKS / 2 (2 us at 1 GHz) and the
- * rate by under READ_TICKS in CALIBRATE_US (0.02% at 1 GHz: 0.2 us an interpolated millisecond). Until
- * the rate is known, an entry within TICKS_FRESH ticks of the last reading takes that reading (wrong by
- * under 2 us at 1 GHz). A counter that went backwards (another core's, where cores' counters differ) or
- * too far, and an anchor none of whose tries was clean, read the clock again. */
+ * CL_CLOCK_PAIR_MAX_NS apart (a try at most every CALIBRATE_TICKS, so that a rate that cannot be had costs
+ * little). Each reading's counter is the middle of two, one before and one after the clock, from the
+ * cleanest of up to READ_TRIES tries; a reading is clean when its two lie within READ_TICKS plus twice the
+ * cleanest spread seen in the process (where the clock itself costs that much), else the thread was
+ * stopped in between. So an anchor is off by half that (2 us at 1 GHz with a fast clock) and the rate by
+ * under that in CALIBRATE_US (0.02%: 0.2 us an interpolated millisecond). Until the rate is known, an
+ * entry within TICKS_FRESH ticks of the last reading takes that reading (wrong by under 2 us at 1 GHz).
+ * A counter that went backwards (another core's, where cores' counters differ) or too far reads the clock
+ * again, and so does the entry after a reading none of whose tries was clean. */
 enum { TICKS_FRESH = 2000, READ_TICKS = 4000, READ_TRIES = 8, CALIBRATE_US = 20000 };
+#define CALIBRATE_TICKS ((uint64_t)1 << 21)
 static _Atomic uint64_t us_per_tick_q32;  /* microseconds per tick, 32.32 fixed point; 0 until measured */
 static _Atomic uint64_t ticks_per_anchor; /* ANCHOR_US in ticks, stored before the rate */
+static _Atomic uint64_t read_floor = UINT64_MAX; /* the cleanest spread of a reading seen */
 static pthread_mutex_t calibration_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-  uint64_t tsc;
+  uint64_t tsc, tried;
   int64_t ns;
-} calibration; /* the first reading of the pair (under calibration_lock) */
+} calibration; /* the first reading of the pair, and the counter at the last try (under calibration_lock) */
 
 uint64_t cl_clock_rate(void) { return atomic_load_explicit(&us_per_tick_q32, memory_order_acquire); }
 
-/* Clock `id` and the counter's middle around it; false when every try was stopped in between. */
+/* Clock `id` and the counter's middle around it, from the cleanest try; whether that try was clean. */
 static bool read_pair(clockid_t id, uint64_t *tsc, int64_t *ns) {
+  uint64_t best = UINT64_MAX;
   for (int i = 0; i < READ_TRIES; i++) {
     const uint64_t before = __rdtsc();
     struct timespec ts;
     clock_gettime(id, &ts);
-    const uint64_t after = __rdtsc();
-    if (after - before < READ_TICKS) {
-      *tsc = before + (after - before) / 2;
+    const uint64_t spread = __rdtsc() - before;
+    if (spread < best) {
+      best = spread;
+      *tsc = before + spread / 2;
       *ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-      return true;
     }
+    uint64_t floor = atomic_load_explicit(&read_floor, memory_order_relaxed);
+    if (spread < floor)
+      atomic_store_explicit(&read_floor, floor = spread, memory_order_relaxed);
+    if (spread < READ_TICKS + 2 * floor)
+      return true;
   }
   return false;
 }
 
-__attribute__((noinline, cold)) static void calibrate(void) {
-  uint64_t tsc;
-  int64_t ns;
-  if (!read_pair(CLOCK_MONOTONIC, &tsc, &ns) || pthread_mutex_trylock(&calibration_lock) != 0)
-    return; /* (another device's reading is doing it) */
-  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0) {
+__attribute__((noinline, cold)) static void calibrate(uint64_t now) {
+  if (pthread_mutex_trylock(&calibration_lock) != 0) /* another device's reading is doing it */
+    return;
+  uint64_t tsc = 0;
+  int64_t ns = 0;
+  if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0 &&
+      (calibration.tried == 0 || now - calibration.tried >= CALIBRATE_TICKS) &&
+      (calibration.tried = now, read_pair(CLOCK_MONOTONIC, &tsc, &ns))) {
     const int64_t gap = ns - calibration.ns;
     uint64_t rate = 0;
     if (calibration.ns != 0 && tsc > calibration.tsc && gap >= (int64_t)CALIBRATE_US * 1000 &&
@@ -379,16 +385,13 @@ __attribute__((noinline, cold)) static void calibrate(void) {
 
 __attribute__((noinline)) static int64_t read_clock(cl_trace_clock *c, uint64_t tsc) {
   if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0)
-    calibrate();
-  uint64_t at;
-  int64_t ns;
-  if (read_pair(CLOCK_REALTIME, &at, &ns)) {
-    c->tsc = at;
-    return settle(c, ns / 1000);
-  }
-  /* No clean anchor: this reading, its counter set far back so that the next entry reads again. */
-  c->tsc = tsc - ((uint64_t)1 << 62);
-  return settle(c, realtime_us());
+    calibrate(tsc);
+  uint64_t at = tsc;
+  int64_t ns = 0;
+  /* A reading that was not clean is not an anchor: its counter is set far back, so the next entry reads
+   * again. */
+  c->tsc = read_pair(CLOCK_REALTIME, &at, &ns) ? at : at - ((uint64_t)1 << 62);
+  return settle(c, ns / 1000);
 }
 
 CL_INLINE int64_t clock_us(cl_trace_clock *c) {
@@ -407,7 +410,11 @@ CL_INLINE int64_t clock_us(cl_trace_clock *c) {
 }
 #else
 uint64_t cl_clock_rate(void) { return 0; }
-static int64_t clock_us(cl_trace_clock *c) { return settle(c, realtime_us()); }
+static int64_t clock_us(cl_trace_clock *c) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return settle(c, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+}
 #endif
 
 void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream) {

@@ -458,11 +458,12 @@ static int64_t realtime_us(void) {
  * stamp counter in between, at a rate it measures itself (once per process: an earlier test may have).
  * Over 40 ms of pairs back to back (40 anchors, so that a lead that carried from one to the next would
  * grow), then pairs with naps longer than an anchor between, every entry's time lies within the real
- * clock's readings around its call, give or take the anchor's and the rate's error (well under 4 us),
+ * clock's readings around its call, give or take the anchor's and the rate's error (under 4 us with a
+ * counter at 1 GHz or more and a fast clock; the slack is twice that),
  * the device's times never go backwards, and the rate measured agrees with the counter's over the test. */
 static void history_clock_follows_real_time(void **state) {
   (void)state;
-  enum { PAIRS = 100000, SLACK_US = 4, BURST_US = 40000, RUN_US = 80000 };
+  enum { PAIRS = 100000, SLACK_US = 8, BURST_US = 40000, RUN_US = 80000 };
   env e = ENV(1, 0, "");
   cl_device *d = &e.a->devices[0];
   cachalot_stream s = STREAM(e.b, 0);
