@@ -259,9 +259,10 @@ CL_INLINE cl_trace_entry *next_entry(cl_device *d, size_t *slot_out) {
     if (++t->head == t->cap)
       t->head = 0;
     /* The rows ahead are old and cold (a ring of up to 100,000 rows is several MiB), and fill_entry reads
-     * each one's text: ask for them now, so that the warm paths do not wait a memory load per entry. */
-    const size_t ahead = slot + 8 < t->cap ? slot + 8 : slot + 8 - t->cap;
-    __builtin_prefetch(&t->entries[ahead], 1);
+     * each one's text: ask for them now, so that the warm paths do not wait a memory load per entry (a
+     * ring of 8 rows or fewer is in the cache, and its row 8 ahead would lie outside it). */
+    if (t->cap > 8)
+      __builtin_prefetch(&t->entries[slot + 8 < t->cap ? slot + 8 : slot + 8 - t->cap], 1);
   } else {
     slot = t->head + t->count;
     if (slot >= t->cap)
@@ -366,18 +367,21 @@ __attribute__((noinline, cold)) static void calibrate(uint64_t now) {
   uint64_t tsc = 0;
   int64_t ns = 0;
   if (atomic_load_explicit(&us_per_tick_q32, memory_order_relaxed) == 0 &&
-      (calibration.tried == 0 || now - calibration.tried >= CALIBRATE_TICKS) &&
-      (calibration.tried = now, read_pair(CLOCK_MONOTONIC, &tsc, &ns))) {
-    const int64_t gap = ns - calibration.ns;
-    uint64_t rate = 0;
-    if (calibration.ns != 0 && tsc > calibration.tsc && gap >= (int64_t)CALIBRATE_US * 1000 &&
-        (rate = cl_clock_rate_q32(tsc - calibration.tsc, gap)) != 0) {
-      atomic_store_explicit(&ticks_per_anchor, ((uint64_t)ANCHOR_US << 32) / rate, memory_order_relaxed);
-      atomic_store_explicit(&us_per_tick_q32, rate, memory_order_release);
-    } else if (calibration.ns == 0 || tsc <= calibration.tsc || gap < 0 || gap > CL_CLOCK_PAIR_MAX_NS ||
-               gap >= (int64_t)CALIBRATE_US * 1000) { /* a fresh pair from here */
-      calibration.tsc = tsc;
-      calibration.ns = ns;
+      (calibration.tried == 0 || now - calibration.tried >= CALIBRATE_TICKS)) {
+    calibration.tried = now;
+    if (read_pair(CLOCK_MONOTONIC, &tsc, &ns)) {
+      const int64_t gap = ns - calibration.ns;
+      const bool paired = calibration.ns != 0 && tsc > calibration.tsc && gap >= 0;
+      if (!paired || gap >= (int64_t)CALIBRATE_US * 1000) { /* (else too short yet: the first reading stays) */
+        const uint64_t rate = paired ? cl_clock_rate_q32(tsc - calibration.tsc, gap) : 0;
+        if (rate != 0) {
+          atomic_store_explicit(&ticks_per_anchor, ((uint64_t)ANCHOR_US << 32) / rate, memory_order_relaxed);
+          atomic_store_explicit(&us_per_tick_q32, rate, memory_order_release);
+        } else { /* no pair, too long a one, or a rate no counter runs at: a fresh pair from here */
+          calibration.tsc = tsc;
+          calibration.ns = ns;
+        }
+      }
     }
   }
   pthread_mutex_unlock(&calibration_lock);

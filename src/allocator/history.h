@@ -39,13 +39,6 @@ extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
  * the warm paths skip reading theirs (a thread-local read in a shared library is a call). A thread sees
  * its own increments, so relaxed order is enough. */
 extern _Atomic int cl_ctx_calls;
-/* The history clock's rate (history.c), for tests: microseconds per time stamp counter tick, 32.32
- * fixed point, from `ticks` counted over `ns` nanoseconds; 0 for a pair further apart than
- * CL_CLOCK_PAIR_MAX_NS or a rate no counter runs at (outside 0.2 to 10 GHz). And the rate measured in
- * this process: 0 until measured, always on other machines than x86. */
-enum { CL_CLOCK_PAIR_MAX_NS = 1000000000 };
-uint64_t cl_clock_rate_q32(uint64_t ticks, int64_t ns);
-uint64_t cl_clock_rate(void);
 static inline void *cl_alloc_ctx(void) {
   return atomic_load_explicit(&cl_ctx_calls, memory_order_relaxed) ? cl_tls_alloc_ctx : NULL;
 }
@@ -79,5 +72,12 @@ cachalot_status cl_ctx_check_locked(cl_device *d);
 /* One more reference to ctx (not NULL), and one fewer. */
 void cl_ctx_retain(cachalot_allocator *a, void *ctx);
 void cl_ctx_release(cachalot_allocator *a, void *ctx);
+/* The history clock's rate (history.c), for tests: microseconds per time stamp counter tick, 32.32
+ * fixed point, from `ticks` counted over `ns` nanoseconds; 0 for a pair further apart than
+ * CL_CLOCK_PAIR_MAX_NS or a rate no counter runs at (outside 0.2 to 10 GHz). And the rate measured in
+ * this process: 0 until measured, always on other machines than x86. */
+enum { CL_CLOCK_PAIR_MAX_NS = 1000000000 };
+uint64_t cl_clock_rate_q32(uint64_t ticks, int64_t ns);
+uint64_t cl_clock_rate(void);
 
 #endif
