@@ -411,6 +411,10 @@ CL_NO_COVERAGE static cachalot_status check_events_locked(cl_device *d, const re
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: %zu queued events, blocks expect %zu, counter says %zu", dev, n_queued,
                    c->n_event_refs, d->n_pending_events);
+  const size_t unwatched = cl_count_unwatched_locked(d);
+  if (unwatched != d->n_unwatched)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu streams with an unwatched event, counter says %zu",
+                   dev, unwatched, d->n_unwatched);
   return CACHALOT_OK;
 }
 

@@ -26,18 +26,39 @@ static cl_stream_events *stream_events_locked(cl_device *d, cachalot_stream s) {
 }
 
 /* The backend's completion word and its value now, for the warm mallocs (CL_WARM_WATCH): read before the
- * events it is to stand for are queried or recorded, so that any completion after it moves the word. The
+ * events it is to stand for are queried or watched, so that any completion after it moves the word. The
  * word is asked for again after the read: a backend that turns its word off moves it first, so a reading
  * taken as it went off is dropped here rather than trusted. */
 static void watch_word_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
-  d->done_word = b->ops->completion_word ? b->ops->completion_word(b, d->index) : NULL;
+  d->done_word = b->ops->completion_word && b->ops->completion_watch ? b->ops->completion_word(b, d->index) : NULL;
   if (!d->done_word)
     return;
   d->done_seen = __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE);
   if (!b->ops->completion_word(b, d->index))
     d->done_word = NULL;
+}
+
+/* Whether stream `se`'s oldest event is outstanding and no watch covers it (struct cl_stream_events). */
+static bool head_unwatched(const cl_stream_events *se) { return se->head && se->head->seq > se->watched; }
+
+/* Covers every event recorded on the stream so far with a watch: the word moves once they are done. */
+static void watch_stream_locked(cl_device *d, cl_stream_events *se) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cachalot_backend *b = d->owner->backend;
+  b->ops->completion_watch(b, d->index, se->stream);
+  se->watched = se->recorded;
+}
+
+size_t cl_count_unwatched_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  size_t n = 0;
+  cl_stream_events *se, *tmp;
+  HASH_ITER(hh, d->events, se, tmp) {
+    n += head_unwatched(se);
+  }
+  return n;
 }
 
 /* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
@@ -87,13 +108,18 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   } else {
     for (uint32_t i = 0; i < b->n_uses; i++) {
       cl_stream_events *se = stream_events_locked(d, b->uses[i]);
+      const bool unwatched_before = head_unwatched(se); /* a watch below covers the older head too */
       pend[i]->blk = b;
+      pend[i]->seq = ++se->recorded;
       pend[i]->next = NULL;
       if (se->tail)
         se->tail->next = pend[i];
       else
         se->head = pend[i];
       se->tail = pend[i];
+      if (se->slow && d->done_word && ++se->probe % CL_SLOW_PROBE != 0)
+        watch_stream_locked(d, se);
+      d->n_unwatched += (size_t)head_unwatched(se) - (size_t)unwatched_before;
     }
     d->n_pending_events += b->n_uses;
     b->event_count = b->n_uses;
@@ -109,6 +135,7 @@ static void complete_head_locked(cl_device *d, cl_stream_events *se) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_pending_event *e = se->head;
   se->head = e->next;
+  se->misses = 0;
   if (!se->head)
     se->tail = NULL;
   d->n_pending_events--;
@@ -143,7 +170,8 @@ void cl_process_events_locked(cl_device *d) {
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
-  watch_word_locked(d); /* before the queries: a completion after the read moves the word past done_seen */
+  watch_word_locked(d); /* before the queries and watches: a completion after the read moves the word */
+  size_t unwatched = 0;
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
     while (se->head) {
@@ -151,9 +179,17 @@ void cl_process_events_locked(cl_device *d) {
       /* A query that fails counts as not done: the block stays PENDING, which is always safe. */
       if (b->ops->event_query(b, se->head->ev, &done) != CACHALOT_OK || !done)
         break;
+      if (se->head->seq > se->watched) /* done before it needed a watch: the stream keeps up */
+        se->slow = false;
       complete_head_locked(d, se);
     }
+    if (head_unwatched(se) && ++se->misses >= CL_POLLS_BEFORE_WATCH && d->done_word) {
+      watch_stream_locked(d, se);
+      se->slow = true;
+    }
+    unwatched += head_unwatched(se);
   }
+  d->n_unwatched = unwatched;
 }
 
 cachalot_status cl_sync_all_events_locked(cl_device *d) {
@@ -176,5 +212,6 @@ cachalot_status cl_sync_all_events_locked(cl_device *d) {
       complete_head_locked(d, se);
     }
   }
+  d->n_unwatched = cl_count_unwatched_locked(d);
   return result;
 }

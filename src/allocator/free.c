@@ -8,6 +8,40 @@
 
 #include <stdlib.h>
 
+/* Adds stream use `s` to allocated block `b` where its array has room (or `s` needs none); false when
+ * it must grow, which exclusive mode does. */
+CL_INLINE bool add_use(cl_block *b, cachalot_stream s) {
+  if (s == b->seg->stream)
+    return true;
+  for (uint32_t i = 0; i < b->n_uses; i++)
+    if (b->uses[i] == s)
+      return true;
+  if (b->n_uses == b->cap_uses)
+    return false;
+  b->uses[b->n_uses++] = s;
+  return true;
+}
+
+/* record_stream's warm path, under the block's lane lock alone (the side-stream prefetch loop calls it on
+ * every batch): exclusive mode, which reads the uses, holds that lock while the lane is armed. False when
+ * the call needs exclusive mode: a cold or stopped lane, an unknown pointer or a full array. */
+static bool record_warm(cachalot_allocator *a, uintptr_t key, cachalot_stream s) {
+  cl_segment *seg = cl_page_get(&a->pages, key);
+  if (!seg || seg == CL_PAGE_SHARED)
+    return false;
+  cl_lane *ln = cl_seg_lane(seg);
+  cl_spin_lock(&ln->lock);
+  const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
+  bool done = false;
+  /* FREE without STOP: the lane is armed (its flags are cleared when it cools) */
+  if ((warm & (CL_WARM_FREE | CL_WARM_STOP)) == CL_WARM_FREE && cl_lookup_holds(seg, ln, key)) {
+    cl_block *b = *cl_seg_slot(seg, key);
+    done = b && b->ptr == key && b->state == CL_ALLOCATED && add_use(b, s);
+  }
+  cl_spin_unlock(&ln->lock);
+  return done;
+}
+
 cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalot_stream s) {
   cl_device *d;
   cl_block *b;
@@ -18,26 +52,20 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
     cl_error_prefix("cachalot_record_stream: ");
     return CACHALOT_ERROR_INVALID_ARGUMENT;
   }
+  if (a && record_warm(a, (uintptr_t)ptr, s))
+    return CACHALOT_OK;
   cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_record_stream", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
-  if (s != b->seg->stream) {
-    for (uint32_t i = 0; i < b->n_uses; i++) {
-      if (b->uses[i] == s) {
-        cl_leave_exclusive(d);
-        return CACHALOT_OK;
-      }
+  if (!add_use(b, s)) { /* the array is full */
+    uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
+    cachalot_stream *u = realloc(b->uses, cap * sizeof *u);
+    if (!u) {
+      cl_leave_exclusive(d);
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_stream: host out of memory");
     }
-    if (b->n_uses == b->cap_uses) {
-      uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
-      cachalot_stream *u = realloc(b->uses, cap * sizeof *u);
-      if (!u) {
-        cl_leave_exclusive(d);
-        return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_record_stream: host out of memory");
-      }
-      b->uses = u;
-      b->cap_uses = cap;
-    }
+    b->uses = u;
+    b->cap_uses = cap;
     b->uses[b->n_uses++] = s;
   }
   cl_leave_exclusive(d);

@@ -143,6 +143,8 @@ bool cl_uses_capturing_locked(cl_device *d, const cl_block *b);
 void cl_insert_deferred_events_locked(cl_device *d);
 /* Polls outstanding events in order per stream and frees the blocks whose events all completed. */
 void cl_process_events_locked(cl_device *d);
+/* Streams whose oldest outstanding event no watch covers (what d->n_unwatched keeps). */
+size_t cl_count_unwatched_locked(cl_device *d);
 /* Waits for every outstanding event (num_sync_all_streams + 1) and frees their blocks. */
 cachalot_status cl_sync_all_events_locked(cl_device *d);
 

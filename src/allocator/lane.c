@@ -255,7 +255,8 @@ void cl_leave_exclusive(cl_device *d) {
   /* a route is asked per call (its filter) which pool a stream's malloc goes to */
   const bool fast_malloc = fast_free && d->n_routes == 0;
   const bool poll = d->n_pending_events != 0 || d->n_deferred != 0;
-  const bool watch = poll && d->n_deferred == 0 && d->done_word; /* (deferred blocks: the next poll inserts them) */
+  /* (deferred blocks: the next poll inserts them; an unwatched event: the next poll asks for it) */
+  const bool watch = poll && d->n_deferred == 0 && d->done_word && d->n_unwatched == 0;
   const unsigned char warm = (fast_malloc ? CL_WARM_MALLOC : 0) | (fast_free ? CL_WARM_FREE : 0) |
                              (traced ? CL_WARM_TRACE : 0) | (poll ? CL_WARM_POLL : 0) | (watch ? CL_WARM_WATCH : 0) |
                              (gc ? CL_WARM_GC : 0);

@@ -695,9 +695,10 @@ static void oom_retry_rests_streams(void **state) {
 }
 
 /* A block waiting for an event (record_stream'd on a busy stream, then freed) left the warm malloc off for
- * the whole device (issue 31: 7x a pair). With the backend's completion word, malloc skips the poll while
- * no event has completed, the pending block's own stream and kind included; the block is handed out only
- * once its event is done, and comes back on the first malloc after that, a warm one. */
+ * the whole device (issue 31: 7x a pair). Its event is polled by the next CL_POLLS_BEFORE_WATCH mallocs;
+ * still not done, its stream is watched (the completion word moves once the event is done) and mallocs
+ * skip the poll while the word stands still, the pending block's own stream and kind included; the block
+ * is handed out only once its event is done, on the first malloc after that. */
 static void pending_block_keeps_malloc_warm(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
@@ -706,12 +707,18 @@ static void pending_block_keeps_malloc_warm(void **state) {
   char *p = ALLOC(e.a, 0, MiB, s); /* small kind, as the pairs below: one 2 MiB segment */
   RECORD(e.a, p, side);
   FREE(e.a, p);
-  FREE(e.a, ALLOC(e.a, 0, 4096, s)); /* (the event is not done: nothing moves) */
+  EQ(d->n_unwatched, 1);
+  void *q = NULL;
+  for (int i = 0; i < CL_POLLS_BEFORE_WATCH; i++) { /* (the event is not done: nothing moves) */
+    assert_false(malloc_is_warm(e.a, d, 4096, s, &q)); /* polls */
+    EQ((uintptr_t)q, (uintptr_t)(p + MiB));
+    FREE(e.a, q);
+  }
+  EQ(d->n_unwatched, 0); /* watched now */
   EXPECT_POOLS(e.a, 0,
                PX(.active = 1, .active_b = MiB, .req_b = MiB, .seg = 1, .res_b = 2 * MiB, .split = 1, .split_b = MiB),
                PX0);
   for (int i = 0; i < 3; i++) {
-    void *q = NULL;
     assert_true(malloc_is_warm(e.a, d, 4096, s, &q));
     EQ((uintptr_t)q, (uintptr_t)(p + MiB)); /* the free half: the pending one is not reused */
     assert_true(free_is_warm(e.a, d, q));
@@ -728,6 +735,61 @@ static void pending_block_keeps_malloc_warm(void **state) {
   FREE(e.a, x);
   assert_true(malloc_is_warm(e.a, d, 4096, s, &x)); /* nothing pending: the plain warm path */
   FREE(e.a, x);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* A stream whose event needed a watch is slow: its next events are watched as they are recorded, so no
+ * malloc polls for them; every CL_SLOW_PROBE-th goes unwatched, and one done by the first poll makes the
+ * stream fast again (its next event is polled, not watched). */
+static void slow_stream_watched_at_once(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  void *q = NULL;
+  char *p = ALLOC(e.a, 0, MiB, s);
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  for (int i = 0; i < CL_POLLS_BEFORE_WATCH; i++) {
+    assert_false(malloc_is_warm(e.a, d, 4096, s, &q));
+    FREE(e.a, q);
+  }
+  COMPLETE(&e, side);
+  FREE(e.a, ALLOC(e.a, 0, 4096, s)); /* the poll that frees p */
+  EQ(d->n_pending_events, 0);
+  for (int k = 1; k < CL_SLOW_PROBE; k++) { /* watched when recorded: not one poll */
+    p = ALLOC(e.a, 0, MiB, s);
+    RECORD(e.a, p, side);
+    FREE(e.a, p);
+    EQ(d->n_unwatched, 0);
+    assert_true(malloc_is_warm(e.a, d, 4096, s, &q));
+    assert_true((char *)q != p);
+    FREE(e.a, q);
+    COMPLETE(&e, side);
+    assert_false(malloc_is_warm(e.a, d, MiB, s, &q)); /* the word moved: polls, and p is back */
+    EQ((uintptr_t)q, (uintptr_t)p);
+    FREE(e.a, q);
+    CHECK(e.a);
+  }
+  p = ALLOC(e.a, 0, MiB, s); /* the probe: not watched */
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  EQ(d->n_unwatched, 1);
+  COMPLETE(&e, side);
+  assert_false(malloc_is_warm(e.a, d, MiB, s, &q)); /* its first poll finds it done */
+  EQ((uintptr_t)q, (uintptr_t)p);
+  FREE(e.a, q);
+  p = ALLOC(e.a, 0, MiB, s); /* fast again: polled, not watched */
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  EQ(d->n_unwatched, 1);
+  assert_false(malloc_is_warm(e.a, d, 4096, s, &q));
+  FREE(e.a, q);
+  COMPLETE(&e, side);
+  FREE(e.a, ALLOC(e.a, 0, 4096, s));
+  EQ(d->n_pending_events, 0);
+  EXPECT_POOLS(e.a, 0, PX(.seg = 1, .res_b = 2 * MiB), PX0);
   CHECK(e.a);
   env_free(&e);
 }
@@ -758,6 +820,47 @@ static void pending_block_without_word(void **state) {
   EQ(d->n_pending_events, 0);
   FREE(e.a, q);
   EXPECT_POOLS(e.a, 0, PX(.seg = 2, .res_b = 4 * MiB), PX(.seg = 1, .res_b = 20 * MiB));
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* record_stream under the block's lane lock alone (issue 31: a side-stream prefetch loop paid an exclusive
+ * section a batch): the block's first use grows its array in exclusive mode; the allocation stream, a use
+ * already there and a new one with room are warm; the free then waits for exactly those uses' events. */
+static bool record_is_warm(cachalot_allocator *a, cl_device *d, void *p, cachalot_stream s) {
+  lock_holder h;
+  hold_lock(&h, d);
+  OK(cachalot_record_stream(a, p, s));
+  return let_go(&h);
+}
+static void record_stream_warm(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0), side2 = STREAM(e.b, 0);
+  char *p = ALLOC(e.a, 0, MiB, s);
+  char *q = ALLOC(e.a, 0, 4096, s);
+  assert_true(record_is_warm(e.a, d, p, s));      /* its own stream: nothing to add */
+  assert_false(record_is_warm(e.a, d, p, side));  /* the first use: its array is made */
+  assert_true(record_is_warm(e.a, d, p, side));   /* there already */
+  assert_true(record_is_warm(e.a, d, p, side2));  /* room for it */
+  CHECK(e.a);
+  STATUS(cachalot_record_stream(e.a, p + 512, side), CACHALOT_ERROR_INVALID_POINTER); /* inside a block */
+  FREE(e.a, p);
+  EQ(d->n_pending_events, 2);
+  COMPLETE(&e, side);
+  void *x = ALLOC(e.a, 0, MiB, s);
+  assert_true((char *)x != p); /* side2's event is not done */
+  FREE(e.a, x);
+  EQ(d->n_pending_events, 1);
+  COMPLETE(&e, side2);
+  x = ALLOC(e.a, 0, MiB, s);
+  EQ((uintptr_t)x, (uintptr_t)p);
+  EQ(d->n_pending_events, 0);
+  FREE(e.a, x);
+  FREE(e.a, q);
+  STATUS(cachalot_record_stream(e.a, q, side), CACHALOT_ERROR_INVALID_POINTER); /* freed */
+  EXPECT_POOLS(e.a, 0, PX(.seg = 2, .res_b = 4 * MiB), PX0);
   CHECK(e.a);
   env_free(&e);
 }
@@ -818,7 +921,9 @@ int main(void) {
       cmocka_unit_test(gc_keeps_warm_paths),
       cmocka_unit_test(oom_retry_rests_streams),
       cmocka_unit_test(pending_block_keeps_malloc_warm),
+      cmocka_unit_test(slow_stream_watched_at_once),
       cmocka_unit_test(pending_block_without_word),
+      cmocka_unit_test(record_stream_warm),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,6 +52,7 @@ static const cl_backend_ops cuda_ops = {
     .event_sync = cl_cuda_event_sync,
     .event_release = cl_cuda_event_release,
     .completion_word = cl_cuda_completion_word,
+    .completion_watch = cl_cuda_completion_watch,
     .stream_check = cl_cuda_stream_check,
     .stream_capture_info = cl_cuda_stream_capture_info,
     .capture_frontier = cl_cuda_capture_frontier,

@@ -1,5 +1,6 @@
 /* Events on the CUDA runtime: recorded from a per-device pool of recycled cudaEvent_t, queried, waited
- * on and given back to their pool; and the completion words that a stream write after each moves. */
+ * on and given back to their pool; and the completion words, moved by a stream write where the core
+ * watches a stream. */
 #include "private.h"
 
 #include <stdlib.h>
@@ -57,9 +58,16 @@ static uint32_t *words_get(cl_cuda_backend *cb) {
   return atomic_load_explicit(&w->off, memory_order_relaxed) ? NULL : host;
 }
 
-/* After event e recorded on s for `device`: the write that moves the device's word once e is done. A
- * failure turns the words off, then moves every word at once, so that no warm path trusts one to stand
- * still (the core, which reads its word and then asks for it again, drops it). */
+/* Turns the words off and moves every device's at once: none will be written again. */
+static void words_fail(cl_cuda_backend *cb, uint32_t *host) {
+  atomic_store_explicit(&cb->words.off, true, memory_order_relaxed);
+  for (int k = 0; k < cb->base.device_count; k++)
+    __atomic_fetch_add(&host[(size_t)k * CL_CUDA_WORD_STRIDE], 1u << 31, __ATOMIC_RELEASE);
+}
+
+/* The write on s that moves `device`'s word once the work before it is done. A failure turns the words
+ * off, then moves every word at once, so that no warm path trusts one to stand still (the core, which
+ * reads its word and then asks for it again, drops it). */
 static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
   uint32_t *host = words_get(cb);
   if (!host)
@@ -69,9 +77,7 @@ static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
   const size_t at = (size_t)device * CL_CUDA_WORD_STRIDE;
   if (w->write32((CUstream)s, w->dev + at * sizeof(uint32_t), v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
     (void)cudaGetLastError();
-    atomic_store_explicit(&w->off, true, memory_order_relaxed);
-    for (int k = 0; k < cb->base.device_count; k++) /* every device's: none will be written again */
-      __atomic_fetch_add(&host[(size_t)k * CL_CUDA_WORD_STRIDE], 1u << 31, __ATOMIC_RELEASE);
+    words_fail(cb, host);
   }
 }
 
@@ -83,6 +89,26 @@ const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device) {
   return &host[(size_t)device * CL_CUDA_WORD_STRIDE];
 }
 
+void cl_cuda_completion_watch(cachalot_backend *b, int device, cachalot_stream s) {
+  /* The write goes on the stream's own device (a peer's stream used the block), into the core's word. */
+  int sdev = device;
+  cl_cuda_device_scope sc = {0, false};
+  if (b->device_count > 1) {
+    if (s && cl_cuda_stream_device(s, device, &sdev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      sdev = -1;
+    }
+    if (sdev < 0 || sdev >= b->device_count || device_enter(sdev, &sc, "completion_watch") != CACHALOT_OK) {
+      uint32_t *host = words_get(as_cuda(b)); /* no write can be had: the words go, as the contract asks */
+      if (host)
+        words_fail(as_cuda(b), host);
+      return;
+    }
+  }
+  word_write(as_cuda(b), device, s);
+  device_leave(&sc);
+}
+
 cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_stream s,
                                      cl_event **out) {
   if (!out)
@@ -90,8 +116,10 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
   *out = NULL;
   /* A stream of another device (a block used by a peer device's stream) is recorded on that device,
    * with an event of that device: cudaEventRecord refuses an event and a stream of different devices. */
-  const int word_device = device; /* the core's device: its word is the one to move */
-  if (s) {
+  /* With one device there is no other to switch to or to find a stream on: three runtime calls fewer a
+   * cross-stream free. */
+  const bool one = b->device_count == 1;
+  if (s && !one) {
     int sdev = device;
     cudaError_t derr = cl_cuda_stream_device(s, device, &sdev);
     if (derr != cudaSuccess)
@@ -102,8 +130,8 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
   cl_cuda_event_pool *pool = &as_cuda(b)->pools[device];
   /* The device must be current even for a pooled event: the NULL (legacy) and per-thread default
    * stream handles name the current device's stream. */
-  cl_cuda_device_scope sc;
-  cachalot_status st = device_enter(device, &sc, "event_record");
+  cl_cuda_device_scope sc = {0, false};
+  cachalot_status st = one ? CACHALOT_OK : device_enter(device, &sc, "event_record");
   if (st != CACHALOT_OK)
     return st;
   struct cl_event *e = pool_pop(pool);
@@ -124,8 +152,6 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
   }
   e->next = NULL;
   cudaError_t err = cudaEventRecord(e->ev, s);
-  if (err == cudaSuccess)
-    word_write(as_cuda(b), word_device, s);
   device_leave(&sc);
   if (err != cudaSuccess) {
     /* A failed record leaves the event usable; the next record overwrites whatever it holds. */

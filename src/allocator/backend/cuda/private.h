@@ -44,11 +44,11 @@ typedef struct {
   struct cl_event *free;
 } cl_cuda_event_pool;
 
-/* The completion words (ops.h): one 64-byte line per device of mapped, pinned host memory, made at the
- * first event record. After each event it records, the backend enqueues a stream write of a number never
- * written before (`next`) to the word of the event's device, which the GPU performs once the work before
- * it, the event's included, is done. `off` once a write could not be enqueued: the words are no longer
- * trusted (the failing record moves its word, so the warm paths reading it go to poll). */
+/* The completion words (ops.h): one 64-byte line per device of mapped, pinned host memory, made when the
+ * core first asks for them. For each completion_watch, the backend enqueues a stream write of a number
+ * never written before (`next`) to the device's word, which the GPU performs once the work before it is
+ * done. `off` once a write could not be enqueued: the words are no longer trusted (the failure moves
+ * every word, so the warm paths reading them go to poll). */
 typedef struct {
   pthread_mutex_t mu; /* guards making them */
   uint32_t *_Atomic host; /* NULL until made */
@@ -126,6 +126,7 @@ cachalot_status cl_cuda_event_query(cachalot_backend *b, cl_event *e, bool *done
 cachalot_status cl_cuda_event_sync(cachalot_backend *b, cl_event *e);
 void cl_cuda_event_release(cachalot_backend *b, cl_event *e);
 const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device);
+void cl_cuda_completion_watch(cachalot_backend *b, int device, cachalot_stream s);
 /* The runtime's own cudaHostAlloc and cudaFreeHost (not the interposer's), for the backend's own pinning. */
 cudaError_t cl_cuda_real_host_alloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t cl_cuda_real_free_host(void *ptr);

@@ -32,10 +32,10 @@ cachalot_status cl_cuda_stream_check(cachalot_backend *b, cachalot_stream s) {
   (void)b;
   if (!s)
     return CACHALOT_OK;
-  int dev = 0;
-  /* cl_cuda_stream_device asks cudaStreamGetCaptureInfo first, so checking a capturing stream does not
-   * break the capture (record_stream may be called during one). */
-  cudaError_t err = cl_cuda_stream_device(s, 0, &dev);
+  /* The one query a capturing stream answers (record_stream may be called during a capture), and one
+   * that fails on a handle that is no stream. */
+  bool capturing = false;
+  cudaError_t err = stream_capturing(s, &capturing);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cuda backend: %p is not a usable stream: %s", (void *)s,

@@ -33,14 +33,15 @@ cachalot_status cachalot_sim_stream_complete(cachalot_backend *b, cachalot_strea
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   if (!s) {
-    for (int d = 0; d < sim->base.device_count; d++)
+    for (int d = 0; d < sim->base.device_count; d++) {
       sim->dev[d].default_stream.completed = sim->dev[d].default_stream.submitted;
-    sim_completed_locked(sim);
+      sim_completed_locked(sim, &sim->dev[d].default_stream);
+    }
   } else {
     struct sim_stream *stream = find_stream_locked(sim, s);
     if (stream) {
       stream->completed = stream->submitted;
-      sim_completed_locked(sim);
+      sim_completed_locked(sim, stream);
     } else {
       st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cachalot_sim_stream_complete: unknown simulated stream 0x%" PRIxPTR, handle_bits(s));

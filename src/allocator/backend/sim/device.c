@@ -260,7 +260,7 @@ cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e) {
     sim_stream_settle(sim, ev->stream);
   if (st == CACHALOT_OK && ev->stream->completed < ev->seq) {
     ev->stream->completed = ev->seq;
-    sim_completed_locked(sim);
+    sim_completed_locked(sim, ev->stream);
   }
   sim_unlock(sim);
   return st;
@@ -288,6 +288,21 @@ const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device) {
   const bool keep = !sim->no_word;
   sim_unlock(sim);
   return keep ? &sim->completions : NULL;
+}
+
+void cl_sim_completion_watch(cachalot_backend *b, int device, cachalot_stream s) {
+  struct sim_backend *sim = sim_of(b);
+  struct sim_stream *stream;
+  if (sim_enter_stream(sim, device, s, true, "simulated completion watch", &stream) != CACHALOT_OK) {
+    sim_lock(sim); /* no stream to watch: the word moves at once, as the contract asks */
+    sim_raise_locked(sim);
+    sim_unlock(sim);
+    return;
+  }
+  sim_stream_settle(sim, stream);
+  stream->watch = stream->submitted;
+  sim_completed_locked(sim, stream); /* all of it done already: at once */
+  sim_unlock(sim);
 }
 
 /* A handle that names the allocation: the bytes "cachalot-sim-ipc", the device and the base address (the

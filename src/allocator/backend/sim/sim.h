@@ -90,6 +90,7 @@ struct sim_stream {
   bool destroyed;
   uint64_t submitted;
   uint64_t completed;
+  uint64_t watch;      /* completion_watch's mark: the word moves once `completed` reaches it (0: none) */
   uint64_t sync_epoch; /* its device's sync_epoch when it was last settled */
   struct sim_capture *capture;
   size_t *deps;
@@ -204,7 +205,8 @@ struct sim_backend {
   size_t capacity;
   bool complete_immediately;
   pthread_mutex_t mu;
-  /* The completion word of every device (ops.h): raised, under mu, by whatever completes work */
+  /* The completion word of every device (ops.h): raised, under mu, when a stream's work reaches its watch
+   * mark and by every device synchronization */
   uint32_t completions;
   bool no_word; /* cachalot_sim_completion_word(b, false): completion_word answers NULL */
 
@@ -249,9 +251,19 @@ static inline cachalot_status sim_check_device(const struct sim_backend *sim, in
   return CACHALOT_OK;
 }
 
-/* Work completed somewhere: the completion word moves. */
-static inline void sim_completed_locked(struct sim_backend *sim) {
+/* The completion word moves. */
+static inline void sim_raise_locked(struct sim_backend *sim) {
   __atomic_fetch_add(&sim->completions, 1, __ATOMIC_RELEASE);
+}
+
+/* Work of `st` completed: the word moves if that reached the stream's watch mark, as the GPU's write
+ * after the watched work would. Only then: a core that forgot to watch a stream would wait in the tests
+ * as it would on a GPU. */
+static inline void sim_completed_locked(struct sim_backend *sim, struct sim_stream *st) {
+  if (st->watch && st->completed >= st->watch) {
+    st->watch = 0;
+    sim_raise_locked(sim);
+  }
 }
 
 /* Completes what the stream submitted before its device's latest synchronization (see sim_stream). */
@@ -270,7 +282,7 @@ static inline uint64_t sim_submit_locked(struct sim_backend *sim, struct sim_str
   st->submitted += n;
   if (sim->complete_immediately) {
     st->completed = st->submitted;
-    sim_completed_locked(sim);
+    sim_completed_locked(sim, st);
   }
   return st->submitted;
 }
@@ -280,7 +292,7 @@ static inline void sim_complete_device_locked(struct sim_backend *sim, int devic
   struct sim_stream *def = &sim->dev[device].default_stream;
   def->completed = def->submitted;
   sim->dev[device].sync_epoch++;
-  sim_completed_locked(sim);
+  sim_raise_locked(sim); /* every watch mark of the device is reached */
 }
 
 static inline struct sim_stream *find_stream_locked(struct sim_backend *sim, cachalot_stream s) {
@@ -383,6 +395,7 @@ cachalot_status cl_sim_event_query(cachalot_backend *b, cl_event *e, bool *done)
 cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e);
 void cl_sim_event_release(cachalot_backend *b, cl_event *e);
 const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device);
+void cl_sim_completion_watch(cachalot_backend *b, int device, cachalot_stream s);
 
 /* streams.c */
 cachalot_status cl_sim_stream_create_impl(struct sim_backend *sim, int device, cachalot_stream *out,

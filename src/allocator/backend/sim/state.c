@@ -69,6 +69,7 @@ static const cl_backend_ops sim_ops = {
     .event_sync = cl_sim_event_sync,
     .event_release = cl_sim_event_release,
     .completion_word = cl_sim_completion_word,
+    .completion_watch = cl_sim_completion_watch,
     .stream_check = cl_sim_stream_check,
     .stream_capture_info = cl_sim_stream_capture_info,
     .capture_frontier = cl_sim_capture_frontier,

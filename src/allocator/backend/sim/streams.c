@@ -76,7 +76,7 @@ cachalot_status cl_sim_stream_sync(cachalot_backend *b, int device, cachalot_str
                  MSG_UNSUPPORTED);
   } else {
     stream->completed = stream->submitted;
-    sim_completed_locked(sim);
+    sim_completed_locked(sim, stream);
   }
   sim_unlock(sim);
   return st;
