@@ -65,7 +65,7 @@ CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_device_allocs(
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_every(cachalot_backend *b, int k);
 /* The next `count` event records fail with a device error (0 cancels). */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_fail_events(cachalot_backend *b, int count);
-/* Whether the backend keeps a word that moves when work completes (on by default), which lets an
+/* Whether the backend keeps a word that moves when a watched event completes (on by default), which lets an
  * allocator's warm malloc run while blocks wait for events; off, it acts as a backend without one
  * (CUDA's, where stream memory operations are missing), and allocators poll as they did before. */
 CACHALOT_API CACHALOT_NODISCARD cachalot_status cachalot_sim_completion_word(cachalot_backend *b, bool keep);

@@ -40,15 +40,14 @@ static void watch_word_locked(cl_device *d) {
     d->done_word = NULL;
 }
 
-/* Whether stream `se`'s oldest event is outstanding and no watch covers it (struct cl_stream_events). */
-static bool head_unwatched(const cl_stream_events *se) { return se->head && se->head->seq > se->watched; }
+/* Whether stream `se`'s oldest event is outstanding and not watched (struct cl_stream_events). */
+static bool head_unwatched(const cl_stream_events *se) { return se->head && !se->head->watched; }
 
-/* Covers every event recorded on the stream so far with a watch: the word moves once they are done. */
-static void watch_stream_locked(cl_device *d, cl_stream_events *se) {
+static void watch_event_locked(cl_device *d, cl_pending_event *e) {
   CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *b = d->owner->backend;
-  b->ops->completion_watch(b, d->index, se->stream);
-  se->watched = se->recorded;
+  b->ops->completion_watch(b, d->index, e->ev);
+  e->watched = true;
 }
 
 size_t cl_count_unwatched_locked(cl_device *d) {
@@ -108,9 +107,9 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   } else {
     for (uint32_t i = 0; i < b->n_uses; i++) {
       cl_stream_events *se = stream_events_locked(d, b->uses[i]);
-      const bool unwatched_before = head_unwatched(se); /* a watch below covers the older head too */
+      const bool unwatched_before = head_unwatched(se);
       pend[i]->blk = b;
-      pend[i]->seq = ++se->recorded;
+      pend[i]->watched = false;
       pend[i]->next = NULL;
       if (se->tail)
         se->tail->next = pend[i];
@@ -118,7 +117,7 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
         se->head = pend[i];
       se->tail = pend[i];
       if (se->slow && d->done_word && ++se->probe % CL_SLOW_PROBE != 0)
-        watch_stream_locked(d, se);
+        watch_event_locked(d, pend[i]);
       d->n_unwatched += (size_t)head_unwatched(se) - (size_t)unwatched_before;
     }
     d->n_pending_events += b->n_uses;
@@ -170,7 +169,7 @@ void cl_process_events_locked(cl_device *d) {
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
-  watch_word_locked(d); /* before the queries and watches: a completion after the read moves the word */
+  watch_word_locked(d); /* before the queries and watches: a watched completion after it moves the word */
   size_t unwatched = 0;
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
@@ -179,12 +178,12 @@ void cl_process_events_locked(cl_device *d) {
       /* A query that fails counts as not done: the block stays PENDING, which is always safe. */
       if (b->ops->event_query(b, se->head->ev, &done) != CACHALOT_OK || !done)
         break;
-      if (se->head->seq > se->watched) /* done before it needed a watch: the stream keeps up */
+      if (!se->head->watched) /* done before it needed a watch: the stream keeps up */
         se->slow = false;
       complete_head_locked(d, se);
     }
     if (head_unwatched(se) && ++se->misses >= CL_POLLS_BEFORE_WATCH && d->done_word) {
-      watch_stream_locked(d, se);
+      watch_event_locked(d, se->head);
       se->slow = true;
     }
     unwatched += head_unwatched(se);

@@ -280,30 +280,27 @@ typedef struct cl_route {
 typedef struct cl_pending_event {
   cl_event *ev;
   cl_block *blk;
-  uint64_t seq; /* its place among the events recorded on its stream, from 1 */
+  bool watched; /* given to completion_watch: the word moves once it completes */
   struct cl_pending_event *next;
 } cl_pending_event;
 
 /* Outstanding events of one stream, oldest first: they complete in order, so polling stops at the
  * first one not done.
- * Watching (events.c): the events numbered up to `watched` come before a completion_watch on the stream,
- * so the backend's completion word moves once they are done. A head event past `watched` is polled by
- * every malloc instead; after CL_POLLS_BEFORE_WATCH polls found it not done, the stream is watched and
- * `slow`: its next events are watched as they are recorded, but for every CL_SLOW_PROBE-th, which, done
- * before it needed a watch, makes the stream fast again. */
+ * Watching (events.c): a watched event makes the backend's completion word move once it completes. A head
+ * event not watched is polled by every malloc instead; after CL_POLLS_BEFORE_WATCH polls found it not
+ * done, it is watched and the stream is `slow`: its next events are watched as they are recorded, but
+ * for every CL_SLOW_PROBE-th, which, done before it needed a watch, makes the stream fast again. */
 typedef struct cl_stream_events {
   cachalot_stream stream;
   cl_pending_event *head, *tail;
-  uint64_t recorded; /* events recorded on the stream so far */
-  uint64_t watched;
   unsigned misses;   /* polls that found the head not done */
   unsigned probe;    /* events recorded while slow */
   bool slow;
   UT_hash_handle hh;
 } cl_stream_events;
-/* A watch is a stream write on CUDA: ~1.2 us of CPU, and the event query after it takes 1.7 us instead of
- * 0.45 (H200). A poll in exclusive mode ~1.1 us. So a stream is watched only once its event has stayed
- * undone for two polls, and a slow stream tries unwatched every 8th event. */
+/* A watch is a stream wait and write on CUDA, ~1.2 us of CPU or more (H200); a poll in exclusive mode
+ * ~1.1 us. So an event is watched only once it has stayed undone for two polls, and a slow stream tries
+ * unwatched every 8th event. */
 enum { CL_POLLS_BEFORE_WATCH = 2, CL_SLOW_PROBE = 8 };
 
 /* Memory history (torch.cuda.memory._snapshot()): what happened, in a ring buffer per device. */
@@ -500,7 +497,7 @@ struct cl_device {
   size_t n_segments;
   cl_stream_events *events;    /* outstanding events by stream */
   size_t n_pending_events;
-  size_t n_unwatched;          /* streams whose head event is past `watched`: mallocs poll while any is */
+  size_t n_unwatched;          /* streams whose head event is not watched: mallocs poll while any is */
   cl_block *spare_blocks;      /* block metadata free list (linked through next) */
   cl_pending_event *spare_events;
   void **chunks;               /* host chunks the spares were carved from */

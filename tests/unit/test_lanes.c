@@ -739,6 +739,36 @@ static void pending_block_keeps_malloc_warm(void **state) {
   env_free(&e);
 }
 
+/* A watch follows its event, not the stream (issue 31 review): work enqueued on the side stream after the
+ * event and before the watch does not hold the word back once the event itself is done. */
+static void watch_follows_its_event(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  char *p = ALLOC(e.a, 0, MiB, s);
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  OK(cachalot_sim_launch(e.b, side)); /* later work on the side stream, before the watch */
+  void *q = NULL;
+  for (int i = 0; i < CL_POLLS_BEFORE_WATCH; i++) {
+    assert_false(malloc_is_warm(e.a, d, 4096, s, &q));
+    FREE(e.a, q);
+  }
+  assert_true(malloc_is_warm(e.a, d, 4096, s, &q)); /* watched */
+  FREE(e.a, q);
+  cl_stream_events *se = NULL;
+  HASH_FIND_PTR(d->events, &side, se);
+  assert_non_null(se);
+  OK(e.b->ops->event_sync(e.b, se->head->ev)); /* the event done, the launch after it not */
+  assert_false(malloc_is_warm(e.a, d, 4096, s, &q)); /* the word moved: polls, and p is back */
+  EQ((uintptr_t)q, (uintptr_t)p); /* merged with the free half: best fit starts the segment */
+  FREE(e.a, q);
+  EQ(d->n_pending_events, 0);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* A stream whose event needed a watch is slow: its next events are watched as they are recorded, so no
  * malloc polls for them; every CL_SLOW_PROBE-th goes unwatched, and one done by the first poll makes the
  * stream fast again (its next event is polled, not watched). */
@@ -767,7 +797,7 @@ static void slow_stream_watched_at_once(void **state) {
     assert_true((char *)q != p);
     FREE(e.a, q);
     COMPLETE(&e, side);
-    assert_false(malloc_is_warm(e.a, d, MiB, s, &q)); /* the word moved: polls, and p is back */
+    assert_false(malloc_is_warm(e.a, d, 4096, s, &q)); /* the word moved: polls, and p is back */
     EQ((uintptr_t)q, (uintptr_t)p);
     FREE(e.a, q);
     CHECK(e.a);
@@ -777,7 +807,7 @@ static void slow_stream_watched_at_once(void **state) {
   FREE(e.a, p);
   EQ(d->n_unwatched, 1);
   COMPLETE(&e, side);
-  assert_false(malloc_is_warm(e.a, d, MiB, s, &q)); /* its first poll finds it done */
+  assert_false(malloc_is_warm(e.a, d, 4096, s, &q)); /* its first poll finds it done */
   EQ((uintptr_t)q, (uintptr_t)p);
   FREE(e.a, q);
   p = ALLOC(e.a, 0, MiB, s); /* fast again: polled, not watched */
@@ -922,6 +952,7 @@ int main(void) {
       cmocka_unit_test(oom_retry_rests_streams),
       cmocka_unit_test(pending_block_keeps_malloc_warm),
       cmocka_unit_test(slow_stream_watched_at_once),
+      cmocka_unit_test(watch_follows_its_event),
       cmocka_unit_test(pending_block_without_word),
       cmocka_unit_test(record_stream_warm),
       cmocka_unit_test(locked_functions_check_exclusive_mode),

@@ -80,16 +80,17 @@ typedef struct cl_backend_ops {
   cachalot_status (*event_sync)(cachalot_backend *b, cl_event *e);
   /* Returns the event to the backend's pool. Never fails. */
   void (*event_release)(cachalot_backend *b, cl_event *e);
-  /* A word that takes a value it has not held before, soon after the work enqueued on a stream before a
-   * completion_watch(b, device, s) is done (it may move at other times too); NULL when the backend keeps
-   * none, then or any more. Read it with an atomic load. The warm malloc reads it to skip a poll that could
-   * only find nothing done. NULL in the ops table is the same as NULL returned. */
+  /* A word that takes a value it has not held before soon after each event given to completion_watch
+   * completes (it may move at other times too); NULL when the backend keeps none, then or any more. Read it
+   * with an atomic load. The warm malloc reads it to skip a poll that could only find nothing done. NULL in
+   * the ops table is the same as NULL returned. */
   const uint32_t *(*completion_word)(cachalot_backend *b, int device);
-  /* Makes `device`'s completion word move once everything enqueued on `s` so far is done (CUDA: a stream
-   * write, ~1.2 us of CPU, which is why the core asks only for streams whose events are slow). Where that
-   * cannot be had, the backend moves the word at once and keeps none from then on. Required with
-   * completion_word. */
-  void (*completion_watch)(cachalot_backend *b, int device, cachalot_stream s);
+  /* Makes `device`'s completion word move once event `e` (recorded, not yet released) completes, and not
+   * later for work enqueued after it (CUDA: a stream of the backend's own waits for the event, then writes
+   * the word: ~1.2 us of CPU, which is why the core asks only for slow events; the recording stream is
+   * not touched, as it may be destroyed or captured by then). Where that cannot be had, the backend moves
+   * the word at once and keeps none from then on. Required with completion_word. */
+  void (*completion_watch)(cachalot_backend *b, int device, cl_event *e);
 
   /* Verifies that events can be recorded on `s` (NULL, the default stream, always can): INVALID_ARGUMENT
    * for a handle the backend knows is not a stream. Lets record_stream refuse a bad stream at once,

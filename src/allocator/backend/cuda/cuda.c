@@ -24,6 +24,9 @@ static void cuda_destroy(cachalot_backend *b) {
       e = next;
     }
     pool->free = NULL;
+    for (int k = 0; k < CL_CUDA_WATCH_STREAMS; k++)
+      if (pool->watch[k] && cudaStreamDestroy(pool->watch[k]) != cudaSuccess) /* (at exit: as above) */
+        (void)cudaGetLastError();
     pthread_mutex_destroy(&pool->mu);
   }
   uint32_t *words = atomic_load_explicit(&cb->words.host, memory_order_relaxed);

@@ -58,9 +58,11 @@ static uint32_t *words_get(cl_cuda_backend *cb) {
   return atomic_load_explicit(&w->off, memory_order_relaxed) ? NULL : host;
 }
 
-/* Turns the words off and moves every device's at once: none will be written again. */
+/* Turns the words off and moves every device's at once: none will be written again. Once: a second
+ * move of 2^31 would bring a word back to where a warm path saw it. */
 static void words_fail(cl_cuda_backend *cb, uint32_t *host) {
-  atomic_store_explicit(&cb->words.off, true, memory_order_relaxed);
+  if (atomic_exchange_explicit(&cb->words.off, true, memory_order_relaxed))
+    return;
   for (int k = 0; k < cb->base.device_count; k++)
     __atomic_fetch_add(&host[(size_t)k * CL_CUDA_WORD_STRIDE], 1u << 31, __ATOMIC_RELEASE);
 }
@@ -89,23 +91,38 @@ const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device) {
   return &host[(size_t)device * CL_CUDA_WORD_STRIDE];
 }
 
-void cl_cuda_completion_watch(cachalot_backend *b, int device, cachalot_stream s) {
-  /* The write goes on the stream's own device (a peer's stream used the block), into the core's word. */
-  int sdev = device;
-  cl_cuda_device_scope sc = {0, false};
-  if (b->device_count > 1) {
-    if (s && cl_cuda_stream_device(s, device, &sdev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      sdev = -1;
-    }
-    if (sdev < 0 || sdev >= b->device_count || device_enter(sdev, &sc, "completion_watch") != CACHALOT_OK) {
-      uint32_t *host = words_get(as_cuda(b)); /* no write can be had: the words go, as the contract asks */
-      if (host)
-        words_fail(as_cuda(b), host);
-      return;
-    }
+/* The watching stream of `pool`'s device for events recorded on `s`, made on first use (that device
+ * current); NULL when it cannot be made. */
+static cudaStream_t watch_stream(cl_cuda_event_pool *pool, cachalot_stream s) {
+  const size_t k = ((uintptr_t)s >> 4) % CL_CUDA_WATCH_STREAMS;
+  pthread_mutex_lock(&pool->mu);
+  cudaStream_t ws = pool->watch[k];
+  if (!ws && cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking) != cudaSuccess) {
+    (void)cudaGetLastError();
+    ws = NULL;
   }
-  word_write(as_cuda(b), device, s);
+  pool->watch[k] = ws;
+  pthread_mutex_unlock(&pool->mu);
+  return ws;
+}
+
+void cl_cuda_completion_watch(cachalot_backend *b, int device, cl_event *e) {
+  cl_cuda_backend *cb = as_cuda(b);
+  uint32_t *host = words_get(cb);
+  if (!host || !e) /* words off: every word has moved already */
+    return;
+  cl_cuda_device_scope sc = {0, false};
+  if (b->device_count > 1 && device_enter(e->device, &sc, "completion_watch") != CACHALOT_OK) {
+    words_fail(cb, host);
+    return;
+  }
+  cudaStream_t ws = watch_stream(&cb->pools[e->device], e->stream);
+  if (!ws || cudaStreamWaitEvent(ws, e->ev, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    words_fail(cb, host);
+  } else {
+    word_write(cb, device, (cachalot_stream)ws);
+  }
   device_leave(&sc);
 }
 
@@ -150,6 +167,7 @@ cachalot_status cl_cuda_event_record(cachalot_backend *b, int device, cachalot_s
     }
     e->device = device;
   }
+  e->stream = s;
   e->next = NULL;
   cudaError_t err = cudaEventRecord(e->ev, s);
   device_leave(&sc);

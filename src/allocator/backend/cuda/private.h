@@ -32,8 +32,14 @@
 struct cl_event {
   cudaEvent_t ev;
   int device;
-  struct cl_event *next; /* free-stack link while pooled */
+  cachalot_stream stream; /* recorded on, for completion_watch to pick its watching stream */
+  struct cl_event *next;  /* free-stack link while pooled */
 };
+
+/* Streams of the backend's own per device that wait for watched events and then write the completion
+ * word: a watch never touches the user's stream, and several keep a slow stream's watch from holding
+ * up another's (a watching stream's writes run in order). Picked by the recording stream. */
+enum { CL_CUDA_WATCH_STREAMS = 4 };
 
 /* Events are recycled because cudaEventCreate/Destroy cost microseconds and take driver locks, and the
  * allocator records one per cross-stream free. A pool per device keeps each event on the device whose
@@ -42,12 +48,12 @@ struct cl_event {
 typedef struct {
   pthread_mutex_t mu;
   struct cl_event *free;
+  cudaStream_t watch[CL_CUDA_WATCH_STREAMS]; /* made on first use, under mu */
 } cl_cuda_event_pool;
 
 /* The completion words (ops.h): one 64-byte line per device of mapped, pinned host memory, made when the
- * core first asks for them. For each completion_watch, the backend enqueues a stream write of a number
- * never written before (`next`) to the device's word, which the GPU performs once the work before it is
- * done. `off` once a write could not be enqueued: the words are no longer trusted (the failure moves
+ * core first asks for them. For each completion_watch, a watching stream waits for the event and then
+ * writes a number never written before (`next`) to the device's word. `off` once a write could not be enqueued: the words are no longer trusted (the failure moves
  * every word, so the warm paths reading them go to poll). */
 typedef struct {
   pthread_mutex_t mu; /* guards making them */
@@ -126,7 +132,7 @@ cachalot_status cl_cuda_event_query(cachalot_backend *b, cl_event *e, bool *done
 cachalot_status cl_cuda_event_sync(cachalot_backend *b, cl_event *e);
 void cl_cuda_event_release(cachalot_backend *b, cl_event *e);
 const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device);
-void cl_cuda_completion_watch(cachalot_backend *b, int device, cachalot_stream s);
+void cl_cuda_completion_watch(cachalot_backend *b, int device, cl_event *e);
 /* The runtime's own cudaHostAlloc and cudaFreeHost (not the interposer's), for the backend's own pinning. */
 cudaError_t cl_cuda_real_host_alloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t cl_cuda_real_free_host(void *ptr);

@@ -290,18 +290,33 @@ const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device) {
   return keep ? &sim->completions : NULL;
 }
 
-void cl_sim_completion_watch(cachalot_backend *b, int device, cachalot_stream s) {
+void cl_sim_completion_watch(cachalot_backend *b, int device, cl_event *e) {
+  (void)device; /* one word for every device */
   struct sim_backend *sim = sim_of(b);
-  struct sim_stream *stream;
-  if (sim_enter_stream(sim, device, s, true, "simulated completion watch", &stream) != CACHALOT_OK) {
-    sim_lock(sim); /* no stream to watch: the word moves at once, as the contract asks */
+  struct sim_event *ev = (struct sim_event *)e;
+  sim_lock(sim);
+  if (!ev || !ev->stream || ev->captured) { /* nothing a completion could be waited for on: moved now */
     sim_raise_locked(sim);
-    sim_unlock(sim);
-    return;
+  } else {
+    sim_stream_settle(sim, ev->stream);
+    if (ev->stream->completed >= ev->seq) {
+      sim_raise_locked(sim);
+    } else {
+      if (sim->n_watches == sim->cap_watches) {
+        size_t cap = sim->cap_watches ? sim->cap_watches * 2 : 16;
+        struct sim_watch *w = realloc(sim->watches, cap * sizeof *w);
+        if (!w) { /* as the contract asks: moved now, and no word from here on */
+          sim->no_word = true;
+          sim_raise_locked(sim);
+          sim_unlock(sim);
+          return;
+        }
+        sim->watches = w;
+        sim->cap_watches = cap;
+      }
+      sim->watches[sim->n_watches++] = (struct sim_watch){ev->stream, ev->seq};
+    }
   }
-  sim_stream_settle(sim, stream);
-  stream->watch = stream->submitted;
-  sim_completed_locked(sim, stream); /* all of it done already: at once */
   sim_unlock(sim);
 }
 

@@ -90,7 +90,6 @@ struct sim_stream {
   bool destroyed;
   uint64_t submitted;
   uint64_t completed;
-  uint64_t watch;      /* completion_watch's mark: the word moves once `completed` reaches it (0: none) */
   uint64_t sync_epoch; /* its device's sync_epoch when it was last settled */
   struct sim_capture *capture;
   size_t *deps;
@@ -147,6 +146,12 @@ struct cl_graph_exec {
  * Invariant: stream == NULL exactly while the event sits on the free list. An event recorded while its
  * stream was capturing (captured != 0) stands for graph work, not device work: CUDA refuses to query or
  * synchronize such an event, and so do we. */
+/* A watched event (completion_watch): where and how far its stream must complete. */
+struct sim_watch {
+  struct sim_stream *stream;
+  uint64_t seq;
+};
+
 struct sim_event {
   struct sim_stream *stream;
   uint64_t seq;
@@ -205,10 +210,12 @@ struct sim_backend {
   size_t capacity;
   bool complete_immediately;
   pthread_mutex_t mu;
-  /* The completion word of every device (ops.h): raised, under mu, when a stream's work reaches its watch
-   * mark and by every device synchronization */
+  /* The completion word of every device (ops.h): raised, under mu, when a watched event completes and by
+   * every device synchronization */
   uint32_t completions;
   bool no_word; /* cachalot_sim_completion_word(b, false): completion_word answers NULL */
+  struct sim_watch *watches; /* the watched events not completed yet */
+  size_t n_watches, cap_watches;
 
   struct sim_device dev[SIM_MAX_DEVICES];
   struct sim_stream *streams;
@@ -256,14 +263,20 @@ static inline void sim_raise_locked(struct sim_backend *sim) {
   __atomic_fetch_add(&sim->completions, 1, __ATOMIC_RELEASE);
 }
 
-/* Work of `st` completed: the word moves if that reached the stream's watch mark, as the GPU's write
- * after the watched work would. Only then: a core that forgot to watch a stream would wait in the tests
- * as it would on a GPU. */
+/* Work of `st` completed: the word moves if that completed a watched event, as the GPU's write after it
+ * would. Only then: a core that forgot to watch an event would wait in the tests as it would on a GPU. */
 static inline void sim_completed_locked(struct sim_backend *sim, struct sim_stream *st) {
-  if (st->watch && st->completed >= st->watch) {
-    st->watch = 0;
-    sim_raise_locked(sim);
+  bool raise = false;
+  for (size_t i = 0; i < sim->n_watches;) {
+    if (sim->watches[i].stream == st && st->completed >= sim->watches[i].seq) {
+      sim->watches[i] = sim->watches[--sim->n_watches];
+      raise = true;
+    } else {
+      i++;
+    }
   }
+  if (raise)
+    sim_raise_locked(sim);
 }
 
 /* Completes what the stream submitted before its device's latest synchronization (see sim_stream). */
@@ -292,7 +305,12 @@ static inline void sim_complete_device_locked(struct sim_backend *sim, int devic
   struct sim_stream *def = &sim->dev[device].default_stream;
   def->completed = def->submitted;
   sim->dev[device].sync_epoch++;
-  sim_raise_locked(sim); /* every watch mark of the device is reached */
+  for (size_t i = 0; i < sim->n_watches;) /* every watched event of the device is done */
+    if (sim->watches[i].stream->device == device)
+      sim->watches[i] = sim->watches[--sim->n_watches];
+    else
+      i++;
+  sim_raise_locked(sim);
 }
 
 static inline struct sim_stream *find_stream_locked(struct sim_backend *sim, cachalot_stream s) {
@@ -395,7 +413,7 @@ cachalot_status cl_sim_event_query(cachalot_backend *b, cl_event *e, bool *done)
 cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e);
 void cl_sim_event_release(cachalot_backend *b, cl_event *e);
 const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device);
-void cl_sim_completion_watch(cachalot_backend *b, int device, cachalot_stream s);
+void cl_sim_completion_watch(cachalot_backend *b, int device, cl_event *e);
 
 /* streams.c */
 cachalot_status cl_sim_stream_create_impl(struct sim_backend *sim, int device, cachalot_stream *out,

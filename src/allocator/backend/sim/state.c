@@ -46,6 +46,7 @@ static void sim_destroy(cachalot_backend *b) {
     free(sim->slabs);
     sim->slabs = next;
   }
+  free(sim->watches);
   pthread_mutex_destroy(&sim->mu);
   free(sim);
 }
