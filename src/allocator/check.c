@@ -414,7 +414,7 @@ CL_NO_COVERAGE static cachalot_status check_events_locked(cl_device *d, const re
   const size_t unwatched = cl_count_unwatched_locked(d);
   if (unwatched != d->n_unwatched)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: %zu streams with an unwatched event, counter says %zu",
-                   dev, unwatched, d->n_unwatched);
+                   dev, unwatched, (size_t)d->n_unwatched);
   return CACHALOT_OK;
 }
 

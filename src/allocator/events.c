@@ -118,7 +118,8 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
       se->tail = pend[i];
       if (se->slow && d->done_word && ++se->probe % CL_SLOW_PROBE != 0)
         watch_event_locked(d, pend[i]);
-      d->n_unwatched += (size_t)head_unwatched(se) - (size_t)unwatched_before;
+      d->n_unwatched += (uint32_t)head_unwatched(se);
+      d->n_unwatched -= (uint32_t)unwatched_before;
     }
     d->n_pending_events += b->n_uses;
     b->event_count = b->n_uses;
@@ -170,7 +171,7 @@ void cl_process_events_locked(cl_device *d) {
     return;
   cachalot_backend *b = d->owner->backend;
   watch_word_locked(d); /* before the queries and watches: a watched completion after it moves the word */
-  size_t unwatched = 0;
+  uint32_t unwatched = 0;
   cl_stream_events *se, *tmp;
   HASH_ITER(hh, d->events, se, tmp) {
     while (se->head) {
@@ -211,6 +212,6 @@ cachalot_status cl_sync_all_events_locked(cl_device *d) {
       complete_head_locked(d, se);
     }
   }
-  d->n_unwatched = cl_count_unwatched_locked(d);
+  d->n_unwatched = (uint32_t)cl_count_unwatched_locked(d);
   return result;
 }

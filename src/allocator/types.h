@@ -483,6 +483,8 @@ struct cl_device {
   /* n_armed for the warm paths, which size their share of room by it: written with n_armed (which a
    * quick arm changes outside exclusive mode, cl_lane_arm_quick), read without a lock. Padding too. */
   _Atomic uint32_t armed_hint;
+  /* Streams whose head event is not watched (events.c): WATCH waits for none. In the padding too. */
+  uint32_t n_unwatched;
   _Alignas(64) pthread_mutex_t lock;
   cl_pool default_pool;
   cl_lane **lanes;             /* every lane that is not dormant: the n_armed armed ones first */
@@ -497,7 +499,6 @@ struct cl_device {
   size_t n_segments;
   cl_stream_events *events;    /* outstanding events by stream */
   size_t n_pending_events;
-  size_t n_unwatched;          /* streams whose head event is not watched: mallocs poll while any is */
   cl_block *spare_blocks;      /* block metadata free list (linked through next) */
   cl_pending_event *spare_events;
   void **chunks;               /* host chunks the spares were carved from */
