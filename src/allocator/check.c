@@ -345,8 +345,8 @@ CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a dormant lane is in `lanes`", dev);
     if (ln->pos != i || ln->armed != (i < d->n_armed))
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: lane %zu of `lanes` is out of place", dev, i);
-    if (!ln->armed && (ln->bins || !shares_empty(ln)))
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a cold lane has a free index or a share", dev);
+    if (!ln->armed && !shares_empty(ln))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a cold lane has a share", dev);
     if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
     if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))

@@ -182,7 +182,8 @@ void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
   cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
   atomic_store_explicit(&ln->warm, CL_WARM_STOP, memory_order_relaxed); /* until cl_leave_exclusive */
   ln->armed = true;
-  ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+  if (!ln->bins)
+    ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
   swap_lanes(d, ln->pos, d->n_armed++);
 }
 
@@ -195,10 +196,9 @@ static void join_armed(cl_device *d, cl_lane *ln) {
   swap_lanes(d, ln->pos, d->n_armed++);
 }
 
-/* Armed lane ln (locked, its shares folded) goes cold: out of the armed ones, no free index, no warm path. */
+/* Armed lane ln (locked, its shares folded) goes cold: out of the armed ones, no warm path. */
 static void go_cold(cl_device *d, cl_lane *ln) {
   ln->armed = false;
-  ln->bins = NULL;
   atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
   swap_lanes(d, ln->pos, --d->n_armed);
 }
@@ -433,7 +433,8 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
     cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
     ln->armed = true;
     ln->idle = 0;
-    ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    if (!ln->bins)
+      ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
     swap_lanes(d, ln->pos, d->n_armed++);
     atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
     const unsigned char w = d->warm_flags;

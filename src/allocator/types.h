@@ -415,7 +415,8 @@ struct cl_lane {
   _Atomic unsigned char warm;
   cachalot_stream stream;
   cl_device *dev;
-  cl_bins *bins; /* NULL while cold or dormant */
+  cl_bins *bins; /* its stream's default-pool free index once it has one; NULL while dormant (a cold
+                    lane keeps it: arming then needs no lookup, which with many streams missed the caches) */
   cl_block *spare;
   size_t n_spare;
   bool dormant; /* written in exclusive mode, with the lane's lock held */
