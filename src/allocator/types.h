@@ -447,9 +447,11 @@ typedef struct cl_lane_index {
  * skip the poll only where it could change nothing: with WATCH as well (the backend keeps a completion
  * word, every stream's oldest event is watched, and no block waits for a capture's end), while the word
  * is unchanged since the last poll began, so no watched event has completed since; a changed word, or no
- * WATCH, sends the call to exclusive mode, which polls: blocks come back as soon as their events are done, and every stat and peak moves as when every
- * malloc polls. (Skipping elsewhere is not exact: a block a poll frees raises the split stats, whose
- * peaks then depend on whether the poll came first.) */
+ * WATCH, sends the call to exclusive mode, which polls: a block comes back once the word tells of its
+ * event (soon after it is done: ops.h completion_watch says what may delay that), and every stat and peak
+ * moves as when every malloc polls and the event completed that much later. (Skipping elsewhere is not
+ * exact: a block a poll frees raises the split stats, whose peaks then depend on whether the poll came
+ * first.) */
 /* GC: garbage collection is set; the warm malloc counts its lookup in the pool (the ages of free blocks). */
 enum {
   CL_WARM_MALLOC = 1,

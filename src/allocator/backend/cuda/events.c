@@ -94,7 +94,8 @@ const uint32_t *cl_cuda_completion_word(cachalot_backend *b, int device) {
 /* The watching stream of `pool`'s device for events recorded on `s`, made on first use (that device
  * current); NULL when it cannot be made. */
 static cudaStream_t watch_stream(cl_cuda_event_pool *pool, cachalot_stream s) {
-  const size_t k = ((uintptr_t)s >> 4) % CL_CUDA_WATCH_STREAMS;
+  /* (handles are aligned pointers: the multiply spreads their middle bits over the top ones) */
+  const size_t k = (size_t)(((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 60) % CL_CUDA_WATCH_STREAMS;
   pthread_mutex_lock(&pool->mu);
   cudaStream_t ws = pool->watch[k];
   if (!ws && cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking) != cudaSuccess) {

@@ -37,9 +37,11 @@ struct cl_event {
 };
 
 /* Streams of the backend's own per device that wait for watched events and then write the completion
- * word: a watch never touches the user's stream, and several keep a slow stream's watch from holding
- * up another's (a watching stream's writes run in order). Picked by the recording stream. */
-enum { CL_CUDA_WATCH_STREAMS = 4 };
+ * word: a watch never touches the user's stream. A watching stream runs its waits in order, so a watch
+ * behind a slow one moves the word only when both are done; picked by the recording stream, whose own
+ * events complete in order anyway, so only two user streams that share one hold each other up. That
+ * delays a block's return to the cache, never the memory: a malloc that finds no fit polls. */
+enum { CL_CUDA_WATCH_STREAMS = 16 };
 
 /* Events are recycled because cudaEventCreate/Destroy cost microseconds and take driver locks, and the
  * allocator records one per cross-stream free. A pool per device keeps each event on the device whose
