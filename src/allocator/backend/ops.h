@@ -81,9 +81,9 @@ typedef struct cl_backend_ops {
   /* Returns the event to the backend's pool. Never fails. */
   void (*event_release)(cachalot_backend *b, cl_event *e);
   /* A word that takes a value it has not held before soon after each event given to completion_watch
-   * completes (see there for what may delay it; it may move at other times too); NULL when the backend keeps none, then or any more. Read it
-   * with an atomic load. The warm malloc reads it to skip a poll that could only find nothing done. NULL in
-   * the ops table is the same as NULL returned. */
+   * completes (see there for what may delay it; it may move at other times too); NULL when the backend
+   * keeps none, then or any more. Read it with an atomic load. The warm malloc reads it to skip a poll that
+   * could only find nothing done. NULL in the ops table is the same as NULL returned. */
   const uint32_t *(*completion_word)(cachalot_backend *b, int device);
   /* Makes `device`'s completion word move once event `e` (recorded, not yet released) completes, and not
    * later for work enqueued after it on its stream (CUDA: a stream of the backend's own waits for the

@@ -1,6 +1,6 @@
 /* Events on the CUDA runtime: recorded from a per-device pool of recycled cudaEvent_t, queried, waited
- * on and given back to their pool; and the completion words, moved by a stream write where the core
- * watches a stream. */
+ * on and given back to their pool; and the completion words, moved by a stream of the backend's own
+ * once an event the core watches is done. */
 #include "private.h"
 
 #include <stdlib.h>
@@ -67,13 +67,9 @@ static void words_fail(cl_cuda_backend *cb, uint32_t *host) {
     __atomic_fetch_add(&host[(size_t)k * CL_CUDA_WORD_STRIDE], 1u << 31, __ATOMIC_RELEASE);
 }
 
-/* The write on s that moves `device`'s word once the work before it is done. A failure turns the words
- * off, then moves every word at once, so that no warm path trusts one to stand still (the core, which
- * reads its word and then asks for it again, drops it). */
-static void word_write(cl_cuda_backend *cb, int device, cachalot_stream s) {
-  uint32_t *host = words_get(cb);
-  if (!host)
-    return;
+/* The write on s that moves `device`'s word (of `host`, the words) once the work before it is done; a
+ * failure turns the words off (words_fail). */
+static void word_write(cl_cuda_backend *cb, uint32_t *host, int device, cachalot_stream s) {
   cl_cuda_words *w = &cb->words;
   const uint32_t v = atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed) + 1;
   const size_t at = (size_t)device * CL_CUDA_WORD_STRIDE;
@@ -122,7 +118,7 @@ void cl_cuda_completion_watch(cachalot_backend *b, int device, cl_event *e) {
     (void)cudaGetLastError();
     words_fail(cb, host);
   } else {
-    word_write(cb, device, (cachalot_stream)ws);
+    word_write(cb, host, device, (cachalot_stream)ws);
   }
   device_leave(&sc);
 }

@@ -55,8 +55,9 @@ typedef struct {
 
 /* The completion words (ops.h): one 64-byte line per device of mapped, pinned host memory, made when the
  * core first asks for them. For each completion_watch, a watching stream waits for the event and then
- * writes a number never written before (`next`) to the device's word. `off` once a write could not be enqueued: the words are no longer trusted (the failure moves
- * every word, so the warm paths reading them go to poll). */
+ * writes a number never written before (`next`) to the device's word. `off` once a write could not be
+ * enqueued: the words are no longer trusted (the failure moves every word, so the warm paths reading them
+ * go to poll). */
 typedef struct {
   pthread_mutex_t mu; /* guards making them */
   uint32_t *_Atomic host; /* NULL until made */

@@ -290,32 +290,34 @@ const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device) {
   return keep ? &sim->completions : NULL;
 }
 
+/* Keeps `ev` among the watched events; false on host OOM. */
+static bool watch_add_locked(struct sim_backend *sim, const struct sim_event *ev) {
+  if (sim->n_watches == sim->cap_watches) {
+    size_t cap = sim->cap_watches ? sim->cap_watches * 2 : 16;
+    struct sim_watch *w = realloc(sim->watches, cap * sizeof *w);
+    if (!w)
+      return false;
+    sim->watches = w;
+    sim->cap_watches = cap;
+  }
+  sim->watches[sim->n_watches++] = (struct sim_watch){ev->stream, ev->seq};
+  return true;
+}
+
 void cl_sim_completion_watch(cachalot_backend *b, int device, cl_event *e) {
   (void)device; /* one word for every device */
   struct sim_backend *sim = sim_of(b);
   struct sim_event *ev = (struct sim_event *)e;
   sim_lock(sim);
-  if (!ev || !ev->stream || ev->captured) { /* nothing a completion could be waited for on: moved now */
-    sim_raise_locked(sim);
-  } else {
+  if (ev && ev->stream && !ev->captured)
     sim_stream_settle(sim, ev->stream);
-    if (ev->stream->completed >= ev->seq) {
-      sim_raise_locked(sim);
-    } else {
-      if (sim->n_watches == sim->cap_watches) {
-        size_t cap = sim->cap_watches ? sim->cap_watches * 2 : 16;
-        struct sim_watch *w = realloc(sim->watches, cap * sizeof *w);
-        if (!w) { /* as the contract asks: moved now, and no word from here on */
-          sim->no_word = true;
-          sim_raise_locked(sim);
-          sim_unlock(sim);
-          return;
-        }
-        sim->watches = w;
-        sim->cap_watches = cap;
-      }
-      sim->watches[sim->n_watches++] = (struct sim_watch){ev->stream, ev->seq};
-    }
+  /* Moved now where the event is done already or nothing could be waited for on; where it cannot be kept,
+   * as the contract asks, with no word from here on. */
+  if (!ev || !ev->stream || ev->captured || ev->stream->completed >= ev->seq) {
+    sim_raise_locked(sim);
+  } else if (!watch_add_locked(sim, ev)) {
+    sim->no_word = true;
+    sim_raise_locked(sim);
   }
   sim_unlock(sim);
 }
