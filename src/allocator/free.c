@@ -6,6 +6,7 @@
  * history, errors) goes through exclusive mode. */
 #include "internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 
 /* Adds stream use `s` to allocated block `b` where its array has room (or `s` needs none); false when
@@ -114,22 +115,14 @@ CL_INLINE merge_plan plan_merge(const cl_block *b) {
   return m;
 }
 
-/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index, merged with its free
- * neighbours as planned. As in PyTorch, a free neighbour absorbs b (the lower one when both are free)
- * and keeps its node: its key only grows, so when it stays in its class and still sorts before its
- * successor there the class tree is not touched at all. b's metadata, or the upper neighbour's,
- * becomes a spare. */
-CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
+/* Puts b (out of its segment's table, its stats counted) into its free index, merged with its free
+ * neighbours as planned, but for the split stats. As in PyTorch, a free neighbour absorbs b (the lower one
+ * when both are free) and keeps its node: its key only grows, so when it stays in its class and still
+ * sorts before its successor there the class tree is not touched at all. b's metadata, or the upper
+ * neighbour's, becomes a spare. */
+CL_INLINE void return_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
   cl_segment *seg = b->seg;
   cl_lane *ln = seg->lane;
-  const size_t orig_size = b->size;
-  const size_t requested = b->requested;
-
-  if (mode == CL_EXCLUSIVE) /* the warm path records its own (cl_trace_warm, in free_fast) */
-    cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
-  b->n_uses = 0;
-  b->requested = 0;
-
   cl_fit *f = &seg->bins->kind[small];
   cl_block *p = m->p, *n = m->n;
   cl_block *keep = m->merge_prev ? p : m->merge_next ? n : b; /* the node that stays */
@@ -175,18 +168,37 @@ CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, c
     if (m->merge_prev && m->merge_next)
       drop_block(d, mode, ln, n);
   }
+}
 
+/* A free on the warm path: allocation and active drop together (cl_stats_free_called's part too), in
+ * lane ln's share. */
+CL_INLINE void free_stats_warm(cl_device *d, cl_lane *ln, bool small, size_t size, size_t requested) {
+  cl_lane_stat *e = ln->st[small];
+  cl_share_down(&e[CL_LS_COUNT], 1);
+  cl_share_down(&e[CL_LS_BYTES], (int64_t)size);
+  cl_share_down(&e[CL_LS_REQUESTED], (int64_t)requested);
+  if (CL_UNLIKELY(size >= d->cfg.max_split_size))
+    cl_share_down(&ln->oversize, 1);
+  if (CL_UNLIKELY(e[CL_LS_BYTES].rem > e[CL_LS_BYTES].cap))
+    cl_lane_trim(ln, small);
+}
+
+/* Returns b (ALLOCATED or PENDING, out of its segment's table) to its free index as planned, with its
+ * stats. */
+CL_INLINE void free_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
+  cl_segment *seg = b->seg;
+  cl_lane *ln = seg->lane;
+  const size_t orig_size = b->size;
+  const size_t requested = b->requested;
+
+  if (mode == CL_EXCLUSIVE) /* the warm path records its own (cl_trace_warm, in free_fast) */
+    cl_trace_locked(d, CL_TRACE_FREE_COMPLETED, b->ptr, requested, seg->stream);
+  b->n_uses = 0;
+  b->requested = 0;
+  return_block(d, mode, b, small, m);
   cl_count_split(d, ln, mode, small, m->split_blocks, m->split_bytes);
   if (mode == CL_WARM) {
-    /* on the warm path allocation and active drop together (cl_stats_free_called's part too) */
-    cl_lane_stat *e = ln->st[small];
-    cl_share_down(&e[CL_LS_COUNT], 1);
-    cl_share_down(&e[CL_LS_BYTES], (int64_t)orig_size);
-    cl_share_down(&e[CL_LS_REQUESTED], (int64_t)requested);
-    if (CL_UNLIKELY(orig_size >= d->cfg.max_split_size))
-      cl_share_down(&ln->oversize, 1);
-    if (CL_UNLIKELY(e[CL_LS_BYTES].rem > e[CL_LS_BYTES].cap))
-      cl_lane_trim(ln, small);
+    free_stats_warm(d, ln, small, orig_size, requested);
     return;
   }
   cachalot_device_stats *st = &d->stats;
@@ -206,10 +218,45 @@ void cl_free_block_locked(cl_device *d, cl_block *b) {
   cl_ctx_drop_locked(d, ptr);
 }
 
+void cl_lane_settle(cl_device *d, cl_lane *ln) {
+  cl_block *b = ln->memo;
+  ln->memo = NULL;
+  if (!ln->memo_freed)
+    return;
+  ln->memo_freed = false;
+  const merge_plan m = plan_merge(b);
+  /* the free counted these already: the very changes the hand-out made, undone */
+  assert(m.split_blocks == -(int64_t)ln->memo_split_blocks && m.split_bytes == -ln->memo_split_bytes);
+  if (b->seg->small)
+    return_block(d, CL_WARM, b, true, &m);
+  else
+    return_block(d, CL_WARM, b, false, &m);
+}
+
+/* Frees lane ln's memo b (the lane locked, b checked as free_warm does) with its return deferred: the
+ * stats change as the return would change them, undoing what the hand-out counted; the blocks stay. Why:
+ * a program that frees a block and asks for the same size again, the commonest pair of calls, gets the
+ * same block back with no merge, no split and no tree touched. False when the lane lacks room for the
+ * split stats (nothing changed then). */
+CL_INLINE bool free_deferred(cl_device *d, cl_lane *ln, cl_block *b, cl_block **slot) {
+  const bool small = b->seg->small;
+  const int64_t blocks = -(int64_t)ln->memo_split_blocks, bytes = -ln->memo_split_bytes;
+  if (CL_UNLIKELY(!cl_split_room(ln, small, blocks, bytes)))
+    return false;
+  *slot = NULL;
+  const size_t requested = b->requested;
+  b->requested = 0;
+  cl_count_split_warm(ln, small, blocks, bytes);
+  free_stats_warm(d, ln, small, b->size, requested);
+  ln->memo_freed = true;
+  return true;
+}
+
 /* free()'s warm path once the lane is locked and warm: a block with no other stream's uses; the same
- * steps as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share.
- * With `traced` (a constant in each call) it records free_requested and free_completed too. False when
- * the call needs exclusive mode (nothing changed then). */
+ * steps as exclusive mode's cl_stats_free_called + cl_free_block_locked, counted into the lane's share
+ * (for the lane's memo, deferred: free_deferred). With `traced` (a constant in each call) it records
+ * free_requested and free_completed too. False when the call needs exclusive mode (nothing changed then,
+ * but a deferred return made). */
 CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced) {
   cl_block **slot = NULL, *b = NULL;
   if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
@@ -218,6 +265,9 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
   }
   if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses))
     return false;
+  if (!traced && b == ln->memo)
+    return free_deferred(d, ln, b, slot);
+  cl_lane_settle_memo(d, ln); /* b's neighbours as they are */
   const merge_plan m = plan_merge(b);
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
     return false;

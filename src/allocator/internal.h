@@ -151,6 +151,12 @@ cachalot_status cl_sync_all_events_locked(cl_device *d);
 /* --- free.c --- */
 /* Returns a block to its free index, merging with free neighbours (PyTorch's free). */
 void cl_free_block_locked(cl_device *d, cl_block *b);
+/* Makes lane ln's deferred return, if any, and forgets its memo (ln locked; see cl_lane). */
+void cl_lane_settle(cl_device *d, cl_lane *ln);
+static inline void cl_lane_settle_memo(cl_device *d, cl_lane *ln) {
+  if (ln->memo)
+    cl_lane_settle(d, ln);
+}
 
 /* --- release.c --- */
 /* Whole free segments marked `releasing`, waiting to be given back to the device. */

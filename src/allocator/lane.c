@@ -128,8 +128,10 @@ void cl_enter_exclusive(cl_device *d) {
 #endif
   if (!armed)
     return;
-  for (size_t i = 0; i < armed; i++)
+  for (size_t i = 0; i < armed; i++) {
+    cl_lane_settle_memo(d, d->lanes[i]); /* every block where the rules put it, for what runs here */
     fold_lane(d, d->lanes[i]);
+  }
   /* The room rule keeps every current at or below its peak; this only makes sure of it. */
   for (int id = 0; id < CL_LS_N; id++) {
     cachalot_stat *arr[2];
@@ -412,6 +414,7 @@ void cl_lane_trim(cl_lane *ln, bool small) {
  * leaving exclusive mode would have done. */
 static void cool_quick(cl_device *d, cl_lane *v) {
   cl_spin_lock(&v->lock); /* its warm path may be running: after it */
+  cl_lane_settle_memo(d, v);
   return_all_room(d, v);
   (void)fold_shares(d, v);
   go_cold(d, v);

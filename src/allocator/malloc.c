@@ -308,7 +308,9 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
 /* The warm path of one kind (`small` a constant at each call, so that the class arithmetic and the
  * index's offsets fold), under the lane's lock. False when the request needs exclusive mode (nothing
  * changed then). */
-CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, void **out) {
+/* With `memo` (the plain warm path) the block becomes the lane's memo; else the lane has none. */
+CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, bool memo,
+                                void **out) {
   const cl_config *c = &d->cfg;
   unsigned cls;
   cl_block **link, *pred;
@@ -324,15 +326,54 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   if ((split && !ln->spare) ||
       !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
     return false;
-  *out = (void *)hand_out(d, CL_WARM, b, small, cls, link, pred, rounded, size)->ptr;
+  /* what hand_out changes in the split stats: a new inactive split block (the rest of a whole segment),
+   * or one that shrinks by `rounded`, or one handed out whole */
+  const int memo_blocks = split ? !already_split : -(int)already_split;
+  const int64_t memo_bytes = !already_split ? split_bytes : split ? -(int64_t)rounded : -(int64_t)b->size;
+  cl_block *a = hand_out(d, CL_WARM, b, small, cls, link, pred, rounded, size);
+  ln->memo = memo ? a : NULL;
+  ln->memo_rounded = rounded;
+  ln->memo_split_blocks = memo_blocks;
+  ln->memo_split_bytes = memo_bytes;
+  *out = (void *)a->ptr;
   return true;
 }
 
-/* malloc's warm path once the lane is locked and warm. */
+/* malloc's warm path once the lane is locked and warm, with flags beyond MALLOC (no memo then). */
 CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
   const size_t rounded = cl_round_size(&d->cfg, size);
-  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
-                              : malloc_fast_kind(d, ln, rounded, size, false, out);
+  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, false, out)
+                              : malloc_fast_kind(d, ln, rounded, size, false, false, out);
+}
+
+/* Lane ln's freed memo handed out again for `size` bytes of its rounded size, which best fit would find
+ * (see cl_lane): the stats count what its hand-out counted. False when the lane lacks room for them
+ * (nothing changed then). */
+CL_INLINE bool hand_out_again(cl_device *d, cl_lane *ln, size_t size, void **out) {
+  cl_block *a = ln->memo;
+  cl_segment *seg = a->seg;
+  const bool small = seg->small;
+  if (CL_UNLIKELY(!cl_hand_out_room(d, ln, small, a->size, size, ln->memo_split_blocks, ln->memo_split_bytes)))
+    return false;
+  cl_count_split_warm(ln, small, ln->memo_split_blocks, ln->memo_split_bytes);
+  *cl_seg_slot(seg, a->ptr) = a;
+  a->requested = size;
+  cl_stats_hand_out_warm(d, ln, small, a->size, size);
+  ln->memo_freed = false;
+  *out = (void *)a->ptr;
+  return true;
+}
+
+/* malloc's warm path with no flag beyond MALLOC: the lane's freed memo again, or its return made first. */
+CL_INLINE bool malloc_plain(cl_device *d, cl_lane *ln, size_t size, void **out) {
+  const size_t rounded = cl_round_size(&d->cfg, size);
+  if (ln->memo_freed) {
+    if (CL_LIKELY(rounded == ln->memo_rounded))
+      return hand_out_again(d, ln, size, out);
+    cl_lane_settle(d, ln);
+  }
+  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, true, out)
+                              : malloc_fast_kind(d, ln, rounded, size, false, true, out);
 }
 
 /* The warm path with flags `w` beyond MALLOC, out of the plain path's way.
@@ -375,7 +416,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH | CL_WARM_GC);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
-    done = malloc_warm(d, ln, size, out);
+    done = malloc_plain(d, ln, size, out);
   else if ((w & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)
     done = malloc_warm_flagged(d, ln, size, s, w, out);
   cl_spin_unlock(&ln->lock);

@@ -71,7 +71,8 @@ typedef struct cl_vrange cl_vrange;
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
  * side by side; a FREE block is in exactly one tree: that of its size class in the index of (seg->pool,
  * seg->stream), kind seg->small; an ALLOCATED or PENDING block is in its segment's handed-out table (`at`)
- * and in no tree; a PENDING block has event_count > 0 entries in the device's event queues.
+ * and in no tree (but for a lane's freed memo, in neither: see cl_lane); a PENDING block has
+ * event_count > 0 entries in the device's event queues.
  *
  *   segment: | blk ALLOCATED | blk FREE | blk PENDING | blk FREE |
  *            ^seg->ptr, head            (next -->, <-- prev)      ^ seg->ptr + seg->size
@@ -422,6 +423,18 @@ struct cl_lane {
   bool dormant; /* written in exclusive mode, with the lane's lock held */
   bool armed;   /* written in exclusive mode, with the lane's lock held */
   bool busy;    /* scratch of cl_lanes_rest_locked */
+  /* The deferred return (free.c). `memo`: the block the plain warm malloc handed out last here, with the
+   * split stat changes that hand-out made and its request rounded; NULL once anything else changed the
+   * lane's blocks. `memo_freed`: the program has freed it since, the stats have counted the free (the split
+   * ones included), and only its return to the free index waits: the index lacks just that one merge, and
+   * the block is ALLOCATED, in no tree and out of its segment's table. The lane's next call either hands
+   * it out again (a plain malloc of the same rounded size: best fit would find that very block) or makes
+   * the return first (cl_lane_settle); so does every entry into exclusive mode, and cooling the lane. */
+  bool memo_freed;
+  int32_t memo_split_blocks;
+  int64_t memo_split_bytes;
+  size_t memo_rounded;
+  cl_block *memo;
   cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */
   cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
   unsigned idle;               /* exclusive sections since its shares last changed (exclusive mode) */
