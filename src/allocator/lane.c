@@ -14,6 +14,7 @@
  */
 #include "internal.h"
 
+#include <assert.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,6 +435,7 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
     d->excl_held = true;
 #endif
     cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
+    assert(!ln->memo); /* settled where it went cold */
     ln->armed = true;
     ln->idle = 0;
     if (!ln->bins)

@@ -339,8 +339,10 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   return true;
 }
 
-/* malloc's warm path once the lane is locked and warm, with flags beyond MALLOC (no memo then). */
+/* malloc's warm path once the lane is locked and warm, with flags beyond MALLOC (no memo then: a lane's
+ * flags change only where its memo was settled, which this only makes sure of). */
 CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
+  cl_lane_settle_memo(d, ln);
   const size_t rounded = cl_round_size(&d->cfg, size);
   return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, false, out)
                               : malloc_fast_kind(d, ln, rounded, size, false, false, out);
