@@ -227,10 +227,12 @@ void cl_lane_settle(cl_device *d, cl_lane *ln) {
   const merge_plan m = plan_merge(b);
   /* the free counted these already: the very changes the hand-out made, undone */
   assert(m.split_blocks == -(int64_t)ln->memo_split_blocks && m.split_bytes == -ln->memo_split_bytes);
+  cl_block *keep = m.merge_prev ? m.p : m.merge_next ? m.n : b;
   if (b->seg->small)
     return_block(d, CL_WARM, b, true, &m);
   else
     return_block(d, CL_WARM, b, false, &m);
+  keep->gc_base = ln->memo_gc; /* its age from the free, as garbage collection counts it */
 }
 
 /* Frees lane ln's memo b (the lane locked, b checked as free_warm does) with its return deferred: the
@@ -246,6 +248,7 @@ CL_INLINE bool free_deferred(cl_device *d, cl_lane *ln, cl_block *b, cl_block **
   *slot = NULL;
   const size_t requested = b->requested;
   b->requested = 0;
+  ln->memo_gc = __atomic_load_n(&b->seg->pool->lookups[small], __ATOMIC_RELAXED);
   cl_count_split_warm(ln, small, blocks, bytes);
   free_stats_warm(d, ln, small, b->size, requested);
   ln->memo_freed = true;

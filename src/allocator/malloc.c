@@ -339,7 +339,7 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   return true;
 }
 
-/* malloc's warm path once the lane is locked and warm, with flags beyond MALLOC (no memo then: a lane's
+/* malloc's warm path once the lane is locked and warm, with POLL or TRACE (no memo then: a lane's
  * flags change only where its memo was settled, which this only makes sure of). */
 CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
   cl_lane_settle_memo(d, ln);
@@ -358,6 +358,8 @@ CL_INLINE bool hand_out_again(cl_device *d, cl_lane *ln, size_t size, void **out
   if (CL_UNLIKELY(!cl_hand_out_room(d, ln, small, a->size, size, ln->memo_split_blocks, ln->memo_split_bytes)))
     return false;
   cl_count_split_warm(ln, small, ln->memo_split_blocks, ln->memo_split_bytes);
+  if (a->next && a->next->state == CL_FREE) /* the rest of a split, as the split would stamp it */
+    cl_block_becomes_free(a->next);
   *cl_seg_slot(seg, a->ptr) = a;
   a->requested = size;
   cl_stats_hand_out_warm(d, ln, small, a->size, size);
@@ -366,7 +368,8 @@ CL_INLINE bool hand_out_again(cl_device *d, cl_lane *ln, size_t size, void **out
   return true;
 }
 
-/* malloc's warm path with no flag beyond MALLOC: the lane's freed memo again, or its return made first. */
+/* malloc's warm path with no flag beyond MALLOC (but GC): the lane's freed memo again, or its return made
+ * first. */
 CL_INLINE bool malloc_plain(cl_device *d, cl_lane *ln, size_t size, void **out) {
   const size_t rounded = cl_round_size(&d->cfg, size);
   if (ln->memo_freed) {
@@ -384,7 +387,8 @@ CL_INLINE bool malloc_plain(cl_device *d, cl_lane *ln, size_t size, void **out) 
  * mode.
  * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it.
  * GC (garbage collection set): the lookup counted first, as get_free_block_locked does (the rest of a split
- * takes its age base after it); taken back when the call goes on to exclusive mode, which counts its own. */
+ * takes its age base after it); taken back when the call goes on to exclusive mode, which counts its own.
+ * GC alone keeps the lane's memo (malloc_plain): a deferred return gives the ages a return would. */
 static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
                                                           unsigned w, void **out) {
   if ((w & CL_WARM_POLL) &&
@@ -397,7 +401,9 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
     lookups = &d->default_pool.lookups[cl_is_small(cl_round_size(&d->cfg, size))];
     __atomic_fetch_add(lookups, 1, __ATOMIC_RELAXED);
   }
-  if (!malloc_warm(d, ln, size, out)) {
+  /* garbage collection alone keeps the memo: the deferred return keeps the ages a return would give */
+  const bool plain = (w & ~(unsigned)CL_WARM_GC) == CL_WARM_MALLOC;
+  if (!(plain ? malloc_plain(d, ln, size, out) : malloc_warm(d, ln, size, out))) {
     if (lookups)
       __atomic_fetch_sub(lookups, 1, __ATOMIC_RELAXED);
     return false;

@@ -423,18 +423,21 @@ struct cl_lane {
   bool dormant; /* written in exclusive mode, with the lane's lock held */
   bool armed;   /* written in exclusive mode, with the lane's lock held */
   bool busy;    /* scratch of cl_lanes_rest_locked */
-  /* The deferred return (free.c). `memo`: the block the plain warm malloc handed out last here, with the
-   * split stat changes that hand-out made and its request rounded; NULL once anything else changed the
-   * lane's blocks. `memo_freed`: the program has freed it since, the stats have counted the free (the split
-   * ones included), and only its return to the free index waits: the index lacks just that one merge, and
-   * the block is ALLOCATED, in no tree and out of its segment's table. The lane's next call either hands
-   * it out again (a plain malloc of the same rounded size: best fit would find that very block) or makes
-   * the return first (cl_lane_settle); so does every entry into exclusive mode, and cooling the lane. */
+  /* The deferred return (free.c). `memo`: the block the warm malloc handed out last here while neither history
+   * nor a pending block had it record or poll (malloc_plain), with the split stat changes that hand-out made and
+   * its request rounded; NULL once anything else changed the lane's blocks. `memo_freed`: the program has freed
+   * it since, the stats have counted the free (the split ones included), and only its return to the free index
+   * waits: the index lacks just that one merge, and the block is ALLOCATED, in no tree and out of its segment's
+   * table. The lane's next call either hands it out again (a warm malloc of the same rounded size: best fit would
+   * find that very block) or makes the return first (cl_lane_settle); so does every entry into exclusive mode,
+   * and cooling the lane. `memo_gc`: the pool's lookup count at the free, the age base the return gives the
+   * merged block. */
   bool memo_freed;
   int32_t memo_split_blocks;
   int64_t memo_split_bytes;
   size_t memo_rounded;
   cl_block *memo;
+  uint64_t memo_gc;
   cl_lane_stat st[2][CL_LS_N]; /* [small][id]: large blocks' shares, then small blocks' */
   cl_lane_stat oversize;       /* oversize_allocations (large blocks only) */
   unsigned idle;               /* exclusive sections since its shares last changed (exclusive mode) */

@@ -176,26 +176,70 @@ static void two_streams_keep_their_own(void **state) {
   env_free(&e);
 }
 
-/* With history on the warm paths record entries, with garbage collection set they count lookups: no memo
- * then (the blocks' age bases are stamped at the free). */
-static void no_memo_with_history_or_gc(void **state) {
+/* The block that starts at p, whatever its state. */
+static const cl_block *block_at(const cl_device *d, const void *p) {
+  for (const cl_segment *seg = d->segments; seg; seg = seg->next)
+    for (const cl_block *b = seg->head; b; b = b->next)
+      if (b->ptr == (uintptr_t)p)
+        return b;
+  fail();
+  return NULL;
+}
+
+/* With history on the warm paths record entries: no memo then (history stays on exclusive mode's terms). */
+static void no_memo_with_history(void **state) {
   (void)state;
-  const char *confs[] = {"", "garbage_collection_threshold:0.5"};
-  for (int i = 0; i < 2; i++) {
-    env e = ENV(1, 0, confs[i]);
-    if (i == 0)
-      STATUS(cachalot_record_history(e.a, true, 1000), CACHALOT_OK);
-    else
-      STATUS(cachalot_set_memory_fraction(e.a, 0, 1.0), CACHALOT_OK);
-    cachalot_stream s = STREAM(e.b, 0);
-    cl_lane *ln = warm_lane(&e, s);
-    void *p = take(e.a, 4096, s);
-    assert_null(ln->memo);
-    give(e.a, p);
-    assert_false(ln->memo_freed);
-    CHECK(e.a);
-    env_free(&e);
-  }
+  env e = ENV(1, 0, "");
+  STATUS(cachalot_record_history(e.a, true, 1000), CACHALOT_OK);
+  cachalot_stream s = STREAM(e.b, 0);
+  cl_lane *ln = warm_lane(&e, s);
+  void *p = take(e.a, 4096, s);
+  assert_null(ln->memo);
+  give(e.a, p);
+  assert_false(ln->memo_freed);
+  CHECK(e.a);
+  env_free(&e);
+}
+
+/* With garbage collection set, free blocks age by the pool's lookups (every search for a free block, of
+ * any stream). The deferred return gives the merged block the count at the free, however many lookups
+ * other streams make before the return; a hand-out again stamps the rest of its split anew, as a split
+ * does. */
+static void gc_ages_through_the_memo(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "per_process_memory_fraction:1.0,garbage_collection_threshold:0.5");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), s2 = STREAM(e.b, 0);
+  cl_lane *ln = warm_lane(&e, s);
+  (void)warm_lane(&e, s2);
+  void *x = ALLOC(e.a, 0, 4096, s), *y = ALLOC(e.a, 0, 4096, s2); /* the split peak of both at once */
+  FREE(e.a, x);
+  FREE(e.a, y);
+  const uint64_t *lookups = &d->default_pool.lookups[1];
+  const uint64_t l0 = *lookups;
+  void *p = take(e.a, 4096, s);
+  assert_non_null(ln->memo);
+  EQ(*lookups, l0 + 1);
+  give(e.a, p);
+  assert_true(ln->memo_freed);
+  give(e.a, take(e.a, 8192, s2)); /* another stream's lookup before the return */
+  EQ(*lookups, l0 + 2);
+  CHECK(e.a); /* the return, in exclusive mode */
+  const cl_block *merged = block_at(d, p);
+  EQ(merged->state, CL_FREE);
+  EQ(merged->gc_base, l0 + 1);
+
+  p = take(e.a, 4096, s); /* lookup l0 + 3 */
+  give(e.a, p);
+  assert_true(ln->memo_freed);
+  void *q = take(e.a, 4096, s); /* lookup l0 + 4: the memo again, its rest stamped */
+  EQ((uintptr_t)q, (uintptr_t)p);
+  assert_false(ln->memo_freed);
+  EQ(*lookups, l0 + 4);
+  EQ(ln->memo->next->state, CL_FREE);
+  EQ(ln->memo->next->gc_base, l0 + 4);
+  FREE(e.a, q);
+  env_free(&e);
 }
 
 int main(void) {
@@ -204,7 +248,8 @@ int main(void) {
       cmocka_unit_test(other_free_returns_first),
       cmocka_unit_test(whole_block_and_double_free),
       cmocka_unit_test(two_streams_keep_their_own),
-      cmocka_unit_test(no_memo_with_history_or_gc),
+      cmocka_unit_test(no_memo_with_history),
+      cmocka_unit_test(gc_ages_through_the_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -657,6 +657,7 @@ static void gc_keeps_warm_paths(void **state) {
   }
   EQ(d->default_pool.lookups[0], 12);
   EQ(d->default_pool.lookups[1], 0); /* small blocks count in their own pool's */
+  CHECK(e.a); /* the last free's deferred return, made in exclusive mode */
   const cl_block *b = d->segments->head;
   EQ(b->state, CL_FREE);
   EQ(b->gc_base, 12); /* freed after the 12th lookup */
