@@ -268,8 +268,14 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
   }
   if (CL_UNLIKELY(!b || b->ptr != key || b->state != CL_ALLOCATED || b->n_uses))
     return false;
-  if (!traced && b == ln->memo)
-    return free_deferred(d, ln, b, slot);
+  if (b == ln->memo) {
+    const size_t requested = b->requested;
+    if (!free_deferred(d, ln, b, slot))
+      return false;
+    if (traced) /* before the lane goes: exclusive mode reads the ring */
+      cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream);
+    return true;
+  }
   cl_lane_settle_memo(d, ln); /* b's neighbours as they are */
   const merge_plan m = plan_merge(b);
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))

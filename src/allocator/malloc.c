@@ -308,9 +308,8 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
 /* The warm path of one kind (`small` a constant at each call, so that the class arithmetic and the
  * index's offsets fold), under the lane's lock. False when the request needs exclusive mode (nothing
  * changed then). */
-/* With `memo` (the plain warm path) the block becomes the lane's memo; else the lane has none. */
-CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, bool memo,
-                                void **out) {
+/* The block handed out becomes the lane's memo (see cl_lane). */
+CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, void **out) {
   const cl_config *c = &d->cfg;
   unsigned cls;
   cl_block **link, *pred;
@@ -331,21 +330,12 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   const int memo_blocks = split ? !already_split : -(int)already_split;
   const int64_t memo_bytes = !already_split ? split_bytes : split ? -(int64_t)rounded : -(int64_t)b->size;
   cl_block *a = hand_out(d, CL_WARM, b, small, cls, link, pred, rounded, size);
-  ln->memo = memo ? a : NULL;
+  ln->memo = a;
   ln->memo_rounded = rounded;
   ln->memo_split_blocks = memo_blocks;
   ln->memo_split_bytes = memo_bytes;
   *out = (void *)a->ptr;
   return true;
-}
-
-/* malloc's warm path once the lane is locked and warm, with POLL or TRACE (no memo then: a lane's
- * flags change only where its memo was settled, which this only makes sure of). */
-CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
-  cl_lane_settle_memo(d, ln);
-  const size_t rounded = cl_round_size(&d->cfg, size);
-  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, false, out)
-                              : malloc_fast_kind(d, ln, rounded, size, false, false, out);
 }
 
 /* Lane ln's freed memo handed out again for `size` bytes of its rounded size, which best fit would find
@@ -368,17 +358,17 @@ CL_INLINE bool hand_out_again(cl_device *d, cl_lane *ln, size_t size, void **out
   return true;
 }
 
-/* malloc's warm path with no flag beyond MALLOC (but GC): the lane's freed memo again, or its return made
- * first. */
-CL_INLINE bool malloc_plain(cl_device *d, cl_lane *ln, size_t size, void **out) {
+/* malloc's warm path once the lane is locked and warm: the lane's freed memo again, or its return made
+ * first and a search. */
+CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
   const size_t rounded = cl_round_size(&d->cfg, size);
   if (ln->memo_freed) {
     if (CL_LIKELY(rounded == ln->memo_rounded))
       return hand_out_again(d, ln, size, out);
     cl_lane_settle(d, ln);
   }
-  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, true, out)
-                              : malloc_fast_kind(d, ln, rounded, size, false, true, out);
+  return cl_is_small(rounded) ? malloc_fast_kind(d, ln, rounded, size, true, out)
+                              : malloc_fast_kind(d, ln, rounded, size, false, out);
 }
 
 /* The warm path with flags `w` beyond MALLOC, out of the plain path's way.
@@ -388,7 +378,7 @@ CL_INLINE bool malloc_plain(cl_device *d, cl_lane *ln, size_t size, void **out) 
  * TRACE (history on): the entry too. A call with a context goes to exclusive mode, where history keeps it.
  * GC (garbage collection set): the lookup counted first, as get_free_block_locked does (the rest of a split
  * takes its age base after it); taken back when the call goes on to exclusive mode, which counts its own.
- * GC alone keeps the lane's memo (malloc_plain): a deferred return gives the ages a return would. */
+ * Each keeps the lane's memo: a deferred return records no entry and gives the ages a return would. */
 static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
                                                           unsigned w, void **out) {
   if ((w & CL_WARM_POLL) &&
@@ -401,9 +391,7 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
     lookups = &d->default_pool.lookups[cl_is_small(cl_round_size(&d->cfg, size))];
     __atomic_fetch_add(lookups, 1, __ATOMIC_RELAXED);
   }
-  /* garbage collection alone keeps the memo: the deferred return keeps the ages a return would give */
-  const bool plain = (w & ~(unsigned)CL_WARM_GC) == CL_WARM_MALLOC;
-  if (!(plain ? malloc_plain(d, ln, size, out) : malloc_warm(d, ln, size, out))) {
+  if (!malloc_warm(d, ln, size, out)) {
     if (lookups)
       __atomic_fetch_sub(lookups, 1, __ATOMIC_RELAXED);
     return false;
@@ -424,7 +412,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH | CL_WARM_GC);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
-    done = malloc_plain(d, ln, size, out);
+    done = malloc_warm(d, ln, size, out);
   else if ((w & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)
     done = malloc_warm_flagged(d, ln, size, s, w, out);
   cl_spin_unlock(&ln->lock);

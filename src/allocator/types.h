@@ -423,15 +423,14 @@ struct cl_lane {
   bool dormant; /* written in exclusive mode, with the lane's lock held */
   bool armed;   /* written in exclusive mode, with the lane's lock held */
   bool busy;    /* scratch of cl_lanes_rest_locked */
-  /* The deferred return (free.c). `memo`: the block the warm malloc handed out last here while neither history
-   * nor a pending block had it record or poll (malloc_plain), with the split stat changes that hand-out made and
-   * its request rounded; NULL once anything else changed the lane's blocks. `memo_freed`: the program has freed
-   * it since, the stats have counted the free (the split ones included), and only its return to the free index
-   * waits: the index lacks just that one merge, and the block is ALLOCATED, in no tree and out of its segment's
-   * table. The lane's next call either hands it out again (a warm malloc of the same rounded size: best fit would
-   * find that very block) or makes the return first (cl_lane_settle); so does every entry into exclusive mode,
-   * and cooling the lane. `memo_gc`: the pool's lookup count at the free, the age base the return gives the
-   * merged block. */
+  /* The deferred return (free.c). `memo`: the block the warm malloc handed out last here (malloc_warm), with the
+   * split stat changes that hand-out made and its request rounded; NULL once anything else changed the lane's
+   * blocks. `memo_freed`: the program has freed it since, the stats have counted the free (the split ones
+   * included) and history has its entries, and only its return to the free index waits: the index lacks just that
+   * one merge, and the block is ALLOCATED, in no tree and out of its segment's table. The lane's next call either
+   * hands it out again (a warm malloc of the same rounded size: best fit would find that very block) or makes the
+   * return first (cl_lane_settle); so does every entry into exclusive mode, and cooling the lane. `memo_gc`: the
+   * pool's lookup count at the free, the age base the return gives the merged block. */
   bool memo_freed;
   int32_t memo_split_blocks;
   int64_t memo_split_bytes;

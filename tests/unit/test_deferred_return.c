@@ -186,18 +186,70 @@ static const cl_block *block_at(const cl_device *d, const void *p) {
   return NULL;
 }
 
-/* With history on the warm paths record entries: no memo then (history stays on exclusive mode's terms). */
-static void no_memo_with_history(void **state) {
+/* With history on, the deferred free and the hand-out again record the entries of a free and a malloc. */
+static void memo_with_history(void **state) {
   (void)state;
   env e = ENV(1, 0, "");
   STATUS(cachalot_record_history(e.a, true, 1000), CACHALOT_OK);
+  cl_device *d = &e.a->devices[0];
   cachalot_stream s = STREAM(e.b, 0);
   cl_lane *ln = warm_lane(&e, s);
   void *p = take(e.a, 4096, s);
-  assert_null(ln->memo);
   give(e.a, p);
-  assert_false(ln->memo_freed);
+  assert_true(ln->memo_freed);
+  void *q = take(e.a, 4000, s);
+  EQ((uintptr_t)q, (uintptr_t)p);
+  give(e.a, q);
+  assert_true(ln->memo_freed);
+  const cl_trace *t = &d->trace;
+  static const struct {
+    cl_trace_action action;
+    uint64_t size;
+  } want[] = {{CL_TRACE_ALLOC, 4096},         {CL_TRACE_FREE_REQUESTED, 4096}, {CL_TRACE_FREE_COMPLETED, 4096},
+              {CL_TRACE_ALLOC, 4000},         {CL_TRACE_FREE_REQUESTED, 4000}, {CL_TRACE_FREE_COMPLETED, 4000}};
+  const size_t n = sizeof want / sizeof want[0];
+  assert_true(t->count >= n);
+  for (size_t i = 0; i < n; i++) {
+    const cl_trace_entry *en = &t->entries[(t->head + t->count - n + i) % t->cap];
+    EQ(en->action, want[i].action);
+    EQ(en->addr, (uintptr_t)p);
+    EQ(en->size, want[i].size);
+  }
   CHECK(e.a);
+  env_free(&e);
+}
+
+/* While a block waits for its event on a busy stream (the warm malloc skips polls that could change
+ * nothing), the memo serves pairs; once the event is done, the malloc that polls makes the return first,
+ * and the block comes back merged. */
+static void memo_beside_a_pending_block(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s = STREAM(e.b, 0), side = STREAM(e.b, 0);
+  char *p = ALLOC(e.a, 0, MiB, s);
+  RECORD(e.a, p, side);
+  FREE(e.a, p);
+  for (int i = 0; i < CL_POLLS_BEFORE_WATCH + 1; i++) /* polls until the event is watched, then warm */
+    FREE(e.a, ALLOC(e.a, 0, 4096, s));
+  EQ(d->n_unwatched, 0);
+  cl_lane *ln = cl_lane_find(d, s);
+  EQ(atomic_load(&ln->warm) & (CL_WARM_POLL | CL_WARM_WATCH), CL_WARM_POLL | CL_WARM_WATCH);
+  void *q = take(e.a, 4096, s);
+  EQ((uintptr_t)q, (uintptr_t)(p + MiB));
+  give(e.a, q);
+  assert_true(ln->memo_freed);
+  EQ((uintptr_t)take(e.a, 4096, s), (uintptr_t)q);
+  give(e.a, q);
+  assert_true(ln->memo_freed);
+  COMPLETE(&e, side); /* (its check makes the return) */
+  void *x = ALLOC(e.a, 0, 4096, s); /* polls: the block is back, merged, and best fit starts the segment */
+  EQ((uintptr_t)x, (uintptr_t)p);
+  EXPECT_POOLS(e.a, 0,
+               PX(.alloc = 1, .alloc_b = 4096, .active = 1, .active_b = 4096, .req_b = 4096, .seg = 1,
+                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 4096),
+               PX0);
+  FREE(e.a, x);
   env_free(&e);
 }
 
@@ -248,7 +300,8 @@ int main(void) {
       cmocka_unit_test(other_free_returns_first),
       cmocka_unit_test(whole_block_and_double_free),
       cmocka_unit_test(two_streams_keep_their_own),
-      cmocka_unit_test(no_memo_with_history),
+      cmocka_unit_test(memo_with_history),
+      cmocka_unit_test(memo_beside_a_pending_block),
       cmocka_unit_test(gc_ages_through_the_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
