@@ -119,8 +119,8 @@ CL_INLINE merge_plan plan_merge(const cl_block *b) {
  * neighbours as planned, but for the split stats. As in PyTorch, a free neighbour absorbs b (the lower one
  * when both are free) and keeps its node: its key only grows, so when it stays in its class and still
  * sorts before its successor there the class tree is not touched at all. b's metadata, or the upper
- * neighbour's, becomes a spare. */
-CL_INLINE void return_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
+ * neighbour's, becomes a spare. Returns the node that stays. */
+CL_INLINE cl_block *return_block(cl_device *d, cl_mode mode, cl_block *b, bool small, const merge_plan *m) {
   cl_segment *seg = b->seg;
   cl_lane *ln = seg->lane;
   cl_fit *f = &seg->bins->kind[small];
@@ -168,6 +168,7 @@ CL_INLINE void return_block(cl_device *d, cl_mode mode, cl_block *b, bool small,
     if (m->merge_prev && m->merge_next)
       drop_block(d, mode, ln, n);
   }
+  return keep;
 }
 
 /* A free on the warm path: allocation and active drop together (cl_stats_free_called's part too), in
@@ -227,11 +228,7 @@ void cl_lane_settle(cl_device *d, cl_lane *ln) {
   const merge_plan m = plan_merge(b);
   /* the free counted these already: the very changes the hand-out made, undone */
   assert(m.split_blocks == -(int64_t)ln->memo_split_blocks && m.split_bytes == -ln->memo_split_bytes);
-  cl_block *keep = m.merge_prev ? m.p : m.merge_next ? m.n : b;
-  if (b->seg->small)
-    return_block(d, CL_WARM, b, true, &m);
-  else
-    return_block(d, CL_WARM, b, false, &m);
+  cl_block *keep = b->seg->small ? return_block(d, CL_WARM, b, true, &m) : return_block(d, CL_WARM, b, false, &m);
   keep->gc_base = ln->memo_gc; /* its age from the free, as garbage collection counts it */
 }
 

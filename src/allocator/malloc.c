@@ -231,6 +231,20 @@ static cachalot_status new_memory_locked(cl_device *d, cl_pool *p, cachalot_stre
  *     is returned.
  *   CL_WARM (b's lane locked): b is still in the tree of class `cls` at `link`, `pred` its
  *     predecessor in that tree; the caller has made sure of a spare for a split: it cannot fail. */
+/* What handing `size` bytes out of FREE block b, split or whole, changes in the split stats: a whole
+ * segment split makes its rest a new inactive split block; an inactive split block shrinks by `size`, or,
+ * handed out whole, is one no more. */
+typedef struct {
+  int blocks;
+  int64_t bytes;
+} split_change;
+CL_INLINE split_change split_change_of(const cl_block *b, bool split, size_t size) {
+  const bool already_split = b->prev || b->next;
+  if (split)
+    return already_split ? (split_change){0, -(int64_t)size} : (split_change){1, (int64_t)(b->size - size)};
+  return already_split ? (split_change){-1, -(int64_t)b->size} : (split_change){0, 0};
+}
+
 CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small, unsigned cls,
                              cl_block **link, cl_block *pred, size_t size, size_t requested) {
   cl_segment *seg = b->seg;
@@ -238,7 +252,7 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
   /* a private pool (exclusive mode only: the warm path serves the default pool) may forbid splitting */
   const bool split = cl_should_split(&d->cfg, small || seg->expandable, b->size, size) &&
                      (mode == CL_WARM || !seg->pool->no_split);
-  const bool already_split = b->prev || b->next;
+  const split_change sc = split_change_of(b, split, size);
   cl_block *a = b; /* the block handed out */
   if (mode == CL_WARM) {
     if (split) {
@@ -277,15 +291,12 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
       cl_fit_remove_at(f, cls, link, b);
       cl_fit_insert(f, rest_cls, b);
     } /* else: b keeps its place (its key only got smaller, and still sorts after pred) */
-    if (already_split) /* an inactive split block shrinks by `size` */
-      cl_count_split(d, lane, mode, small, 0, -(int64_t)size);
-    else /* a whole segment becomes split: its rest is a new inactive split block */
-      cl_count_split(d, lane, mode, small, 1, (int64_t)b->size);
+    cl_count_split(d, lane, mode, small, sc.blocks, sc.bytes);
   } else {
     if (mode == CL_WARM)
       cl_fit_remove_at(f, cls, link, b);
-    if (already_split)
-      cl_count_split(d, lane, mode, small, -1, -(int64_t)b->size);
+    if (sc.blocks) /* (an inactive split block handed out whole) */
+      cl_count_split(d, lane, mode, small, sc.blocks, sc.bytes);
   }
   *cl_seg_slot(seg, a->ptr) = a;
 
@@ -306,9 +317,8 @@ CL_INLINE cl_block *hand_out(cl_device *d, cl_mode mode, cl_block *b, bool small
 }
 
 /* The warm path of one kind (`small` a constant at each call, so that the class arithmetic and the
- * index's offsets fold), under the lane's lock. False when the request needs exclusive mode (nothing
- * changed then). */
-/* The block handed out becomes the lane's memo (see cl_lane). */
+ * index's offsets fold), under the lane's lock; the block handed out becomes the lane's memo (see
+ * cl_lane). False when the request needs exclusive mode (nothing changed then). */
 CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_t size, bool small, void **out) {
   const cl_config *c = &d->cfg;
   unsigned cls;
@@ -319,21 +329,14 @@ CL_INLINE bool malloc_fast_kind(cl_device *d, cl_lane *ln, size_t rounded, size_
   /* Everything hand_out will need, checked before anything changes: a spare for the split and room in
    * the stats shares (else the peak could be passed unseen: exclusive mode does it). */
   const bool split = cl_should_split(c, small || b->seg->expandable, b->size, rounded);
-  const bool already_split = b->prev || b->next;
-  const int64_t split_blocks = split && !already_split ? 1 : 0;
-  const int64_t split_bytes = split && !already_split ? (int64_t)(b->size - rounded) : 0;
-  if ((split && !ln->spare) ||
-      !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, split_blocks, split_bytes))
+  const split_change sc = split_change_of(b, split, rounded); /* (a drop always has room) */
+  if ((split && !ln->spare) || !cl_hand_out_room(d, ln, small, split ? rounded : b->size, size, sc.blocks, sc.bytes))
     return false;
-  /* what hand_out changes in the split stats: a new inactive split block (the rest of a whole segment),
-   * or one that shrinks by `rounded`, or one handed out whole */
-  const int memo_blocks = split ? !already_split : -(int)already_split;
-  const int64_t memo_bytes = !already_split ? split_bytes : split ? -(int64_t)rounded : -(int64_t)b->size;
   cl_block *a = hand_out(d, CL_WARM, b, small, cls, link, pred, rounded, size);
   ln->memo = a;
   ln->memo_rounded = rounded;
-  ln->memo_split_blocks = memo_blocks;
-  ln->memo_split_bytes = memo_bytes;
+  ln->memo_split_blocks = sc.blocks;
+  ln->memo_split_bytes = sc.bytes;
   *out = (void *)a->ptr;
   return true;
 }
