@@ -17,6 +17,14 @@ static void *take(cachalot_allocator *a, size_t size, cachalot_stream s) {
 
 static void give(cachalot_allocator *a, void *p) { STATUS(cachalot_free(a, p), CACHALOT_OK); }
 
+/* Every current stat with one block of `size` bytes (`req` asked for) handed out of the one 2 MiB small
+ * segment, the rest of it one free block. */
+#define EXPECT_ONE_SMALL(a, size, req)                                                                       \
+  EXPECT_POOLS((a), 0,                                                                                       \
+               PX(.alloc = 1, .alloc_b = (size), .active = 1, .active_b = (size), .req_b = (req), .seg = 1,  \
+                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - (size)),                                \
+               PX0)
+
 /* A stream with a warm lane and one 2 MiB small segment cached, and the peaks that leave the warm paths
  * room for the steps below (a step that would pass a peak goes to exclusive mode). */
 static cl_lane *warm_lane(env *e, cachalot_stream s) {
@@ -47,10 +55,7 @@ static void same_size_comes_back(void **state) {
   EQ((uintptr_t)q, (uintptr_t)p);
   assert_false(ln->memo_freed);
   EQ(ln->memo->ptr, (uintptr_t)p);
-  EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 1, .alloc_b = 4096, .active = 1, .active_b = 4096, .req_b = 4000, .seg = 1,
-                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 4096),
-               PX0);
+  EXPECT_ONE_SMALL(e.a, 4096, 4000);
   CHECK(e.a);
   assert_null(ln->memo); /* exclusive mode forgets it */
 
@@ -65,19 +70,13 @@ static void same_size_comes_back(void **state) {
   EQ((uintptr_t)r, (uintptr_t)p);
   assert_false(ln->memo_freed);
   EQ(ln->memo->ptr, (uintptr_t)r);
-  EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 1, .alloc_b = 8192, .active = 1, .active_b = 8192, .req_b = 8192, .seg = 1,
-                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 8192),
-               PX0);
+  EXPECT_ONE_SMALL(e.a, 8192, 8192);
   CHECK(e.a);
   r = take(e.a, 8192, s);
   EQ((uintptr_t)r, (uintptr_t)p + 8192);
   give(e.a, r);
   assert_true(ln->memo_freed);
-  EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 1, .alloc_b = 8192, .active = 1, .active_b = 8192, .req_b = 8192, .seg = 1,
-                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 8192),
-               PX0);
+  EXPECT_ONE_SMALL(e.a, 8192, 8192);
   CHECK(e.a);
   FREE(e.a, p);
   EXPECT_POOLS(e.a, 0, PX(.seg = 1, .res_b = 2 * MiB), PX0);
@@ -89,10 +88,7 @@ static void same_size_comes_back(void **state) {
   assert_true(ln->memo_freed);
   q = take(e.a, 100, s);
   EQ((uintptr_t)q, (uintptr_t)p);
-  EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 1, .alloc_b = 512, .active = 1, .active_b = 512, .req_b = 100, .seg = 1,
-                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 512),
-               PX0);
+  EXPECT_ONE_SMALL(e.a, 512, 100);
   FREE(e.a, q);
   env_free(&e);
 }
@@ -245,10 +241,7 @@ static void memo_beside_a_pending_block(void **state) {
   COMPLETE(&e, side); /* (its check makes the return) */
   void *x = ALLOC(e.a, 0, 4096, s); /* polls: the block is back, merged, and best fit starts the segment */
   EQ((uintptr_t)x, (uintptr_t)p);
-  EXPECT_POOLS(e.a, 0,
-               PX(.alloc = 1, .alloc_b = 4096, .active = 1, .active_b = 4096, .req_b = 4096, .seg = 1,
-                  .res_b = 2 * MiB, .split = 1, .split_b = 2 * MiB - 4096),
-               PX0);
+  EXPECT_ONE_SMALL(e.a, 4096, 4096);
   FREE(e.a, x);
   env_free(&e);
 }
