@@ -257,7 +257,7 @@ CL_INLINE bool free_deferred(cl_device *d, cl_lane *ln, cl_block *b, cl_block **
  * (for the lane's memo, deferred: free_deferred). With `traced` (a constant in each call) it records
  * free_requested and free_completed too. False when the call needs exclusive mode (nothing changed then,
  * but a deferred return made). */
-CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced) {
+CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced, uint64_t stamp) {
   cl_block **slot = NULL, *b = NULL;
   if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
     slot = cl_seg_slot(seg, key);
@@ -270,7 +270,7 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
     if (!free_deferred(d, ln, b, slot))
       return false;
     if (traced) /* before the lane goes: exclusive mode reads the ring */
-      cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream);
+      cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp);
     return true;
   }
   cl_lane_settle_memo(d, ln); /* b's neighbours as they are */
@@ -285,14 +285,15 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
   else
     free_block(d, CL_WARM, b, false, &m);
   if (traced) /* before the lane goes: exclusive mode reads the ring */
-    cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream);
+    cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp);
   return true;
 }
 
 /* History on (CL_WARM_TRACE): out of the plain path's way. A call with a context goes to exclusive mode,
  * where history keeps it. */
-static __attribute__((noinline)) bool free_warm_traced(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key) {
-  return !cl_free_ctx() && free_warm(d, ln, seg, key, true);
+static __attribute__((noinline)) bool free_warm_traced(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key,
+                                                       uint64_t stamp) {
+  return !cl_free_ctx() && free_warm(d, ln, seg, key, true, stamp);
 }
 
 /* free()'s warm path, under its lane's lock alone. A STOPPED result comes after the exclusive mode that
@@ -304,15 +305,16 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   /* lanes live until destroy, so a stale seg's lane is still a lane to lock */
   cl_lane *ln = cl_seg_lane(seg);
   cl_device *d = ln->dev;
+  const uint64_t stamp = cl_trace_stamp(atomic_load_explicit(&ln->warm, memory_order_relaxed));
   cl_spin_lock(&ln->lock);
   /* the flags first: a cold lane's segments may be changing meanwhile */
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
   const unsigned w = warm & (CL_WARM_FREE | CL_WARM_STOP | CL_WARM_TRACE);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_FREE))
-    done = free_warm(d, ln, seg, (uintptr_t)ptr, false);
+    done = free_warm(d, ln, seg, (uintptr_t)ptr, false, 0);
   else if (w == (CL_WARM_FREE | CL_WARM_TRACE))
-    done = free_warm_traced(d, ln, seg, (uintptr_t)ptr);
+    done = free_warm_traced(d, ln, seg, (uintptr_t)ptr, stamp);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;

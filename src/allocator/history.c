@@ -398,8 +398,10 @@ __attribute__((noinline)) static int64_t read_clock(cl_trace_clock *c, uint64_t 
   return settle(c, ns / 1000);
 }
 
-CL_INLINE int64_t clock_us(cl_trace_clock *c) {
-  const uint64_t tsc = __rdtsc();
+/* The time of counter reading `tsc` (0: read now). A reading older than the anchor (taken before another
+ * thread's entry moved it) reads the clock anew, and an entry is never earlier than the one before it. */
+CL_INLINE int64_t clock_us(cl_trace_clock *c, uint64_t stamp) {
+  const uint64_t tsc = stamp ? stamp : __rdtsc();
   const uint64_t dt = tsc - c->tsc; /* huge when the counter went backwards */
   const uint64_t rate = atomic_load_explicit(&us_per_tick_q32, memory_order_acquire);
   if (CL_LIKELY(rate != 0) && dt < atomic_load_explicit(&ticks_per_anchor, memory_order_relaxed)) {
@@ -414,17 +416,19 @@ CL_INLINE int64_t clock_us(cl_trace_clock *c) {
 }
 #else
 uint64_t cl_clock_rate(void) { return 0; }
-static int64_t clock_us(cl_trace_clock *c) {
+static int64_t clock_us(cl_trace_clock *c, uint64_t stamp) {
+  (void)stamp;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return settle(c, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
 }
 #endif
 
-void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream) {
+void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream,
+                   uint64_t stamp) {
   size_t slot;
   cl_spin_lock(&d->trace_lock);
-  const int64_t time_us = clock_us(&d->trace_clock);
+  const int64_t time_us = clock_us(&d->trace_clock, stamp);
   fill_entry(next_entry(d, &slot), action, addr, size, stream, time_us);
   if (action == CL_TRACE_FREE_REQUESTED)
     fill_entry(next_entry(d, &slot), CL_TRACE_FREE_COMPLETED, addr, size, stream, time_us);
@@ -439,7 +443,7 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
   cl_trace_entry *e = next_entry(d, &slot);
   if (e->ctx) /* a reused slot */
     cl_ctx_release(d->owner, e->ctx);
-  fill_entry(e, action, addr, size, stream, clock_us(&d->trace_clock)); /* no warm path runs */
+  fill_entry(e, action, addr, size, stream, clock_us(&d->trace_clock, 0)); /* no warm path runs */
   void *ctx = given ? given : entry_ctx(d, action, addr);
   if (ctx && d->owner->ctx_ops.retain) {
     cl_ctx_retain(d->owner, ctx);

@@ -6,6 +6,10 @@
 
 #include "types.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
 /* The entry recorded (the caller may add to it: cachalot_annotate's text). ctx: the context it keeps; NULL:
  * the rule of its action (history.c's entry_ctx). */
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
@@ -18,8 +22,23 @@ static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_
 }
 /* A warm path's entries (its lane locked, CL_WARM_TRACE set: history without stacks or contexts, so no
  * entry holds a context): `action` alone, or with free_completed after it when `action` is free_requested
- * (a warm free is both at once), at one time. */
-void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream);
+ * (a warm free is both at once), at one time: that of `stamp`, a cl_trace_stamp the call took before its
+ * lane lock (0: none, the time is read now). */
+void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream,
+                   uint64_t stamp);
+/* The time stamp counter when history is on for lane flags `warm` (read without the lane's lock: a hint),
+ * else 0. A warm call takes it before its lane lock: the counter's read is slow on some hosts (~50 ns
+ * where the lock's atomic exchange and the entry's store wait for it), and issued first it overlaps the
+ * lock and the call's work. */
+static inline uint64_t cl_trace_stamp(unsigned warm) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (CL_UNLIKELY(warm & CL_WARM_TRACE))
+    return __rdtsc();
+#else
+  (void)warm;
+#endif
+  return 0;
+}
 /* The same with the context the entry keeps given (a segment's, for its segment_free entry). */
 static inline void cl_trace_ctx_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                        cachalot_stream stream, void *ctx) {

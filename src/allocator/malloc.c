@@ -383,7 +383,7 @@ CL_INLINE bool malloc_warm(cl_device *d, cl_lane *ln, size_t size, void **out) {
  * takes its age base after it); taken back when the call goes on to exclusive mode, which counts its own.
  * Each keeps the lane's memo: a deferred return records no entry and gives the ages a return would. */
 static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane *ln, size_t size, cachalot_stream s,
-                                                          unsigned w, void **out) {
+                                                          unsigned w, uint64_t stamp, void **out) {
   if ((w & CL_WARM_POLL) &&
       (!(w & CL_WARM_WATCH) || __atomic_load_n(d->done_word, __ATOMIC_ACQUIRE) != d->done_seen))
     return false;
@@ -400,7 +400,7 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
     return false;
   }
   if (w & CL_WARM_TRACE) /* before the lane goes: exclusive mode reads it */
-    cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s);
+    cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s, stamp);
   return true;
 }
 
@@ -410,6 +410,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   cl_lane *ln = cl_lane_find(d, s);
   if (CL_UNLIKELY(!ln))
     return CL_WARM_SLOW;
+  const uint64_t stamp = cl_trace_stamp(atomic_load_explicit(&ln->warm, memory_order_relaxed));
   cl_spin_lock(&ln->lock);
   const unsigned warm = atomic_load_explicit(&ln->warm, memory_order_relaxed);
   const unsigned w = warm & (CL_WARM_MALLOC | CL_WARM_STOP | CL_WARM_TRACE | CL_WARM_POLL | CL_WARM_WATCH | CL_WARM_GC);
@@ -417,7 +418,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
     done = malloc_warm(d, ln, size, out);
   else if ((w & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)
-    done = malloc_warm_flagged(d, ln, size, s, w, out);
+    done = malloc_warm_flagged(d, ln, size, s, w, stamp, out);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;
