@@ -257,7 +257,8 @@ CL_INLINE bool free_deferred(cl_device *d, cl_lane *ln, cl_block *b, cl_block **
  * (for the lane's memo, deferred: free_deferred). With `traced` (a constant in each call) it records
  * free_requested and free_completed too. False when the call needs exclusive mode (nothing changed then,
  * but a deferred return made). */
-CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced, uint64_t stamp) {
+CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key, bool traced, uint64_t stamp,
+                         bool solo) {
   cl_block **slot = NULL, *b = NULL;
   if (CL_LIKELY(cl_lookup_holds(seg, ln, key))) {
     slot = cl_seg_slot(seg, key);
@@ -270,7 +271,7 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
     if (!free_deferred(d, ln, b, slot))
       return false;
     if (traced) /* before the lane goes: exclusive mode reads the ring */
-      cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp);
+      cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp, solo);
     return true;
   }
   cl_lane_settle_memo(d, ln); /* b's neighbours as they are */
@@ -285,15 +286,15 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
   else
     free_block(d, CL_WARM, b, false, &m);
   if (traced) /* before the lane goes: exclusive mode reads the ring */
-    cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp);
+    cl_trace_warm(d, CL_TRACE_FREE_REQUESTED, key, requested, seg->stream, stamp, solo);
   return true;
 }
 
 /* History on (CL_WARM_TRACE): out of the plain path's way. A call with a context goes to exclusive mode,
  * where history keeps it. */
 static __attribute__((noinline)) bool free_warm_traced(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t key,
-                                                       uint64_t stamp) {
-  return !cl_free_ctx() && free_warm(d, ln, seg, key, true, stamp);
+                                                       uint64_t stamp, bool solo) {
+  return !cl_free_ctx() && free_warm(d, ln, seg, key, true, stamp, solo);
 }
 
 /* free()'s warm path, under its lane's lock alone. A STOPPED result comes after the exclusive mode that
@@ -312,9 +313,9 @@ CL_INLINE cl_warm_result free_fast(cachalot_allocator *a, void *ptr) {
   const unsigned w = warm & (CL_WARM_FREE | CL_WARM_STOP | CL_WARM_TRACE);
   bool done = false;
   if (CL_LIKELY(w == CL_WARM_FREE))
-    done = free_warm(d, ln, seg, (uintptr_t)ptr, false, 0);
+    done = free_warm(d, ln, seg, (uintptr_t)ptr, false, 0, false);
   else if (w == (CL_WARM_FREE | CL_WARM_TRACE))
-    done = free_warm_traced(d, ln, seg, (uintptr_t)ptr, stamp);
+    done = free_warm_traced(d, ln, seg, (uintptr_t)ptr, stamp, warm & CL_WARM_SOLO);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;

@@ -425,14 +425,16 @@ static int64_t clock_us(cl_trace_clock *c, uint64_t stamp) {
 #endif
 
 void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream,
-                   uint64_t stamp) {
+                   uint64_t stamp, bool solo) {
   size_t slot;
-  cl_spin_lock(&d->trace_lock);
+  if (!solo)
+    cl_spin_lock(&d->trace_lock);
   const int64_t time_us = clock_us(&d->trace_clock, stamp);
   fill_entry(next_entry(d, &slot), action, addr, size, stream, time_us);
   if (action == CL_TRACE_FREE_REQUESTED)
     fill_entry(next_entry(d, &slot), CL_TRACE_FREE_COMPLETED, addr, size, stream, time_us);
-  cl_spin_unlock(&d->trace_lock);
+  if (!solo)
+    cl_spin_unlock(&d->trace_lock);
 }
 
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,

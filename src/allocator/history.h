@@ -23,9 +23,10 @@ static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_
 /* A warm path's entries (its lane locked, CL_WARM_TRACE set: history without stacks or contexts, so no
  * entry holds a context): `action` alone, or with free_completed after it when `action` is free_requested
  * (a warm free is both at once), at one time: that of `stamp`, a cl_trace_stamp the call took before its
- * lane lock (0: none, the time is read now). */
+ * lane lock (0: none, the time is read now). `solo`: the lane's flags have CL_WARM_SOLO (no other warm
+ * path can record meanwhile: the ring's lock is not taken). */
 void cl_trace_warm(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size, cachalot_stream stream,
-                   uint64_t stamp);
+                   uint64_t stamp, bool solo);
 /* The time stamp counter when history is on for lane flags `warm` (read without the lane's lock: a hint),
  * else 0. A warm call takes it before its lane lock: the counter's read is slow on some hosts (~50 ns
  * where the lock's atomic exchange and the entry's store wait for it), and issued first it overlaps the

@@ -269,10 +269,12 @@ void cl_leave_exclusive(cl_device *d) {
 #ifdef CL_DEBUG_LOCKS
   d->excl_held = false;
 #endif
+  const unsigned char solo = L == 1 && traced ? CL_WARM_SOLO : 0;
   for (size_t i = L; i-- > 0;) {
     cl_lane *ln = d->lanes[i];
     /* malloc's warm path needs the stream's free index: without one, it is not even tried */
-    atomic_store_explicit(&ln->warm, ln->bins ? warm : (unsigned char)(warm & ~CL_WARM_MALLOC), memory_order_relaxed);
+    const unsigned char w = (unsigned char)(ln->bins ? warm : warm & ~CL_WARM_MALLOC);
+    atomic_store_explicit(&ln->warm, (unsigned char)(w | solo), memory_order_relaxed);
     cl_spin_unlock(&ln->lock);
   }
   pthread_mutex_unlock(&d->lock);
@@ -423,6 +425,14 @@ static void cool_quick(cl_device *d, cl_lane *v) {
   cl_spin_unlock(&v->lock);
 }
 
+/* The one armed lane `v` (the device mutex held) records under the ring's lock from its next call on. */
+static void take_solo_back(cl_lane *v) {
+  cl_spin_lock(&v->lock); /* its warm path may be recording: after it */
+  const unsigned char w = atomic_load_explicit(&v->warm, memory_order_relaxed);
+  atomic_store_explicit(&v->warm, (unsigned char)(w & ~CL_WARM_SOLO), memory_order_relaxed);
+  cl_spin_unlock(&v->lock);
+}
+
 bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
   if (atomic_load_explicit(&d->warm, memory_order_relaxed) & CL_WARM_STOP)
     return false; /* a thread enters exclusive mode: the call goes there too */
@@ -434,6 +444,8 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
     d->excl_owner = pthread_self();
     d->excl_held = true;
 #endif
+    if (d->n_armed == 1) /* before ln records too: the one armed lane's entries take the ring's lock again */
+      take_solo_back(d->lanes[0]);
     cl_spin_lock(&ln->lock); /* a warm path may hold it for a moment: it finds the lane cold and lets go */
     assert(!ln->memo); /* settled where it went cold */
     ln->armed = true;
@@ -442,7 +454,9 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
       ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
     swap_lanes(d, ln->pos, d->n_armed++);
     atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
-    const unsigned char w = d->warm_flags;
+    unsigned char w = d->warm_flags;
+    if (d->n_armed == 1 && (w & CL_WARM_TRACE))
+      w |= CL_WARM_SOLO;
     atomic_store_explicit(&ln->warm, ln->bins ? w : (unsigned char)(w & ~CL_WARM_MALLOC), memory_order_relaxed);
     cl_spin_unlock(&ln->lock);
     if (d->n_armed > CL_LANE_ARMED_MIN) { /* the lane idle longest goes (the latest armed before this one on a tie) */

@@ -400,7 +400,7 @@ static __attribute__((noinline)) bool malloc_warm_flagged(cl_device *d, cl_lane 
     return false;
   }
   if (w & CL_WARM_TRACE) /* before the lane goes: exclusive mode reads it */
-    cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s, stamp);
+    cl_trace_warm(d, CL_TRACE_ALLOC, (uintptr_t)*out, size, s, stamp, w & CL_WARM_SOLO);
   return true;
 }
 
@@ -418,7 +418,7 @@ CL_INLINE cl_warm_result malloc_fast(cl_device *d, size_t size, cachalot_stream 
   if (CL_LIKELY(w == CL_WARM_MALLOC)) /* (MALLOC: armed, bins there) */
     done = malloc_warm(d, ln, size, out);
   else if ((w & (CL_WARM_MALLOC | CL_WARM_STOP)) == CL_WARM_MALLOC)
-    done = malloc_warm_flagged(d, ln, size, s, w, stamp, out);
+    done = malloc_warm_flagged(d, ln, size, s, warm, stamp, out);
   cl_spin_unlock(&ln->lock);
   if (CL_LIKELY(done))
     return CL_WARM_DONE;

@@ -467,7 +467,12 @@ typedef struct cl_lane_index {
  * moves as when every malloc polls and the event completed that much later. (Skipping elsewhere is not
  * exact: a block a poll frees raises the split stats, whose peaks then depend on whether the poll came
  * first.) */
-/* GC: garbage collection is set; the warm malloc counts its lookup in the pool (the ages of free blocks). */
+/* GC: garbage collection is set; the warm malloc counts its lookup in the pool (the ages of free blocks).
+ * SOLO: with TRACE, this lane is the device's only armed lane, so no other warm path can race for the ring
+ * and its entries skip the ring's lock (an uncontended lock costs ~10 ns on the GPU hosts, two a pair).
+ * Given where one lane is armed (cl_leave_exclusive, cl_lane_arm_quick from none) and taken back, under
+ * that lane's lock, before a second lane is armed outside exclusive mode (cl_lane_arm_quick). So a lane
+ * with SOLO is lanes[0] and the only armed one. */
 enum {
   CL_WARM_MALLOC = 1,
   CL_WARM_FREE = 2,
@@ -475,7 +480,8 @@ enum {
   CL_WARM_TRACE = 8,
   CL_WARM_POLL = 16,
   CL_WARM_WATCH = 32,
-  CL_WARM_GC = 64
+  CL_WARM_GC = 64,
+  CL_WARM_SOLO = 128
 };
 /* Everything cachalot keeps for one device, guarded by `lock`. The fields the warm paths read come
  * first, on lines that exclusive mode writes only on entry and exit (the mutex is kept off them). */

@@ -603,6 +603,96 @@ static void history_on_warm_paths(void **state) {
   env_free(&e);
 }
 
+/* History's warm entries skip the ring's lock while one lane is armed (CL_WARM_SOLO), and a second lane
+ * armed outside exclusive mode takes that back before it records: a thread's pairs on the first stream
+ * and this thread's on the second, at once, leave every entry in the ring. */
+typedef struct {
+  cachalot_allocator *a;
+  cachalot_stream s;
+  int pairs;
+} pairs_job;
+
+static void *run_pairs(void *arg) {
+  pairs_job *j = arg;
+  for (int i = 0; i < j->pairs; i++) {
+    void *p = NULL;
+    if (cachalot_malloc(j->a, 0, 1000, j->s, &p) != CACHALOT_OK || cachalot_free(j->a, p) != CACHALOT_OK)
+      return (void *)1;
+  }
+  return NULL;
+}
+
+static void history_solo_lane_gives_way(void **state) {
+  (void)state;
+  enum { N = 20, PAIRS = 20000 };
+  env e = ENV(1, 0, "");
+  cl_device *d = &e.a->devices[0];
+  cachalot_stream s[N];
+  void *p[N];
+  for (int i = 0; i < N; i++) {
+    s[i] = STREAM(e.b, 0);
+    p[i] = ALLOC(e.a, 0, 4096, s[i]);
+  }
+  int c = 0; /* the first streams' lanes went cold while the later ones were made: s[c] is one */
+  while (cl_lane_find(d, s[c])->armed)
+    c++;
+  cl_lane *hot = cl_lane_find(d, s[N - 1]), *cold = cl_lane_find(d, s[c]);
+  assert_true(hot->armed);
+  OK(cachalot_record_history(e.a, true, 1 << 20));
+  for (int i = 0; i < N - 1; i++)
+    if (i != c)
+      FREE(e.a, p[i]);
+  OK(cachalot_empty_cache(e.a)); /* the lanes of streams with no memory left rest */
+  CHECK(e.a);
+  assert_false(hot->armed); /* idle through the frees' sections */
+  assert_false(cold->armed);
+  FREE(e.a, ALLOC(e.a, 0, 1000, s[N - 1])); /* armed again, the only one (and its peak raised) */
+  EQ(d->n_armed, 1);
+  EQ(atomic_load(&hot->warm) & CL_WARM_SOLO, CL_WARM_SOLO);
+  void *q = NULL;
+  assert_true(malloc_is_warm(e.a, d, 1000, s[N - 1], &q));
+  assert_true(free_is_warm(e.a, d, q));
+  cachalot_snapshot_info *si = NULL;
+  OK(cachalot_snapshot_take(e.a, true, &si));
+  const size_t before = si->n_trace;
+  cachalot_snapshot_info_free(e.a, si);
+
+  OK(cachalot_free(e.a, p[c])); /* the cold lane arms under the device mutex alone */
+  assert_true(cold->armed);
+  EQ(atomic_load(&hot->warm) & CL_WARM_SOLO, 0);
+  EQ(atomic_load(&cold->warm) & CL_WARM_SOLO, 0);
+  pairs_job job = {e.a, s[N - 1], PAIRS};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_pairs, &job), 0);
+  pairs_job mine = {e.a, s[c], PAIRS};
+  assert_null(run_pairs(&mine));
+  void *ret = (void *)1;
+  assert_int_equal(pthread_join(t, &ret), 0);
+  assert_null(ret);
+  CHECK(e.a);
+  EQ(atomic_load(&hot->warm) & CL_WARM_SOLO, 0); /* two armed lanes: neither */
+
+  OK(cachalot_snapshot_take(e.a, true, &si));
+  size_t n[3][3] = {{0}}; /* alloc, free_requested, free_completed of 1000 bytes: on s[c], on others, on s[N - 1] */
+  for (size_t i = before; i < si->n_trace; i++) {
+    const cachalot_trace_entry *en = &si->trace[i];
+    const int k = en->action == CACHALOT_TRACE_ALLOC ? 0 : en->action == CACHALOT_TRACE_FREE_REQUESTED ? 1
+                  : en->action == CACHALOT_TRACE_FREE_COMPLETED ? 2 : -1;
+    if (k >= 0 && en->size == 1000)
+      n[en->stream == s[c] ? 0 : en->stream == s[N - 1] ? 2 : 1][k]++;
+  }
+  cachalot_snapshot_info_free(e.a, si);
+  for (int k = 0; k < 3; k++) {
+    EQ(n[0][k], PAIRS);
+    EQ(n[1][k], 0);
+    EQ(n[2][k], PAIRS);
+  }
+  FREE(e.a, p[N - 1]);
+  OK(cachalot_record_history(e.a, false, 0));
+  CHECK(e.a);
+  env_free(&e);
+}
+
 /* A stream per request, each request at the device's peak (one live at a time): a cold lane arms without
  * exclusive mode, and a lane short of room for the peaks gathers the others' (issue 31: 3.8 us a request on
  * the simulated device). The stats stay exact, and the armed lanes stay CL_LANE_ARMED_MIN. */
@@ -946,6 +1036,7 @@ int main(void) {
       cmocka_unit_test(streams_come_and_go),
       cmocka_unit_test(idle_lanes_go_cold),
       cmocka_unit_test(history_on_warm_paths),
+      cmocka_unit_test(history_solo_lane_gives_way),
       cmocka_unit_test(history_clock_follows_real_time),
       cmocka_unit_test(history_clock_rate_math),
       cmocka_unit_test(stream_per_request),
