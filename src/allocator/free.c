@@ -373,7 +373,8 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
+/* cachalot_free, with or without a context (the entry points are shells over it). */
+CL_INLINE cachalot_status free_entry(cachalot_allocator *a, void *ptr) {
   if (!ptr || !a) {
     if (!a)
       return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_free: allocator is NULL");
@@ -385,6 +386,15 @@ cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) {
   if (CL_LIKELY(warm == CL_WARM_DONE))
     return CACHALOT_OK;
   return free_slow(a, ptr, warm);
+}
+
+cachalot_status cachalot_free(cachalot_allocator *a, void *ptr) { return free_entry(a, ptr); }
+
+cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
+  void *const saved = cl_ctx_push(&cl_tls_free_ctx, ctx);
+  const cachalot_status rc = free_entry(a, ptr);
+  cl_ctx_pop(&cl_tls_free_ctx, saved);
+  return rc;
 }
 
 cachalot_status cachalot_empty_cache(cachalot_allocator *a) {

@@ -581,40 +581,6 @@ cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_c
   return rc;
 }
 
-/* The thread's contexts are saved and restored, not cleared: an out-of-memory observer runs inside the
- * call and may allocate (through any allocator) itself. */
-cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, size_t size, cachalot_stream s,
-                                             void *ctx, void **out) {
-  void *const saved = cl_tls_alloc_ctx;
-  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  cl_tls_alloc_ctx = ctx;
-  cachalot_status rc = cachalot_malloc(a, device, size, s, out);
-  cl_tls_alloc_ctx = saved;
-  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  return rc;
-}
-
-cachalot_status cachalot_restore_pool_with_context(cachalot_allocator *a, const cachalot_pool_state *state,
-                                                   void *ctx, void ***ptrs, size_t *n_ptrs) {
-  void *const saved = cl_tls_alloc_ctx;
-  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  cl_tls_alloc_ctx = ctx;
-  cachalot_status rc = cachalot_restore_pool(a, state, ptrs, n_ptrs);
-  cl_tls_alloc_ctx = saved;
-  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  return rc;
-}
-
-cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, void *ctx) {
-  void *const saved = cl_tls_free_ctx;
-  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  cl_tls_free_ctx = ctx;
-  cachalot_status rc = cachalot_free(a, ptr);
-  cl_tls_free_ctx = saved;
-  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
-  return rc;
-}
-
 /* The annotation's copy: at most CL_ANNOTATION_MAX bytes of text, cut before the character that would
  * cross the bound (a UTF-8 sequence is never split; text that is not UTF-8 is cut at the bound). */
 static char *annotation_copy(const char *text) {

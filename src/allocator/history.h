@@ -59,6 +59,19 @@ extern _Thread_local void *cl_tls_alloc_ctx, *cl_tls_free_ctx;
  * the warm paths skip reading theirs (a thread-local read in a shared library is a call). A thread sees
  * its own increments, so relaxed order is enough. */
 extern _Atomic int cl_ctx_calls;
+/* A *_with_context call's context in `slot` (cl_tls_alloc_ctx or cl_tls_free_ctx) while the call runs;
+ * what was there comes back after, not NULL: an out-of-memory observer runs inside the call and may
+ * allocate (through any allocator) itself. */
+static inline void *cl_ctx_push(void **slot, void *ctx) {
+  void *const saved = *slot;
+  atomic_fetch_add_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
+  *slot = ctx;
+  return saved;
+}
+static inline void cl_ctx_pop(void **slot, void *saved) {
+  *slot = saved;
+  atomic_fetch_sub_explicit(&cl_ctx_calls, 1, memory_order_relaxed);
+}
 static inline void *cl_alloc_ctx(void) {
   return atomic_load_explicit(&cl_ctx_calls, memory_order_relaxed) ? cl_tls_alloc_ctx : NULL;
 }

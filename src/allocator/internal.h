@@ -52,7 +52,7 @@ static inline void cl_segment_unlink_locked(cl_device *d, cl_segment *s) {
 }
 
 /* In a child forked after `a` was made: CACHALOT_ERROR_DEVICE with the message, for `who`. CUDA cannot be
- * used in a forked child, and the parent's locks and memory are not the child's (allocator.c). */
+ * used in a forked child, and the parent's locks and memory are not the child's (entry.c). */
 cachalot_status cl_forked_fail(const char *who);
 static inline bool cl_forked(const cachalot_allocator *a) {
   return atomic_load_explicit(&a->forked, memory_order_relaxed);
@@ -104,7 +104,7 @@ void cl_pools_destroy_locked(cl_device *d);
 uint64_t cl_private_pool_free_bytes_locked(const cl_device *d);
 /* Calls fn on every pool of the device, default first. */
 
-/* --- allocator.c --- */
+/* --- entry.c --- */
 /* The entry points' first step, before any lock: INVALID_ARGUMENT naming `fn` unless a is an allocator;
  * in a forked child, DEVICE (cl_forked_fail). */
 cachalot_status cl_check_allocator_arg(const cachalot_allocator *a, const char *fn);

@@ -513,7 +513,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
+/* cachalot_malloc, with or without a context (the entry points are shells over it). */
+CL_INLINE cachalot_status malloc_entry(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
   if (CL_UNLIKELY(!out))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_malloc: out is NULL");
   /* *out is written once: the pointer, or NULL on every other return (malloc_slow sees to its own) */
@@ -539,4 +540,16 @@ cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, 
   if (CL_LIKELY(warm == CL_WARM_DONE))
     return CACHALOT_OK;
   return malloc_slow(d, size, s, out, warm);
+}
+
+cachalot_status cachalot_malloc(cachalot_allocator *a, int device, size_t size, cachalot_stream s, void **out) {
+  return malloc_entry(a, device, size, s, out);
+}
+
+cachalot_status cachalot_malloc_with_context(cachalot_allocator *a, int device, size_t size, cachalot_stream s,
+                                             void *ctx, void **out) {
+  void *const saved = cl_ctx_push(&cl_tls_alloc_ctx, ctx);
+  const cachalot_status rc = malloc_entry(a, device, size, s, out);
+  cl_ctx_pop(&cl_tls_alloc_ctx, saved);
+  return rc;
 }

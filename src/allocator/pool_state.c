@@ -274,8 +274,9 @@ static cachalot_status check_targets_settled(const cachalot_pool_state *state, c
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool_state *state, void ***ptrs,
-                                      size_t *n_ptrs) {
+/* cachalot_restore_pool, with or without a context (the entry points are shells over it). */
+static cachalot_status restore_pool(cachalot_allocator *a, const cachalot_pool_state *state, void ***ptrs,
+                                    size_t *n_ptrs) {
   if (!ptrs || !n_ptrs)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: ptrs or n_ptrs is NULL");
   *ptrs = NULL;
@@ -339,5 +340,18 @@ fail:
   cl_leave_exclusive(d);
   free(out);
   free(targets);
+  return rc;
+}
+
+cachalot_status cachalot_restore_pool(cachalot_allocator *a, const cachalot_pool_state *state, void ***ptrs,
+                                      size_t *n_ptrs) {
+  return restore_pool(a, state, ptrs, n_ptrs);
+}
+
+cachalot_status cachalot_restore_pool_with_context(cachalot_allocator *a, const cachalot_pool_state *state,
+                                                   void *ctx, void ***ptrs, size_t *n_ptrs) {
+  void *const saved = cl_ctx_push(&cl_tls_alloc_ctx, ctx);
+  const cachalot_status rc = restore_pool(a, state, ptrs, n_ptrs);
+  cl_ctx_pop(&cl_tls_alloc_ctx, saved);
   return rc;
 }
