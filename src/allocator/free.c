@@ -55,7 +55,7 @@ cachalot_status cachalot_record_stream(cachalot_allocator *a, void *ptr, cachalo
   }
   if (a && record_warm(a, (uintptr_t)ptr, s))
     return CACHALOT_OK;
-  cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_record_stream", &d, &b);
+  cachalot_status rc = cl_enter_block(a, ptr, "cachalot_record_stream", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
   if (!add_use(b, s)) { /* the array is full */
@@ -337,7 +337,7 @@ static __attribute__((noinline)) cachalot_status free_slow(cachalot_allocator *a
   }
   cl_device *d;
   cl_block *b;
-  cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_free", &d, &b);
+  cachalot_status rc = cl_enter_block(a, ptr, "cachalot_free", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
   cl_lane_arm_locked(d, cl_seg_lane(b->seg)); /* its stream's next frees on the warm path */

@@ -113,6 +113,12 @@ cachalot_status cl_check_device_arg(const cachalot_allocator *a, int device, con
 /* The entry points' opening: cl_check_device_arg, then *d = that device in exclusive mode (the caller
  * leaves it). */
 cachalot_status cl_enter_device(cachalot_allocator *a, int device, const char *fn, cl_device **d);
+/* The opening of a call on a block: finds the ALLOCATED block at exactly `ptr` and returns with its device
+ * in exclusive mode; else INVALID_ARGUMENT (no allocator) or INVALID_POINTER, and nothing locked. */
+cachalot_status cl_enter_block(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev, cl_block **blk);
+/* Whether `ptr` lies in one of a's segments, handed out or not (a slow scan: for error paths, e.g. the
+ * interposer telling a second free of cachalot's memory from a pointer of the runtime's). */
+bool cl_address_is_ours(cachalot_allocator *a, const void *ptr);
 
 /* --- metadata.c: free lists of block and pending-event records. NULL on host OOM. --- */
 cl_block *cl_block_new_locked(cl_device *d);

@@ -14,7 +14,7 @@ cachalot_status cachalot_ipc_handle(cachalot_allocator *a, void *ptr, unsigned c
     return cl_forked_fail("cachalot_ipc_handle");
   cl_device *d;
   cl_block *b;
-  cachalot_status rc = cl_find_block_locked(a, ptr, "cachalot_ipc_handle", &d, &b);
+  cachalot_status rc = cl_enter_block(a, ptr, "cachalot_ipc_handle", &d, &b);
   if (rc != CACHALOT_OK)
     return rc;
   const cl_segment *seg = b->seg;

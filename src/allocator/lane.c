@@ -280,15 +280,6 @@ void cl_leave_exclusive(cl_device *d) {
   pthread_mutex_unlock(&d->lock);
 }
 
-#ifdef CL_DEBUG_LOCKS
-void cl_assert_exclusive(const cl_device *d, const char *fn) {
-  if (d->excl_held && pthread_equal(d->excl_owner, pthread_self()))
-    return;
-  fprintf(stderr, "cachalot: %s called outside exclusive mode of device %d (a bug in cachalot)\n", fn, d->index);
-  abort();
-}
-#endif
-
 /* Takes `t` from one pool or two (`b` may be NULL): all or nothing. A pool may dip below zero for a
  * moment when two lanes race; the loser puts its part back and goes to exclusive mode, which is safe. */
 static bool take_room(_Atomic int64_t *a, _Atomic int64_t *b, int64_t t) {

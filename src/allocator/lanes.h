@@ -5,6 +5,9 @@
 
 #include "types.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 void cl_spin_lock_slow(cl_spin *l);
 static inline void cl_spin_lock(cl_spin *l) {
   if (CL_LIKELY(!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
@@ -46,7 +49,13 @@ static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) 
  * exclusive mode entered by the calling thread; other builds pay nothing. */
 #ifdef CL_DEBUG_LOCKS
 #define CL_ASSERT_EXCLUSIVE(d) cl_assert_exclusive((d), __func__)
-void cl_assert_exclusive(const cl_device *d, const char *fn);
+/* (inline: the files below lane.c assert it too, and would otherwise call up into it) */
+static inline void cl_assert_exclusive(const cl_device *d, const char *fn) {
+  if (d->excl_held && pthread_equal(d->excl_owner, pthread_self()))
+    return;
+  fprintf(stderr, "cachalot: %s called outside exclusive mode of device %d (a bug in cachalot)\n", fn, d->index);
+  abort();
+}
 #else
 #define CL_ASSERT_EXCLUSIVE(d) ((void)(d))
 #endif

@@ -95,8 +95,7 @@ static cl_block *find_in_segment(const cl_segment *s, uintptr_t key) {
   return b && b->ptr == key ? b : NULL;
 }
 
-/* The ALLOCATED or PENDING block at `key` among device d's segments (exclusive mode), or NULL. */
-static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
+cl_block *cl_block_at_locked(cachalot_allocator *a, cl_device *d, uintptr_t key) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_segment *seg = cl_page_get(&a->pages, key);
   /* a shared page, or an address above what the page map holds: scan */
@@ -113,50 +112,4 @@ static cl_block *find_in_device_locked(cachalot_allocator *a, cl_device *d, uint
   if (!ln || ln->dev != d)
     return NULL;
   return find_in_segment(seg, key);
-}
-
-bool cl_address_is_ours(cachalot_allocator *a, const void *ptr) {
-  const uintptr_t key = (uintptr_t)ptr;
-  for (int i = 0; i < a->device_count; i++) {
-    cl_device *d = &a->devices[i];
-    bool ours = false;
-    cl_enter_exclusive(d);
-    for (const cl_segment *s = d->segments; s && !ours; s = s->next)
-      ours = key - s->ptr < s->size;
-    cl_leave_exclusive(d);
-    if (ours)
-      return true;
-  }
-  return false;
-}
-
-cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
-                                     cl_block **blk) {
-  *dev = NULL;
-  *blk = NULL;
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: allocator is NULL", fn);
-  const uintptr_t key = (uintptr_t)ptr;
-  if (key) {
-    /* The page map names the likely device; a racing release may change it, so every device is tried,
-     * that one first. */
-    cl_segment *seg = cl_page_get(&a->pages, key);
-    const cl_lane *ln = seg && seg != CL_PAGE_SHARED ? cl_seg_lane(seg) : NULL;
-    int first = ln ? ln->dev->index : 0;
-    for (int n = 0; n < a->device_count; n++) {
-      cl_device *d = &a->devices[(first + n) % a->device_count];
-      cl_enter_exclusive(d);
-      cl_block *b = find_in_device_locked(a, d, key);
-      if (b && b->state == CL_ALLOCATED) {
-        *dev = d;
-        *blk = b;
-        return CACHALOT_OK;
-      }
-      cl_leave_exclusive(d);
-      if (b)
-        return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR " (already freed)",
-                       fn, key);
-    }
-  }
-  return cl_fail(CACHALOT_ERROR_INVALID_POINTER, "%s: invalid device pointer: 0x%" PRIxPTR, fn, key);
 }

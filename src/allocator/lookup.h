@@ -41,12 +41,7 @@ CL_INLINE bool cl_lookup_holds(const cl_segment *seg, const cl_lane *ln, uintptr
   return cl_seg_lane(seg) == ln && key - seg->ptr < seg->size;
 }
 
-/* Finds the ALLOCATED block at exactly `ptr` and returns with its device in exclusive mode; else
- * INVALID_POINTER and nothing locked. */
-cachalot_status cl_find_block_locked(cachalot_allocator *a, void *ptr, const char *fn, cl_device **dev,
-                                     cl_block **blk);
-/* Whether `ptr` lies in one of a's segments, handed out or not (a slow scan: for error paths, e.g. the
- * interposer telling a second free of cachalot's memory from a pointer of the runtime's). */
-bool cl_address_is_ours(cachalot_allocator *a, const void *ptr);
+/* The ALLOCATED or PENDING block at `key` among device d's segments, or NULL. */
+cl_block *cl_block_at_locked(cachalot_allocator *a, cl_device *d, uintptr_t key);
 
 #endif

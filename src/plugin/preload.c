@@ -40,7 +40,7 @@
 #include "plugin.h"
 
 #include "../allocator/backend/cuda/cuda.h"
-#include "../allocator/lookup.h" /* cl_address_is_ours; uthash, set up as the library uses it */
+#include "../allocator/internal.h" /* cl_address_is_ours; uthash, set up as the library uses it */
 #include "../common/error.h"
 
 #include <cuda.h> /* the driver's primary-context state: which devices cudaFreeHost waits for */
