@@ -48,7 +48,9 @@ static bool in_capture(cachalot_stream s, void *ctx) {
 /* Ends c's routing (auto_lock held). */
 static void stop_routing(cachalot_allocator *a, cl_device *d, cl_autocap *c) {
   /* cannot fail: the routing exists and only this file ends it */
-  cachalot_status rc = cachalot_end_allocate_to_pool(a, d->index, c->pool);
+  cl_enter_exclusive(d);
+  cachalot_status rc = cl_route_end_locked(d, c->pool);
+  cl_leave_exclusive(d);
   (void)rc;
   c->routing = false;
   atomic_fetch_sub_explicit(&d->n_auto, 1, memory_order_relaxed);
@@ -78,18 +80,20 @@ static cachalot_status start_routing(cachalot_allocator *a, cl_device *d, cachal
   for (cl_autocap *c = d->autos; c; c = c->next)
     if (c->routing && c->capture_id == id)
       return CACHALOT_OK;
-  cl_enter_exclusive(d);
-  const bool routed = d->n_routes && cl_route_pool_locked(d, s) != &d->default_pool;
-  cl_leave_exclusive(d);
-  if (routed)
-    return CACHALOT_OK;
   cl_autocap *c = calloc(1, sizeof *c);
   if (!c)
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
-  *c = (cl_autocap){.a = a, .device = d->index, .capture_id = id, .origin = s,
-                    .pool = {atomic_fetch_add_explicit(&a->next_capture_pool, 1, memory_order_relaxed), 0}};
-  cachalot_status rc = cachalot_begin_allocate_to_pool(a, d->index, c->pool, in_capture, c);
-  if (rc != CACHALOT_OK) {
+  *c = (cl_autocap){.a = a, .device = d->index, .capture_id = id, .origin = s};
+  /* the check and the routing in one section: no routing can begin in between */
+  cl_enter_exclusive(d);
+  const bool routed = d->n_routes && cl_route_pool_locked(d, s) != &d->default_pool;
+  cachalot_status rc = CACHALOT_OK;
+  if (!routed) {
+    c->pool = (cachalot_mempool_id){atomic_fetch_add_explicit(&a->next_capture_pool, 1, memory_order_relaxed), 0};
+    rc = cl_route_begin_locked(d, c->pool, in_capture, c, "cachalot_begin_allocate_to_pool");
+  }
+  cl_leave_exclusive(d);
+  if (routed || rc != CACHALOT_OK) {
     free(c);
     return rc;
   }
@@ -173,8 +177,10 @@ cachalot_status cachalot_release_capture_pools(cachalot_allocator *a, int device
       link = &c->next;
       continue;
     }
-    /* cannot fail: the pool exists with the use its begin_allocate_to_pool gave it */
-    rc = cachalot_release_pool(a, device, c->pool);
+    /* cannot fail: the pool exists with the use its routing gave it */
+    cl_enter_exclusive(d);
+    rc = cl_pool_release_use_locked(d, c->pool);
+    cl_leave_exclusive(d);
     (void)rc;
     *link = c->next;
     free(c);

@@ -96,6 +96,13 @@ static inline const cachalot_segment_source *cl_pool_source(const cl_device *d, 
 cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s);
 /* Private pool `id` of d, or NULL. */
 cl_pool *cl_find_pool_locked(cl_device *d, cachalot_mempool_id id);
+/* cachalot_begin_allocate_to_pool's work once its arguments are checked (the id a private one): `who`'s
+ * errors, nothing changed on one. */
+cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cachalot_stream_filter filter, void *ctx,
+                                      const char *who);
+/* cachalot_end_allocate_to_pool's and cachalot_release_pool's work, on an entered device. */
+cachalot_status cl_route_end_locked(cl_device *d, cachalot_mempool_id id);
+cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id);
 /* Frees the private pools that are freeable and have no segment left. */
 void cl_pools_collect_locked(cl_device *d);
 /* Frees every private pool (destroy). */

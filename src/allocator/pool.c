@@ -137,6 +137,29 @@ static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id,
   return CACHALOT_OK;
 }
 
+cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cachalot_stream_filter filter, void *ctx,
+                                      const char *who) {
+  CL_ASSERT_EXCLUSIVE(d);
+  for (int i = 0; i < d->n_routes; i++)
+    if (!memcmp(&d->routes[i].pool->id, &id, sizeof id))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " ID_FMT, who, ID_ARGS(id));
+  if (d->n_routes == d->cap_routes) {
+    int cap = d->cap_routes ? d->cap_routes * 2 : 4;
+    cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
+    if (!r)
+      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", who);
+    d->routes = r;
+    d->cap_routes = cap;
+  }
+  cl_pool *p = NULL;
+  cachalot_status rc = pool_for_use_locked(d, id, who, &p);
+  if (rc != CACHALOT_OK)
+    return rc;
+  p->use_count++;
+  d->routes[d->n_routes++] = (cl_route){p, filter, ctx};
+  return CACHALOT_OK;
+}
+
 cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
                                                 cachalot_stream_filter filter, void *ctx) {
   static const char who[] = "cachalot_begin_allocate_to_pool";
@@ -149,31 +172,9 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     return rc;
   cl_device *d = &a->devices[device];
   cl_enter_exclusive(d);
-  for (int i = 0; i < d->n_routes; i++) {
-    if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
-      cl_leave_exclusive(d);
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " ID_FMT, who, ID_ARGS(id));
-    }
-  }
-  if (d->n_routes == d->cap_routes) {
-    int cap = d->cap_routes ? d->cap_routes * 2 : 4;
-    cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
-    if (!r) {
-      cl_leave_exclusive(d);
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s: host out of memory", who);
-    }
-    d->routes = r;
-    d->cap_routes = cap;
-  }
-  cl_pool *p = NULL;
-  if ((rc = pool_for_use_locked(d, id, who, &p)) != CACHALOT_OK) {
-    cl_leave_exclusive(d);
-    return rc;
-  }
-  p->use_count++;
-  d->routes[d->n_routes++] = (cl_route){p, filter, ctx};
+  rc = cl_route_begin_locked(d, id, filter, ctx, who);
   cl_leave_exclusive(d);
-  return CACHALOT_OK;
+  return rc;
 }
 
 cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot_mempool_id id) {
@@ -192,23 +193,39 @@ cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot
   return rc;
 }
 
-cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  cl_device *d = NULL;
-  cachalot_status rc = cl_enter_device(a, device, "cachalot_end_allocate_to_pool", &d);
-  if (rc != CACHALOT_OK)
-    return rc;
+cachalot_status cl_route_end_locked(cl_device *d, cachalot_mempool_id id) {
+  CL_ASSERT_EXCLUSIVE(d);
   for (int i = 0; i < d->n_routes; i++) {
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id)) {
       memmove(&d->routes[i], &d->routes[i + 1], (size_t)(d->n_routes - i - 1) * sizeof *d->routes);
       d->n_routes--;
       cl_pools_collect_locked(d); /* a pool released while routed to goes now, if empty */
-      cl_leave_exclusive(d);
       return CACHALOT_OK;
     }
   }
-  cl_leave_exclusive(d);
   return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_end_allocate_to_pool: not allocating to pool " ID_FMT,
                  ID_ARGS(id));
+}
+
+cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_end_allocate_to_pool", &d);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = cl_route_end_locked(d, id);
+  cl_leave_exclusive(d);
+  return rc;
+}
+
+cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cl_pool *p = cl_find_pool_locked(d, id);
+  if (!p || p->use_count == 0)
+    return cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT,
+                   "cachalot_release_pool: %s pool " ID_FMT, p ? "already released" : "no such", ID_ARGS(id));
+  if (--p->use_count == 0)
+    cl_pools_collect_locked(d); /* an empty pool disappears at once; one with segments when they go */
+  return CACHALOT_OK;
 }
 
 cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
@@ -216,16 +233,9 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   cachalot_status rc = cl_enter_device(a, device, "cachalot_release_pool", &d);
   if (rc != CACHALOT_OK)
     return rc;
-  cl_pool *p = cl_find_pool_locked(d, id);
-  if (!p || p->use_count == 0) {
-    cl_leave_exclusive(d);
-    return cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "cachalot_release_pool: %s pool " ID_FMT, p ? "already released" : "no such", ID_ARGS(id));
-  }
-  if (--p->use_count == 0)
-    cl_pools_collect_locked(d); /* an empty pool disappears at once; one with segments when they go */
+  rc = cl_pool_release_use_locked(d, id);
   cl_leave_exclusive(d);
-  return CACHALOT_OK;
+  return rc;
 }
 
 /* Private pool `id` of `device`, in use (use count > 0), its device entered into exclusive mode; else
