@@ -396,28 +396,3 @@ cachalot_status cachalot_free_with_context(cachalot_allocator *a, void *ptr, voi
   cl_ctx_pop(&cl_tls_free_ctx, saved);
   return rc;
 }
-
-cachalot_status cachalot_empty_cache(cachalot_allocator *a) {
-  if (!a)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_empty_cache: allocator is NULL");
-  if (cl_forked(a))
-    return cl_forked_fail("cachalot_empty_cache");
-  cachalot_status result = CACHALOT_OK;
-  if (atomic_load_explicit(&a->n_auto, memory_order_relaxed))
-    cl_autocapture_poll(a); /* a detected capture that is over no longer counts as one underway */
-  for (int i = 0; i < a->device_count; i++) {
-    cl_device *d = &a->devices[i];
-    cl_enter_exclusive(d);
-    /* During a capture nothing is synchronized or freed: either would break the capture. */
-    if (!cl_capturing(d)) {
-      cachalot_status rc = cl_release_all_locked(d);
-      if (rc != CACHALOT_OK && result == CACHALOT_OK)
-        result = rc;
-      cl_lanes_rest_locked(d); /* streams with nothing left cost exclusive mode nothing from now on */
-    }
-    cl_leave_exclusive(d);
-  }
-  if (result != CACHALOT_OK)
-    cl_error_prefix("cachalot_empty_cache: ");
-  return result;
-}

@@ -96,6 +96,9 @@ static inline const cachalot_segment_source *cl_pool_source(const cl_device *d, 
 cl_pool *cl_route_pool_locked(cl_device *d, cachalot_stream s);
 /* Private pool `id` of d, or NULL. */
 cl_pool *cl_find_pool_locked(cl_device *d, cachalot_mempool_id id);
+static inline bool cl_pool_id_is_default(cachalot_mempool_id id) { return id.first == 0 && id.second == 0; }
+/* INVALID_ARGUMENT naming `who` unless id is a private pool's (exactly one half non-zero). */
+cachalot_status cl_check_private_id(cachalot_mempool_id id, const char *who);
 /* cachalot_begin_allocate_to_pool's work once its arguments are checked (the id a private one): `who`'s
  * errors, nothing changed on one. */
 cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cachalot_stream_filter filter, void *ctx,
@@ -186,6 +189,9 @@ cachalot_status cl_release_flush_locked(cl_device *d, cl_release_list *list);
  * segment of the default pool and of freeable private pools, and drops the pools left empty. Returns the
  * first failure (of the wait or of a device free); what could not be freed stays cached. */
 cachalot_status cl_release_all_locked(cl_device *d);
+/* empty_cache: lanes of streams with no segment left go dormant (see cl_lane), and empty per-stream event
+ * queues go. */
+void cl_lanes_rest_locked(cl_device *d);
 /* empty_cache of one freeable private pool: its whole free segments (and the device's free pages). */
 cachalot_status cl_release_pool_locked(cl_device *d, const cl_pool *p);
 /* malloc step 4: garbage collection of aged whole free large segments of the default pool. */

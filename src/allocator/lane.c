@@ -542,59 +542,6 @@ cl_lane *cl_lane_get_locked(cl_device *d, cachalot_stream s) {
   return ln;
 }
 
-void cl_lanes_rest_locked(cl_device *d) {
-  CL_ASSERT_EXCLUSIVE(d);
-  /* A malloc that dropped the lock around its device allocation holds its lane and free index, for a
-   * segment not yet in the list: resting must wait for another time (the stress test found it). */
-  if (d->inflight)
-    return;
-  for (size_t i = 0; i < d->n_lanes; i++)
-    d->lanes[i]->busy = false;
-  for (cl_segment *s = d->segments; s; s = s->next)
-    cl_seg_lane(s)->busy = true;
-  size_t kept = 0, kept_armed = 0; /* a stable compaction: the armed lanes stay first */
-  for (size_t i = 0; i < d->n_lanes; i++) {
-    cl_lane *ln = d->lanes[i];
-    if (ln->busy) {
-      kept_armed += ln->armed;
-      ln->pos = kept;
-      d->lanes[kept++] = ln;
-      continue;
-    }
-    if (!ln->armed) /* cold: exclusive mode does not hold it (a warm path may, for a moment) */
-      cl_spin_lock(&ln->lock);
-    /* No segment of its stream is left in any pool: nothing refers to its default-pool bins */
-    cl_bins *bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
-    if (bins) {
-      HASH_DEL(d->default_pool.bins, bins);
-      if (d->default_pool.last_bins == bins)
-        d->default_pool.last_bins = NULL;
-      cl_vranges_release_locked(d, bins);
-      free(bins);
-    }
-    ln->bins = NULL;
-    while (ln->spare) {
-      cl_block *b = ln->spare;
-      ln->spare = b->next;
-      cl_block_delete_locked(d, b);
-    }
-    ln->n_spare = 0;
-    ln->dormant = true;
-    ln->armed = false;
-    atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
-    cl_spin_unlock(&ln->lock); /* cl_leave_exclusive no longer lets go of it */
-  }
-  d->n_lanes = kept;
-  d->n_armed = kept_armed;
-  cl_stream_events *se, *tmp;
-  HASH_ITER(hh, d->events, se, tmp) {
-    if (!se->head) {
-      HASH_DEL(d->events, se);
-      free(se);
-    }
-  }
-}
-
 void cl_lane_refill_spares_locked(cl_device *d, cl_lane *ln) {
   CL_ASSERT_EXCLUSIVE(d);
   enum { LOW = 4, TOP_UP = 16 };

@@ -86,9 +86,6 @@ bool cl_lane_gather_room(cl_device *d, cl_lane *ln);
  * only a hint for which way to go, cl_lane_arm_quick looks again under the mutex. */
 CL_INLINE bool cl_lane_looks_cold(cl_lane *ln) { return atomic_load_explicit(&ln->warm, memory_order_relaxed) == 0; }
 void cl_lanes_destroy_locked(cl_device *d);
-/* empty_cache: lanes of streams with no segment left go dormant (see cl_lane), and empty per-stream event
- * queues go. */
-void cl_lanes_rest_locked(cl_device *d);
 /* The lane of `s` if it exists, without a lock. */
 static inline cl_lane *cl_lane_find(cl_device *d, cachalot_stream s) {
   cl_lane_index *t = atomic_load_explicit(&d->lane_index, memory_order_acquire);

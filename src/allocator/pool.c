@@ -100,10 +100,8 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
   return sum;
 }
 
-static bool id_is_default(cachalot_mempool_id id) { return id.first == 0 && id.second == 0; }
-
-static cachalot_status check_private_id(cachalot_mempool_id id, const char *who) {
-  if (id_is_default(id) || (id.first != 0 && id.second != 0))
+cachalot_status cl_check_private_id(cachalot_mempool_id id, const char *who) {
+  if (cl_pool_id_is_default(id) || (id.first != 0 && id.second != 0))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "%s: pool id " ID_FMT " is not a private pool id (exactly one half must be non-zero)", who,
                    ID_ARGS(id));
@@ -168,7 +166,7 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
     return rc;
   if (!filter)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: filter is NULL", who);
-  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
+  if ((rc = cl_check_private_id(id, who)) != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
   cl_enter_exclusive(d);
@@ -182,7 +180,7 @@ cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot
   cachalot_status rc = cl_check_device_arg(a, device, who);
   if (rc != CACHALOT_OK)
     return rc;
-  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
+  if ((rc = cl_check_private_id(id, who)) != CACHALOT_OK)
     return rc;
   cl_device *d = &a->devices[device];
   cl_enter_exclusive(d);
@@ -243,7 +241,7 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
 static cachalot_status enter_pool_in_use(cachalot_allocator *a, int device, cachalot_mempool_id id, const char *who,
                                          cl_device **d, cl_pool **p) {
   *p = NULL;
-  cachalot_status rc = check_private_id(id, who);
+  cachalot_status rc = cl_check_private_id(id, who);
   if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, d)) != CACHALOT_OK)
     return rc;
   *p = cl_find_pool_locked(*d, id);
@@ -299,7 +297,7 @@ cachalot_status cachalot_pool_set_use_on_oom(cachalot_allocator *a, int device, 
     return CACHALOT_OK;
   }
   /* off needs no pool in use: a MemPool's destructor turns it off whatever became of the pool */
-  cachalot_status rc = check_private_id(id, who);
+  cachalot_status rc = cl_check_private_id(id, who);
   if (rc != CACHALOT_OK || (rc = cl_enter_device(a, device, who, &d)) != CACHALOT_OK)
     return rc;
   if ((p = cl_find_pool_locked(d, id)))
@@ -322,27 +320,4 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
   cl_leave_exclusive(d);
   return p ? CACHALOT_OK
            : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: no such pool " ID_FMT, ID_ARGS(id));
-}
-
-cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
-  static const char who[] = "cachalot_empty_cache_pool";
-  cachalot_status rc = cl_check_device_arg(a, device, who);
-  if (rc != CACHALOT_OK)
-    return rc;
-  if (id_is_default(id))
-    return cachalot_empty_cache(a);
-  if ((rc = check_private_id(id, who)) != CACHALOT_OK)
-    return rc;
-  cl_device *d = &a->devices[device];
-  cl_enter_exclusive(d);
-  cl_pool *p = cl_find_pool_locked(d, id);
-  if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
-    cl_leave_exclusive(d);
-    return CACHALOT_OK;
-  }
-  rc = cl_release_pool_locked(d, p);
-  cl_leave_exclusive(d);
-  if (rc != CACHALOT_OK)
-    cl_error_prefix("cachalot_empty_cache_pool: ");
-  return rc;
 }

@@ -6,7 +6,10 @@
  * `releasing` under the lock (out of their free index, so nobody can be handed their memory), then
  * flushed to the backend with the lock dropped; only a segment whose device free succeeded leaves the
  * books and the stats. A free can fail (e.g. while the program captures a CUDA graph): that segment
- * simply stays cached. */
+ * simply stays cached.
+ *
+ * The entry points cachalot_empty_cache and cachalot_empty_cache_pool are here too, with the rest the
+ * emptying gives streams that have nothing left (cl_lanes_rest_locked). */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -242,4 +245,108 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, boo
     cur = prev;
   }
   return released >= key;
+}
+
+void cl_lanes_rest_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  /* A malloc that dropped the lock around its device allocation holds its lane and free index, for a
+   * segment not yet in the list: resting must wait for another time (the stress test found it). */
+  if (d->inflight)
+    return;
+  for (size_t i = 0; i < d->n_lanes; i++)
+    d->lanes[i]->busy = false;
+  for (cl_segment *s = d->segments; s; s = s->next)
+    cl_seg_lane(s)->busy = true;
+  size_t kept = 0, kept_armed = 0; /* a stable compaction: the armed lanes stay first */
+  for (size_t i = 0; i < d->n_lanes; i++) {
+    cl_lane *ln = d->lanes[i];
+    if (ln->busy) {
+      kept_armed += ln->armed;
+      ln->pos = kept;
+      d->lanes[kept++] = ln;
+      continue;
+    }
+    if (!ln->armed) /* cold: exclusive mode does not hold it (a warm path may, for a moment) */
+      cl_spin_lock(&ln->lock);
+    /* No segment of its stream is left in any pool: nothing refers to its default-pool bins */
+    cl_bins *bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    if (bins) {
+      HASH_DEL(d->default_pool.bins, bins);
+      if (d->default_pool.last_bins == bins)
+        d->default_pool.last_bins = NULL;
+      cl_vranges_release_locked(d, bins);
+      free(bins);
+    }
+    ln->bins = NULL;
+    while (ln->spare) {
+      cl_block *b = ln->spare;
+      ln->spare = b->next;
+      cl_block_delete_locked(d, b);
+    }
+    ln->n_spare = 0;
+    ln->dormant = true;
+    ln->armed = false;
+    atomic_store_explicit(&ln->warm, 0, memory_order_relaxed);
+    cl_spin_unlock(&ln->lock); /* cl_leave_exclusive no longer lets go of it */
+  }
+  d->n_lanes = kept;
+  d->n_armed = kept_armed;
+  cl_stream_events *se, *tmp;
+  HASH_ITER(hh, d->events, se, tmp) {
+    if (!se->head) {
+      HASH_DEL(d->events, se);
+      free(se);
+    }
+  }
+}
+
+/* cachalot_empty_cache (also cachalot_empty_cache_pool's for the default pool). */
+static cachalot_status empty_cache(cachalot_allocator *a) {
+  if (!a)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_empty_cache: allocator is NULL");
+  if (cl_forked(a))
+    return cl_forked_fail("cachalot_empty_cache");
+  cachalot_status result = CACHALOT_OK;
+  if (atomic_load_explicit(&a->n_auto, memory_order_relaxed))
+    cl_autocapture_poll(a); /* a detected capture that is over no longer counts as one underway */
+  for (int i = 0; i < a->device_count; i++) {
+    cl_device *d = &a->devices[i];
+    cl_enter_exclusive(d);
+    /* During a capture nothing is synchronized or freed: either would break the capture. */
+    if (!cl_capturing(d)) {
+      cachalot_status rc = cl_release_all_locked(d);
+      if (rc != CACHALOT_OK && result == CACHALOT_OK)
+        result = rc;
+      cl_lanes_rest_locked(d); /* streams with nothing left cost exclusive mode nothing from now on */
+    }
+    cl_leave_exclusive(d);
+  }
+  if (result != CACHALOT_OK)
+    cl_error_prefix("cachalot_empty_cache: ");
+  return result;
+}
+
+cachalot_status cachalot_empty_cache(cachalot_allocator *a) { return empty_cache(a); }
+
+cachalot_status cachalot_empty_cache_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  static const char who[] = "cachalot_empty_cache_pool";
+  cachalot_status rc = cl_check_device_arg(a, device, who);
+  if (rc != CACHALOT_OK)
+    return rc;
+  if (cl_pool_id_is_default(id))
+    return empty_cache(a);
+  if ((rc = cl_check_private_id(id, who)) != CACHALOT_OK)
+    return rc;
+  cl_device *d = &a->devices[device];
+  cl_enter_exclusive(d);
+  cl_pool *p = cl_find_pool_locked(d, id);
+  if (!p || p->use_count > 0 || cl_capturing(d)) { /* nothing of it, in use, or not now: nothing to do */
+    cl_leave_exclusive(d);
+    return CACHALOT_OK;
+  }
+  rc = cl_release_pool_locked(d, p);
+  cl_leave_exclusive(d);
+  if (rc != CACHALOT_OK)
+    cl_error_prefix("cachalot_empty_cache_pool: ");
+  return rc;
 }
