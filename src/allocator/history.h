@@ -10,6 +10,19 @@
 #include <x86intrin.h>
 #endif
 
+/* The rows a ring starts with: enough for a short recording, little for a long limit. */
+enum { CL_TRACE_FIRST_ROOM = 4096 };
+
+/* The rows of a ring of cap entries grown `grown` times: min(cap, CL_TRACE_FIRST_ROOM << grown). */
+static inline size_t cl_trace_rows_of(size_t cap, unsigned grown) {
+  if (grown >= sizeof(size_t) * 8 - 13) /* CL_TRACE_FIRST_ROOM << grown would overflow */
+    return cap;
+  const size_t rows = (size_t)CL_TRACE_FIRST_ROOM << grown;
+  return rows < cap ? rows : cap;
+}
+
+static inline size_t cl_trace_rows(const cl_device *d) { return cl_trace_rows_of(d->trace.cap, d->trace_grown); }
+
 /* The entry recorded (the caller may add to it: cachalot_annotate's text). ctx: the context it keeps; NULL:
  * the rule of its action (history.c's entry_ctx). */
 cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
