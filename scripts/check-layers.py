@@ -8,6 +8,10 @@ Two kinds of edges are read:
     cl_* / cachalot_* symbols it uses but does not define, bound to the object that defines them. These
     catch calls through inline functions of a header, which no #include line shows.
 
+With BUILD_DIR it also checks that no strongly connected set of more than two source files exists in the
+symbol edges (a circle of calls through three files or more; two files that call each other, like
+expandable.c and expandable_unmap.c, are one concept split for size).
+
 With --limits it also checks the rooms' limits: no file of src/ or tools/ over 700 lines, no function of
 src/ over 80 (from its signature to its closing brace; top-level definitions, so C++ member functions
 defined inside a class are not seen).
@@ -135,6 +139,52 @@ def symbol_edges(root, build):
                     yield src, definer[s], s
 
 
+MAX_CIRCLE = 2
+
+
+def circles(edges):
+    """The strongly connected sets of more than MAX_CIRCLE files of the graph {file: set of files} (Tarjan's
+    algorithm, iterative), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = 0
+    nodes = sorted(set(edges) | {w for v in edges for w in edges[v]})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > MAX_CIRCLE:
+                    found.append(sorted(comp))
+    return found
+
+
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 700, 80
 DEFINITION = re.compile(r"^[A-Za-z_][^;]*\(")
 
@@ -178,9 +228,13 @@ def main():
         if not allowed(src, dst):
             bad.add(f"{src} includes {dst}")
     if len(args) == 2:
+        calls = {}
         for src, dst, sym in symbol_edges(root, args[1]):
             if not allowed(src, dst):
                 bad.add(f"{src} uses {sym} of {dst}")
+            calls.setdefault(src, set()).add(dst)
+        for comp in circles(calls):
+            bad.add(f"a circle of calls through {len(comp)} files: {', '.join(comp)}")
     for line in sorted(bad):
         print("layer rule broken:", line)
     over = list(over_limits(root)) if limits else []

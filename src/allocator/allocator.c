@@ -63,7 +63,7 @@ static void free_device(cl_device *d) {
   size_t kept = kept_pages, kept_segments = 0;
   char why[160] = "";
   if (kept)
-    snprintf(why, sizeof why, "%s", cachalot_last_error());
+    snprintf(why, sizeof why, "%s", cl_error_message());
   cl_segment *s = d->segments;
   while (s) {
     cl_segment *next = s->next;
@@ -74,7 +74,7 @@ static void free_device(cl_device *d) {
       kept += s->size;
       kept_segments++;
       if (!why[0])
-        snprintf(why, sizeof why, "%s", cachalot_last_error());
+        snprintf(why, sizeof why, "%s", cl_error_message());
     }
     for (cl_block *b = s->head; b; b = b->next)
       free(b->uses);

@@ -28,7 +28,7 @@ static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment
   return CACHALOT_OK;
 }
 
-void cachalot_pool_state_free(cachalot_pool_state *st) {
+static void state_free(cachalot_pool_state *st) {
   if (!st)
     return;
   for (size_t i = 0; i < st->n_segments; i++)
@@ -36,6 +36,8 @@ void cachalot_pool_state_free(cachalot_pool_state *st) {
   free(st->segments);
   free(st);
 }
+
+void cachalot_pool_state_free(cachalot_pool_state *st) { state_free(st); }
 
 cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
                                          cachalot_pool_state **out) {
@@ -87,7 +89,7 @@ out:
   if (rc == CACHALOT_OK)
     *out = st;
   else
-    cachalot_pool_state_free(st);
+    state_free(st);
   return rc;
 }
 

@@ -34,7 +34,9 @@ void cl_error_prefix(const char *fmt, ...) {
   last_msg[plen + mlen] = '\0';
 }
 
-const char *cachalot_last_error(void) { return last_msg; }
+const char *cl_error_message(void) { return last_msg; }
+
+const char *cachalot_last_error(void) { return cl_error_message(); }
 
 const char *cachalot_status_name(cachalot_status s) {
   switch (s) {

@@ -28,5 +28,7 @@ void cl_note(const char *fmt, ...) CL_PRINTF(1, 2);
 
 /* Prefixes the current thread's message with printf-formatted context ("cachalot_free: " ...). */
 void cl_error_prefix(const char *fmt, ...) CL_PRINTF(1, 2);
+/* The calling thread's last message (what cachalot_last_error returns), for the library's own use. */
+const char *cl_error_message(void);
 
 #endif
