@@ -264,13 +264,13 @@ static cachalot_status release_list(cl_host *h, host_block *list) {
 }
 
 cachalot_status cachalot_host_malloc(cachalot_allocator *a, size_t size, void **out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_host_malloc: out is NULL");
+  *out = NULL; /* cleared first, as every out-parameter: also on a NULL or forked allocator */
   cl_host *h;
   cachalot_status rc = enter(a, "cachalot_host_malloc", &h);
   if (rc != CACHALOT_OK)
     return rc;
-  if (!out)
-    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_host_malloc: out is NULL");
-  *out = NULL;
   if (size == 0)
     return CACHALOT_OK;
   if (size > ((size_t)1 << (BINS - 1)))

@@ -274,8 +274,9 @@ static void test_misuse(void **state) {
   FREE(e.a, d);
   HFREE(e.a, h);
   STATUS(cachalot_host_malloc(e.a, 8, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
-  void *q = NULL;
+  void *q = &q; /* cleared however the call fails */
   STATUS(cachalot_host_malloc(NULL, 8, &q), CACHALOT_ERROR_INVALID_ARGUMENT);
+  assert_null(q);
   STATUS(cachalot_host_free(NULL, h), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_host_record_event(NULL, h, 0, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
   STATUS(cachalot_host_empty_cache(NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
