@@ -147,7 +147,8 @@ static void complete_head_locked(cl_device *d, cl_stream_events *se) {
     cl_free_block_locked(d, blk);
 }
 
-void cl_insert_deferred_events_locked(cl_device *d) {
+/* Records the events of blocks freed during a capture, once no capture is underway. */
+static void insert_deferred_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   size_t kept = 0;
   for (size_t i = 0; i < d->n_deferred; i++) {
@@ -166,7 +167,7 @@ void cl_insert_deferred_events_locked(cl_device *d) {
 void cl_process_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   if (d->n_deferred)
-    cl_insert_deferred_events_locked(d);
+    insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return;
   cachalot_backend *b = d->owner->backend;
@@ -196,7 +197,7 @@ cachalot_status cl_sync_all_events_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   d->stats.num_sync_all_streams++;
   if (d->n_deferred)
-    cl_insert_deferred_events_locked(d);
+    insert_deferred_events_locked(d);
   if (!d->n_pending_events)
     return CACHALOT_OK;
   cachalot_backend *b = d->owner->backend;

@@ -10,10 +10,6 @@ cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
 /* The treap of one size class. Priorities are a hash of a block's address when it entered the tree (a
  * node updated in place keeps its priority), so the shape is a function of the operations alone.
  * Expected O(log n) in the class's blocks; no allocation. */
-cl_block *cl_tree_prev(cl_block *root, const cl_block *b); /* largest key < b's key */
-cl_block *cl_tree_max(cl_block *root);
-bool cl_tree_contains(cl_block *root, const cl_block *b);
-
 static inline bool cl_key_less(const cl_block *a, const cl_block *b) {
   return a->size < b->size || (a->size == b->size && a->ptr < b->ptr);
 }

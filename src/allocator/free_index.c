@@ -1,13 +1,14 @@
 /* The free-block index: per (pool, stream, kind), size classes of treaps of FREE blocks ordered by
- * (size, ptr), with a two-level bitmap of the non-empty classes (cl_fit in internal.h).
+ * (size, ptr), with a two-level bitmap of the non-empty classes (cl_fit in types.h).
  *
  * Best fit is a lower bound on (size, 0): the smallest block that fits, the lowest address among equal
  * sizes (PyTorch's free rules). Treap priorities are a hash of a block's address when it entered its tree, so
  * the shape is a function of the operations alone. No allocation. The operations the warm paths use are
- * inline, in internal.h; the cold walks are here. */
+ * inline, in fit.h; the cold walks, the byte counts and the index's lookup by stream are here. */
 #include "internal.h"
 
-cl_block *cl_tree_prev(cl_block *t, const cl_block *b) {
+/* The largest key below b's in treap t, or NULL. */
+static cl_block *tree_prev(cl_block *t, const cl_block *b) {
   cl_block *best = NULL;
   while (t) {
     if (cl_key_less(t, b)) {
@@ -20,13 +21,15 @@ cl_block *cl_tree_prev(cl_block *t, const cl_block *b) {
   return best;
 }
 
-cl_block *cl_tree_max(cl_block *t) {
+/* The largest key of treap t, or NULL. */
+static cl_block *tree_max(cl_block *t) {
   while (t && t->right)
     t = t->right;
   return t;
 }
 
-bool cl_tree_contains(cl_block *t, const cl_block *b) {
+/* Whether node b is in treap t (found by its key). */
+static bool tree_contains(cl_block *t, const cl_block *b) {
   while (t) {
     if (t == b)
       return true;
@@ -51,20 +54,20 @@ static int prev_class(const cl_fit *f, unsigned c) {
 
 cl_block *cl_fit_prev(cl_fit *f, bool small, const cl_block *b) {
   const unsigned c = cl_fit_class(small, b->size);
-  cl_block *p = cl_tree_prev(f->root[c], b);
+  cl_block *p = tree_prev(f->root[c], b);
   if (p)
     return p;
   const int below = prev_class(f, c);
-  return below < 0 ? NULL : cl_tree_max(f->root[below]);
+  return below < 0 ? NULL : tree_max(f->root[below]);
 }
 
 cl_block *cl_fit_max(cl_fit *f) {
   const int top = prev_class(f, CL_FIT_CLASSES);
-  return top < 0 ? NULL : cl_tree_max(f->root[top]);
+  return top < 0 ? NULL : tree_max(f->root[top]);
 }
 
 bool cl_fit_contains(cl_fit *f, bool small, const cl_block *b) {
-  return cl_tree_contains(f->root[cl_fit_class(small, b->size)], b);
+  return tree_contains(f->root[cl_fit_class(small, b->size)], b);
 }
 
 static uint64_t tree_bytes(const cl_block *t) {

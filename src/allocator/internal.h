@@ -155,8 +155,6 @@ cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b);
 /* Whether a stream that used b (its record_stream streams, of any device) is being captured now: an event
  * recorded there would become part of the captured graph and never complete. */
 bool cl_uses_capturing_locked(cl_device *d, const cl_block *b);
-/* Records the events of blocks freed during a capture, once no capture is underway. */
-void cl_insert_deferred_events_locked(cl_device *d);
 /* Polls outstanding events in order per stream and frees the blocks whose events all completed. */
 void cl_process_events_locked(cl_device *d);
 /* Streams whose oldest outstanding event no watch covers (what d->n_unwatched keeps). */
@@ -179,8 +177,6 @@ static inline void cl_lane_settle_memo(cl_device *d, cl_lane *ln) {
 typedef struct cl_release_list {
   cl_segment *head;
 } cl_release_list;
-/* Takes a whole free segment out of its free index and adds it to `out`. */
-void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out);
 /* Gives a release list back to the device, dropping the lock meanwhile when the config allows. A
  * segment leaves the books when its device free succeeded; one whose free failed goes back to its free
  * index, so nothing is lost (the first failure is returned). */
@@ -233,8 +229,6 @@ void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
 size_t cl_expandable_destroy_locked(cl_device *d);
 
 /* --- oom.c --- */
-/* Formats `n` bytes as PyTorch's OOM message does ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
-void cl_format_size(char *buf, size_t cap, uint64_t n);
 /* The out-of-memory path: counts, calls observers (lock dropped), sets the message. Called with the
  * device locked; returns with it unlocked. */
 cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size);

@@ -6,7 +6,8 @@
 
 #include <stdio.h>
 
-void cl_format_size(char *buf, size_t cap, uint64_t n) {
+/* `n` bytes as PyTorch's OOM message writes them ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
+static void format_size(char *buf, size_t cap, uint64_t n) {
   if (n <= 1024)
     snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
   else if (n <= 1048576)
@@ -54,22 +55,22 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   cl_tls_alloc_ctx = alloc_ctx;
 
   char tried[32], total_s[32], free_s[32], allowed_s[48] = "", alloc_s[32], priv_s[96] = "", unalloc_s[32];
-  cl_format_size(tried, sizeof tried, alloc_size);
-  cl_format_size(total_s, sizeof total_s, device_total);
-  cl_format_size(free_s, sizeof free_s, device_free);
+  format_size(tried, sizeof tried, alloc_size);
+  format_size(total_s, sizeof total_s, device_total);
+  format_size(free_s, sizeof free_s, device_free);
   if (fraction_set) {
     char tmp[32];
-    cl_format_size(tmp, sizeof tmp, allowed);
+    format_size(tmp, sizeof tmp, allowed);
     snprintf(allowed_s, sizeof allowed_s, "%s allowed; ", tmp);
   }
-  cl_format_size(alloc_s, sizeof alloc_s, allocated + in_private);
+  format_size(alloc_s, sizeof alloc_s, allocated + in_private);
   if (in_private > 0) {
     char tmp[32];
-    cl_format_size(tmp, sizeof tmp, in_private);
+    format_size(tmp, sizeof tmp, in_private);
     snprintf(priv_s, sizeof priv_s, "with %s allocated in private pools (e.g., CUDA Graphs), ", tmp);
   }
   uint64_t unallocated = reserved > allocated + in_private ? reserved - allocated - in_private : 0;
-  cl_format_size(unalloc_s, sizeof unalloc_s, unallocated);
+  format_size(unalloc_s, sizeof unalloc_s, unallocated);
   (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY,
                  "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
                  "free. %sOf the allocated memory %s is allocated by cachalot, %sand %s is reserved by cachalot "

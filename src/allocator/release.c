@@ -20,7 +20,8 @@ static inline bool segment_is_free(const cl_segment *s) {
   return !s->releasing && !s->expandable && s->head->state == CL_FREE && s->head->next == NULL;
 }
 
-void cl_mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
+/* Takes a whole free segment out of its free index and adds it to `out`. */
+static void mark_release_locked(cl_device *d, cl_segment *s, cl_release_list *out) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_free_index_remove_locked(d, s->head);
   s->releasing = true;
@@ -102,7 +103,7 @@ static cachalot_status release_locked(cl_device *d, const cl_pool *only) {
       continue;
     expandable |= s->expandable;
     if (segment_is_free(s))
-      cl_mark_release_locked(d, s, &rel);
+      mark_release_locked(d, s, &rel);
   }
   cachalot_status freed = cl_release_flush_locked(d, &rel);
   cachalot_status unmapped = CACHALOT_OK;
@@ -192,7 +193,7 @@ void cl_garbage_collect_locked(cl_device *d, cl_release_list *out) {
       left--;
       if (c->seg) {
         reclaimed += c->bytes;
-        cl_mark_release_locked(d, c->seg, out);
+        mark_release_locked(d, c->seg, out);
       } else {
         size_t n;
         (void)cl_unmap_block_locked(d, c->blk, SIZE_MAX, &synced, &n); /* a failure leaves it cached */
@@ -214,7 +215,7 @@ static size_t release_oversize_block(cl_device *d, cl_block *b, cl_release_list 
   }
   if (b->prev || b->next)
     return 0;
-  cl_mark_release_locked(d, b->seg, out);
+  mark_release_locked(d, b->seg, out);
   return b->seg->size;
 }
 
