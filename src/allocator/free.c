@@ -134,14 +134,12 @@ CL_INLINE bool free_warm(cl_device *d, cl_lane *ln, cl_segment *seg, uintptr_t k
   if (CL_UNLIKELY(!cl_split_room(ln, seg->small, m.split_blocks, m.split_bytes)))
     return false;
   *slot = NULL;
-  const size_t requested = b->requested;
+  const size_t requested = b->requested, size = b->size; /* (b's node may go to a merge) */
   /* counts the free() and the block's return at once; `small` a constant in each call (see malloc's) */
   if (seg->small) {
-    const size_t size = b->size;
     free_block(d, CL_WARM, b, true, &m);
     free_stats_warm(d, ln, true, size, requested);
   } else {
-    const size_t size = b->size;
     free_block(d, CL_WARM, b, false, &m);
     free_stats_warm(d, ln, false, size, requested);
   }
