@@ -8,6 +8,10 @@ Two kinds of edges are read:
     cl_* / cachalot_* symbols it uses but does not define, bound to the object that defines them. These
     catch calls through inline functions of a header, which no #include line shows.
 
+Every file of the library's rooms (common/ up to process/) is also read for calls of an entry point (a
+function include/cachalot/ declares): nothing inside the library calls one; the plug-ins, the PyTorch
+layer and the tools, programs that use the library, may.
+
 With BUILD_DIR it also checks that no strongly connected set of more than two source files exists in the
 symbol edges (a circle of calls through three files or more; two files that call each other, like
 expandable.c and expandable_unmap.c, are one concept split for size).
@@ -24,24 +28,33 @@ import subprocess
 import sys
 
 # Level of each room: a room may use rooms of a lower level, and itself. Rooms of the same level are
-# beside each other and may not use each other.
+# beside each other and may not use each other. Inside src/allocator/ the core's rooms stand on the
+# backend in this order, and the policy files (src/allocator/*.c) above them all.
 ROOMS = [
     ("include/cachalot/", "include", 0),
     ("src/common/", "common", 1),
     ("src/allocator/backend/", "backend", 2),
-    ("src/allocator/", "allocator", 3),
-    ("src/stats/", "stats", 4),
-    ("src/graph/", "graph", 4),
-    ("src/process/", "process", 5),
-    ("src/plugin/", "plugin", 6),
-    ("src/torch/", "torch", 6),
-    ("tools/common/", "tools/common", 7),
-    ("tools/alloc_snapshot/", "alloc_snapshot", 8),
-    ("tools/alloc_bench/", "alloc_bench", 8),
-    ("tools/", "tools", 8),
+    ("src/allocator/core/", "core", 3),
+    ("src/allocator/expandable/", "expandable", 4),
+    ("src/allocator/host/", "host", 4),
+    ("src/allocator/pools/", "pools", 5),
+    ("src/allocator/", "allocator", 6),
+    ("src/stats/", "stats", 7),
+    ("src/graph/", "graph", 7),
+    ("src/process/", "process", 8),
+    ("src/plugin/", "plugin", 9),
+    ("src/torch/", "torch", 9),
+    ("tools/common/", "tools/common", 10),
+    ("tools/alloc_snapshot/", "alloc_snapshot", 11),
+    ("tools/alloc_bench/", "alloc_bench", 11),
+    ("tools/", "tools", 11),
 ]
 # The tools may compile these files of src/common/ into themselves (the library hides them).
-TOOLS_MAY_USE = ("common",)
+TOOLS_LEVEL, TOOLS_MAY_USE = 10, ("common",)
+# The library's own rooms (up to process/): nothing in them calls an entry point (a cachalot_* function of
+# include/cachalot/); entry points are shells over the rooms' functions. The plug-ins and the PyTorch
+# layer above are programs that use the library, as the tools are.
+LIBRARY_LEVEL = 8
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 SOURCE_EXT = (".c", ".h", ".cpp", ".cu")
@@ -58,7 +71,7 @@ def allowed(src, dst):
     (sn, sl), (dn, dl) = room_of(src), room_of(dst)
     if sn is None or dn is None or sn == dn:
         return True
-    if sl >= 7 and dn in TOOLS_MAY_USE:
+    if sl >= TOOLS_LEVEL and dn in TOOLS_MAY_USE:
         return True
     return dl < sl
 
@@ -137,6 +150,53 @@ def symbol_edges(root, build):
             for s in sorted(used):
                 if s in definer and definer[s] != src:
                     yield src, definer[s], s
+
+
+def in_library(path):
+    _, level = room_of(path)
+    return level is not None and 1 <= level <= LIBRARY_LEVEL
+
+
+def api_functions(root):
+    """The names of the functions include/cachalot/ declares (its typedef'd names left out)."""
+    names, types = set(), set()
+    folder = os.path.join(root, "include", "cachalot")
+    for f in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, f), encoding="utf-8") as fh:
+            text = strip_c(fh.read())
+        names |= set(re.findall(r"\b(cachalot_\w+)\s*\(", text))
+        types |= set(re.findall(r"\btypedef\b[^;{]*?\b(cachalot_\w+)\s*;", text))
+        types |= set(re.findall(r"}\s*(cachalot_\w+)\s*;", text))
+        types |= set(re.findall(r"\(\s*\*\s*(cachalot_\w+)\s*\)", text))
+    return names - types
+
+
+def strip_c(text):
+    """text without its comments and with its strings and characters emptied, lines kept in place."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r"\"(\\.|[^\"\\\n])*\"|'(\\.|[^'\\\n])*'", '""', text)
+
+
+def entry_point_calls(root):
+    """file:line: name for each call of an entry point written in a file of the library's rooms. Found in
+    the source, so calls within one file and calls an inline function hides are seen too; a function's
+    own definition is not a call."""
+    api = api_functions(root)
+    for dirpath, _, files in os.walk(os.path.join(root, "src")):
+        for f in sorted(files):
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, root)
+            if not f.endswith((".c", ".h")) or not in_library(rel):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = strip_c(fh.read()).split("\n")
+            for i, line in enumerate(lines):
+                calls = [m.group(1) for m in re.finditer(r"\b(cachalot_\w+)\s*\(", line) if m.group(1) in api]
+                if calls and DEFINITION.match(line) and not line.rstrip().endswith(";"):
+                    calls = calls[1:]  # the definition's own name
+                for name in calls:
+                    yield f"{rel}:{i + 1}", name
 
 
 MAX_CIRCLE = 2
@@ -227,11 +287,15 @@ def main():
     for src, dst in include_edges(root):
         if not allowed(src, dst):
             bad.add(f"{src} includes {dst}")
+    for where, name in entry_point_calls(root):
+        bad.add(f"{where} calls the entry point {name}")
     if len(args) == 2:
         calls = {}
         for src, dst, sym in symbol_edges(root, args[1]):
             if not allowed(src, dst):
                 bad.add(f"{src} uses {sym} of {dst}")
+            if sym.startswith("cachalot_") and in_library(src):
+                bad.add(f"{src} calls the entry point {sym} of {dst}")
             calls.setdefault(src, set()).add(dst)
         for comp in circles(calls):
             bad.add(f"a circle of calls through {len(comp)} files: {', '.join(comp)}")

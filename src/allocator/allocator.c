@@ -1,6 +1,6 @@
 /* The allocator object: creation from a backend and a config and destruction (the public entry points
  * are in src/process/process.c), settings at run time, the fork watch and OOM observers. */
-#include "host_cache.h"
+#include "host/host_cache.h"
 #include "internal.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * written above the structs in internal.h, and recomputes every current stat from the blocks. It is
  * O(blocks x log blocks) and takes each device in exclusive mode in turn: for tests, fuzzers and
  * debugging. */
-#include "host_cache.h"
+#include "host/host_cache.h"
 #include "internal.h"
 
 #include <string.h>

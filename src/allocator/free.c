@@ -5,7 +5,7 @@
  * under that lane's lock alone when the block has no other stream's uses; the rest (events, captures,
  * history, errors) goes through exclusive mode. */
 #include "internal.h"
-#include "merge.h"
+#include "core/merge.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@ typedef struct {
   void **frames;
 } trace_buffers;
 
-cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, size_t max_entries) {
+cachalot_status cl_record_history(cachalot_allocator *a, bool enabled, size_t max_entries) {
   cachalot_status arg = cl_check_allocator_arg(a, "cachalot_record_history");
   if (arg != CACHALOT_OK)
     return arg;
@@ -56,7 +56,7 @@ cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, siz
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled) {
+cachalot_status cl_record_history_stacks(cachalot_allocator *a, bool enabled) {
   cachalot_status arg = cl_check_allocator_arg(a, "cachalot_record_history_stacks");
   if (arg != CACHALOT_OK)
     return arg;
@@ -81,6 +81,13 @@ cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabl
   }
   pthread_mutex_unlock(&a->meta_lock);
   return rc;
+}
+
+cachalot_status cachalot_record_history(cachalot_allocator *a, bool enabled, size_t max_entries) {
+  return cl_record_history(a, enabled, max_entries);
+}
+cachalot_status cachalot_record_history_stacks(cachalot_allocator *a, bool enabled) {
+  return cl_record_history_stacks(a, enabled);
 }
 
 cachalot_status cachalot_set_context_ops(cachalot_allocator *a, const cachalot_context_ops *ops) {

@@ -37,8 +37,9 @@ void cl_error_prefix(const char *fmt, ...) {
 const char *cl_error_message(void) { return last_msg; }
 
 const char *cachalot_last_error(void) { return cl_error_message(); }
+const char *cachalot_status_name(cachalot_status s) { return cl_status_name(s); }
 
-const char *cachalot_status_name(cachalot_status s) {
+const char *cl_status_name(cachalot_status s) {
   switch (s) {
   case CACHALOT_OK: return "CACHALOT_OK";
   case CACHALOT_ERROR_OUT_OF_MEMORY: return "CACHALOT_ERROR_OUT_OF_MEMORY";

@@ -30,5 +30,7 @@ void cl_note(const char *fmt, ...) CL_PRINTF(1, 2);
 void cl_error_prefix(const char *fmt, ...) CL_PRINTF(1, 2);
 /* The calling thread's last message (what cachalot_last_error returns), for the library's own use. */
 const char *cl_error_message(void);
+/* The name of s's enumerator ("CACHALOT_ERROR_DEVICE"); cachalot_status_name is a shell over it. */
+const char *cl_status_name(cachalot_status s);
 
 #endif

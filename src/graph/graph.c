@@ -10,6 +10,7 @@
  * fields fixed at create time and the atomic capture id.
  */
 #include "../allocator/internal.h"
+#include "graph.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ typedef struct {
   char text[1024];
 } saved_error;
 
-static void save_error(saved_error *e) { snprintf(e->text, sizeof e->text, "%s", cachalot_last_error()); }
+static void save_error(saved_error *e) { snprintf(e->text, sizeof e->text, "%s", cl_error_message()); }
 static cachalot_status restore_error(cachalot_status rc, const saved_error *e) { return cl_fail(rc, "%s", e->text); }
 
 static cachalot_backend *backend_of(const cachalot_graph *g) { return g->allocator->backend; }
@@ -95,7 +96,38 @@ static bool capture_filter(cachalot_stream s, void *ctx) {
   return capturing && id == mine;
 }
 
-cachalot_status cachalot_graph_create(cachalot_allocator *a, int device, bool keep_graph, cachalot_graph **out) {
+/* The routing of g's device to pool `id` and g's use of the pool, as cachalot_begin_allocate_to_pool,
+ * _end_allocate_to_pool and cachalot_release_pool do them (their messages too): the pool room's functions
+ * on the entered device, since nothing inside the library calls an entry point. */
+static cachalot_status route_begin(cachalot_graph *g, cachalot_mempool_id id) {
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_begin_allocate_to_pool", &d);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = cl_route_begin_locked(d, id, capture_filter, g, "cachalot_begin_allocate_to_pool");
+  cl_leave_exclusive(d);
+  return rc;
+}
+static cachalot_status route_end(cachalot_graph *g, cachalot_mempool_id id) {
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_end_allocate_to_pool", &d);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = cl_route_end_locked(d, id);
+  cl_leave_exclusive(d);
+  return rc;
+}
+static cachalot_status pool_release(cachalot_graph *g, cachalot_mempool_id id) {
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_release_pool", &d);
+  if (rc != CACHALOT_OK)
+    return rc;
+  rc = cl_pool_release_use_locked(d, id);
+  cl_leave_exclusive(d);
+  return rc;
+}
+
+cachalot_status cl_graph_create(cachalot_allocator *a, int device, bool keep_graph, cachalot_graph **out) {
   if (out)
     *out = NULL;
   cachalot_status rc = cl_check_device_arg(a, device, "cachalot_graph_create");
@@ -127,7 +159,7 @@ static void hooks_capture_end(cachalot_graph *g, bool keep_increments) {
   }
 }
 
-cachalot_status cachalot_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cachalot_mempool_id pool,
+cachalot_status cl_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cachalot_mempool_id pool,
                                              cachalot_capture_mode mode) {
   if (!g)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_graph_capture_begin: graph is NULL");
@@ -156,7 +188,7 @@ cachalot_status cachalot_graph_capture_begin(cachalot_graph *g, cachalot_stream 
   for (int i = 0; i < g->n_hooks; i++)
     g->hooks[i].h.capture_begin(g->hooks[i].h.ctx);
   atomic_store_explicit(&g->capture_id, 0, memory_order_release);
-  cachalot_status rc = cachalot_begin_allocate_to_pool(a, g->device, id, capture_filter, g);
+  cachalot_status rc = route_begin(g, id);
   if (rc != CACHALOT_OK) {
     saved_error e;
     save_error(&e);
@@ -187,9 +219,8 @@ cachalot_status cachalot_graph_capture_begin(cachalot_graph *g, cachalot_stream 
     /* Undo the routing and the pool use, so a failed begin leaves nothing held. */
     saved_error e;
     save_error(&e);
-    if (cachalot_end_allocate_to_pool(a, g->device, id) != CACHALOT_OK ||
-        cachalot_release_pool(a, g->device, id) != CACHALOT_OK)
-      cl_warn("cachalot_graph_capture_begin: undoing the pool routing failed: %s", cachalot_last_error());
+    if (route_end(g, id) != CACHALOT_OK || pool_release(g, id) != CACHALOT_OK)
+      cl_warn("cachalot_graph_capture_begin: undoing the pool routing failed: %s", cl_error_message());
     hooks_capture_end(g, false);
     rc = restore_error(rc, &e);
     cl_error_prefix("cachalot_graph_capture_begin: ");
@@ -203,7 +234,7 @@ cachalot_status cachalot_graph_capture_begin(cachalot_graph *g, cachalot_stream 
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_graph_capture_end(cachalot_graph *g) {
+cachalot_status cl_graph_capture_end(cachalot_graph *g) {
   if (!g)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_graph_capture_end: graph is NULL");
   if (g->state != GRAPH_CAPTURING)
@@ -218,7 +249,7 @@ cachalot_status cachalot_graph_capture_end(cachalot_graph *g) {
   save_error(&e);
   /* Routing stops whatever the capture's outcome: otherwise later allocations on a stream that happens to
    * capture again with a recycled id could land in this pool. */
-  cachalot_status end_rc = cachalot_end_allocate_to_pool(a, g->device, g->pool);
+  cachalot_status end_rc = route_end(g, g->pool);
   atomic_store_explicit(&g->capture_id, 0, memory_order_release);
   hooks_capture_end(g, rc == CACHALOT_OK);
   if (rc != CACHALOT_OK) {
@@ -277,7 +308,7 @@ cachalot_status cachalot_graph_instantiate(cachalot_graph *g) {
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_graph_replay(cachalot_graph *g, cachalot_stream s) {
+cachalot_status cl_graph_replay(cachalot_graph *g, cachalot_stream s) {
   if (!g)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_graph_replay: graph is NULL");
   if (!g->exec) {
@@ -312,8 +343,8 @@ static void graph_reset(cachalot_graph *g) {
     size_t n = 0;
     if (b->ops->capture_end(b, g->device, g->stream, &junk, &n) == CACHALOT_OK && junk)
       b->ops->graph_destroy(b, junk);
-    if (cachalot_end_allocate_to_pool(a, g->device, g->pool) != CACHALOT_OK)
-      cl_warn("cachalot_graph_reset: ending the pool routing failed: %s", cachalot_last_error());
+    if (route_end(g, g->pool) != CACHALOT_OK)
+      cl_warn("cachalot_graph_reset: ending the pool routing failed: %s", cl_error_message());
     atomic_store_explicit(&g->capture_id, 0, memory_order_release);
     hooks_capture_end(g, false);
   }
@@ -327,8 +358,8 @@ static void graph_reset(cachalot_graph *g) {
   }
   if (g->pool_held) {
     /* Exactly once per capture_begin: the pool's blocks become reusable once nothing holds it. */
-    if (cachalot_release_pool(a, g->device, g->pool) != CACHALOT_OK)
-      cl_warn("cachalot_graph_reset: releasing the pool failed: %s", cachalot_last_error());
+    if (pool_release(g, g->pool) != CACHALOT_OK)
+      cl_warn("cachalot_graph_reset: releasing the pool failed: %s", cl_error_message());
     g->pool_held = false;
   }
   for (int i = 0; i < g->n_hooks; i++)
@@ -394,7 +425,7 @@ cachalot_status cachalot_graph_raw(cachalot_graph *g, void **out) {
   return CACHALOT_OK;
 }
 
-void cachalot_graph_destroy(cachalot_graph *g) {
+void cl_graph_destroy(cachalot_graph *g) {
   if (!g)
     return;
   graph_reset(g);
@@ -427,3 +458,15 @@ cachalot_status cachalot_graph_register_state(cachalot_graph *g, const cachalot_
   g->hooks[g->n_hooks++] = (state_hook){.h = *h, .increment = 0};
   return CACHALOT_OK;
 }
+
+/* The entry points that graphed.c uses too, as shells over the room's functions (graph.h). */
+cachalot_status cachalot_graph_create(cachalot_allocator *a, int device, bool keep_graph, cachalot_graph **out) {
+  return cl_graph_create(a, device, keep_graph, out);
+}
+cachalot_status cachalot_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cachalot_mempool_id pool,
+                                             cachalot_capture_mode mode) {
+  return cl_graph_capture_begin(g, s, pool, mode);
+}
+cachalot_status cachalot_graph_capture_end(cachalot_graph *g) { return cl_graph_capture_end(g); }
+cachalot_status cachalot_graph_replay(cachalot_graph *g, cachalot_stream s) { return cl_graph_replay(g, s); }
+void cachalot_graph_destroy(cachalot_graph *g) { cl_graph_destroy(g); }

@@ -5,6 +5,7 @@
  * the caller's stream, as PyTorch does; stream waits keep everything in the caller's stream order.
  */
 #include "../allocator/internal.h"
+#include "graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +26,11 @@ struct cachalot_graphed {
  * blocks cached for it, and a destroyed stream's handle may be handed out again. */
 static void graphed_free(cachalot_graphed *h) {
   cachalot_backend *b = h->allocator->backend;
-  cachalot_graph_destroy(h->graph);
+  cl_graph_destroy(h->graph);
   if (h->side) {
     if (b->ops->stream_sync(b, h->device, h->side) != CACHALOT_OK)
       cl_warn("cachalot_graphed: synchronizing the side stream before destroying it failed: %s",
-              cachalot_last_error());
+              cl_error_message());
     b->ops->stream_destroy(b, h->side);
   }
   free(h->inputs);
@@ -39,7 +40,7 @@ static void graphed_free(cachalot_graphed *h) {
 /* Keeps the failing call's message across the clean-up, prefixed with what was being done. */
 static cachalot_status fail_cleanup(cachalot_graphed *h, cachalot_status rc, const char *doing) {
   char msg[1024];
-  snprintf(msg, sizeof msg, "%s", cachalot_last_error());
+  snprintf(msg, sizeof msg, "%s", cl_error_message());
   graphed_free(h);
   return cl_fail(rc, "cachalot_graphed_create: %s: %s", doing, msg);
 }
@@ -98,17 +99,17 @@ cachalot_status cachalot_graphed_create(cachalot_allocator *a, int device, cacha
       return fail_cleanup(h, rc, "warm-up run of the body");
   }
 
-  rc = cachalot_graph_create(a, device, false, &h->graph);
+  rc = cl_graph_create(a, device, false, &h->graph);
   if (rc != CACHALOT_OK)
     return fail_cleanup(h, rc, "creating the graph");
-  rc = cachalot_graph_capture_begin(h->graph, h->side, pool, CACHALOT_CAPTURE_GLOBAL);
+  rc = cl_graph_capture_begin(h->graph, h->side, pool, CACHALOT_CAPTURE_GLOBAL);
   if (rc != CACHALOT_OK)
     return fail_cleanup(h, rc, "beginning the capture");
   /* A failing body leaves the capture open; graphed_free's graph destroy (a reset) closes it. */
   rc = body(h->side, ctx);
   if (rc != CACHALOT_OK)
     return fail_cleanup(h, rc, "captured run of the body");
-  rc = cachalot_graph_capture_end(h->graph);
+  rc = cl_graph_capture_end(h->graph);
   if (rc != CACHALOT_OK)
     return fail_cleanup(h, rc, "ending the capture");
   /* The caller's later work (and the replays on s) come after the warm-up enqueued on the side stream. */
@@ -133,7 +134,7 @@ cachalot_status cachalot_graphed_replay(cachalot_graphed *h, const void *const *
         return rc;
       }
     }
-  cachalot_status rc = cachalot_graph_replay(h->graph, s);
+  cachalot_status rc = cl_graph_replay(h->graph, s);
   if (rc != CACHALOT_OK)
     cl_error_prefix("cachalot_graphed_replay: ");
   return rc;

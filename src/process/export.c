@@ -21,6 +21,7 @@
  * written through, never replaced; a socket path holding anything but a socket is left alone. */
 #include "../allocator/internal.h"
 #include "../common/json_writer.h"
+#include "../stats/stats.h"
 #include "export.h"
 
 #include <errno.h>
@@ -191,8 +192,8 @@ static bool write_file(const char *path, const char *text) {
 
 static bool write_snapshot(cachalot_allocator *a, const char *path) {
   char *json = NULL;
-  if (cachalot_snapshot_json(a, &json) != CACHALOT_OK) {
-    cl_warn("could not take the snapshot for %s: %s", path, cachalot_last_error());
+  if (cl_snapshot_json(a, &json) != CACHALOT_OK) {
+    cl_warn("could not take the snapshot for %s: %s", path, cl_error_message());
     return false;
   }
   const bool ok = write_file(path, json);
@@ -205,7 +206,7 @@ static bool write_snapshot(cachalot_allocator *a, const char *path) {
 /* The OOM hook: writes the CACHALOT_SNAPSHOT_ON_OOM snapshot, keeping the OOM message. */
 static void on_oom(cachalot_allocator *a) {
   char saved[1024]; /* the OOM message must survive the snapshot's own calls */
-  snprintf(saved, sizeof saved, "%s", cachalot_last_error());
+  snprintf(saved, sizeof saved, "%s", cl_error_message());
   write_snapshot(a, oom_path);
   (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "%s", saved);
 }
@@ -286,14 +287,14 @@ static void serve_record(char *args, char **out) {
     cachalot_allocator *a = live[idx];
     /* Off first, then stacks, then on: turning history on sizes the stack rows by the stacks setting,
      * and stacks turned on over the old ring would allocate rows for its size only to drop them. */
-    rc = cachalot_record_history(a, false, 0);
+    rc = cl_record_history(a, false, 0);
     if (rc == CACHALOT_OK)
-      rc = cachalot_record_history_stacks(a, stacks);
+      rc = cl_record_history_stacks(a, stacks);
     if (rc == CACHALOT_OK && !off)
-      rc = cachalot_record_history(a, true, (size_t)entries);
+      rc = cl_record_history(a, true, (size_t)entries);
     if (rc != CACHALOT_OK) {
       cl_json_key(&j, "error");
-      cl_json_string(&j, cachalot_last_error());
+      cl_json_string(&j, cl_error_message());
     } else {
       cl_json_key(&j, "record");
       cl_json_uint(&j, entries);
@@ -371,10 +372,10 @@ static void serve(int fd) {
   } else if (got >= 1 && !strcmp(cmd, "list")) {
     snprintf(small, sizeof small, "{\"allocators\":%d,\"pid\":%ld}", n_live, (long)getpid());
   } else if (got >= 1 && (!strcmp(cmd, "snapshot") || !strcmp(cmd, "stats")) && idx >= 0 && idx < n_live) {
-    cachalot_status rc = !strcmp(cmd, "snapshot") ? cachalot_snapshot_json(live[idx], &out)
-                                                   : cachalot_memory_stats_json(live[idx], device, &out);
+    cachalot_status rc = !strcmp(cmd, "snapshot") ? cl_snapshot_json(live[idx], &out)
+                                                   : cl_memory_stats_json(live[idx], device, &out);
     if (rc != CACHALOT_OK)
-      snprintf(small, sizeof small, "{\"error\":\"%s\"}", cachalot_status_name(rc));
+      snprintf(small, sizeof small, "{\"error\":\"%s\"}", cl_status_name(rc));
   } else {
     snprintf(small, sizeof small,
              "{\"error\":\"unknown request; expected 'snapshot [N]', 'stats [N] [DEVICE]', 'record N [stacks] [N]', "
@@ -570,9 +571,9 @@ void cl_export_history_from_env(cachalot_allocator *a) {
             HISTORY_ENV_MAX);
     return;
   }
-  if (cachalot_record_history(a, true, (size_t)n) != CACHALOT_OK ||
-      (stacks && cachalot_record_history_stacks(a, true) != CACHALOT_OK))
-    cl_warn("CACHALOT_RECORD_HISTORY: %s", cachalot_last_error());
+  if (cl_record_history(a, true, (size_t)n) != CACHALOT_OK ||
+      (stacks && cl_record_history_stacks(a, true) != CACHALOT_OK))
+    cl_warn("CACHALOT_RECORD_HISTORY: %s", cl_error_message());
 }
 
 void cl_export_register(cachalot_allocator *a) {

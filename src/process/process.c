@@ -7,13 +7,17 @@
 
 #include <stdio.h>
 
-cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
+static cachalot_status create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
   cachalot_status rc = cl_allocator_create(b, conf, out);
   if (rc == CACHALOT_OK) {
     cl_export_history_from_env(*out);
     cl_export_register(*out);
   }
   return rc;
+}
+
+cachalot_status cachalot_create(cachalot_backend *b, const char *conf, cachalot_allocator **out) {
+  return create(b, conf, out);
 }
 
 void cachalot_destroy(cachalot_allocator *a) {
@@ -32,14 +36,14 @@ static char default_error[512];
 
 static void make_default(void) {
   cachalot_backend *b = NULL;
-  default_status = cachalot_backend_cuda(&b);
+  default_status = cl_backend_cuda(&b);
   if (default_status == CACHALOT_OK) {
-    default_status = cachalot_create(b, NULL, &default_allocator);
+    default_status = create(b, NULL, &default_allocator);
     if (default_status != CACHALOT_OK)
-      cachalot_backend_destroy(b);
+      b->ops->destroy(b);
   }
   if (default_status != CACHALOT_OK)
-    snprintf(default_error, sizeof default_error, "%s", cachalot_last_error());
+    snprintf(default_error, sizeof default_error, "%s", cl_error_message());
 }
 
 cachalot_allocator *cachalot_default(void) {

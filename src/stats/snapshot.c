@@ -3,6 +3,7 @@
  * is written under its lock, so a device's segments and trace are one consistent moment. */
 #include "../allocator/internal.h"
 #include "../common/json_writer.h"
+#include "stats.h"
 #include "symbolize.h"
 
 #include <dlfcn.h>
@@ -241,7 +242,7 @@ static void symbolize_unlocked(cachalot_allocator *a, cl_symbolizer *sym) {
   free(buf);
 }
 
-cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
+cachalot_status cl_snapshot_json(cachalot_allocator *a, char **json) {
   if (!json)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_json: json is NULL");
   *json = NULL;
@@ -296,3 +297,5 @@ cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) {
   *json = out;
   return CACHALOT_OK;
 }
+
+cachalot_status cachalot_snapshot_json(cachalot_allocator *a, char **json) { return cl_snapshot_json(a, json); }

@@ -103,6 +103,8 @@ static bool take_trace_locked(cl_device *d, cachalot_snapshot_info *out, size_t 
   return true;
 }
 
+static void info_free(cachalot_allocator *a, cachalot_snapshot_info *s);
+
 cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace, cachalot_snapshot_info **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_snapshot_take: out is NULL");
@@ -127,14 +129,14 @@ cachalot_status cachalot_snapshot_take(cachalot_allocator *a, bool include_trace
     cl_leave_exclusive(d);
   }
   if (!ok) {
-    cachalot_snapshot_info_free(a, s);
+    info_free(a, s);
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_snapshot_take: host out of memory");
   }
   *out = s;
   return CACHALOT_OK;
 }
 
-void cachalot_snapshot_info_free(cachalot_allocator *a, cachalot_snapshot_info *s) {
+static void info_free(cachalot_allocator *a, cachalot_snapshot_info *s) {
   if (!s)
     return;
   for (size_t i = 0; i < s->n_segments; i++) {
@@ -150,3 +152,5 @@ void cachalot_snapshot_info_free(cachalot_allocator *a, cachalot_snapshot_info *
   free(s->trace);
   free(s);
 }
+
+void cachalot_snapshot_info_free(cachalot_allocator *a, cachalot_snapshot_info *s) { info_free(a, s); }

@@ -3,6 +3,7 @@
  * Python's sorted()) gives them. The stats are copied under the device lock and written outside it. */
 #include "../allocator/internal.h"
 #include "../common/json_writer.h"
+#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +77,7 @@ static void collect(const cachalot_device_stats *st, entries *es) {
   qsort(es->e, (size_t)es->n, sizeof es->e[0], by_key);
 }
 
-cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, char **json) {
+cachalot_status cl_memory_stats_json(cachalot_allocator *a, int device, char **json) {
   if (!json)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, FN ": json is NULL");
   *json = NULL;
@@ -109,4 +110,8 @@ cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, ch
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, FN ": host out of memory");
   *json = out;
   return CACHALOT_OK;
+}
+
+cachalot_status cachalot_memory_stats_json(cachalot_allocator *a, int device, char **json) {
+  return cl_memory_stats_json(a, device, json);
 }

@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "allocator/config.h"
+#include "allocator/core/config.h"
 
 #include <cachalot/cachalot.h>
 

@@ -1,4 +1,4 @@
-/* Lanes (src/allocator/lane.c): the warm paths count stats into per-stream shares, and exclusive mode
+/* Lanes (src/allocator/core/lane.c): the warm paths count stats into per-stream shares, and exclusive mode
  * folds them into the device's numbers. These tests hold those numbers to a model that knows nothing of
  * lanes: a serial run over several streams must give exactly the currents, peaks and totals one shared
  * counter would, through warm paths and exclusive mode alike, across reset_peak_stats; and threads on

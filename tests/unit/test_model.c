@@ -10,7 +10,7 @@
  * check. */
 #include "helpers.h"
 
-#include "allocator/sizes.h"
+#include "allocator/core/sizes.h"
 
 enum { MAX_SEGS = 64, MAX_BLOCKS = 4096, LIVE = 96 };
 

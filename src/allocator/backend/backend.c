@@ -3,6 +3,8 @@
 
 #include "../../common/error.h"
 
+cachalot_status cachalot_backend_cuda(cachalot_backend **out) { return cl_backend_cuda(out); }
+
 void cachalot_backend_destroy(cachalot_backend *b) {
   if (b)
     b->ops->destroy(b);

@@ -1,9 +1,9 @@
 /* The CUDA backend's entry point in a build without CUDA (-Dcuda=disabled or no toolkit found). */
-#include <cachalot/backend.h>
+#include "ops.h"
 
 #include "../../common/error.h"
 
-cachalot_status cachalot_backend_cuda(cachalot_backend **out) {
+cachalot_status cl_backend_cuda(cachalot_backend **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_backend_cuda: out is NULL");
   *out = NULL;

@@ -157,4 +157,8 @@ struct cachalot_backend {
   int device_count;
 };
 
+/* A backend over the CUDA runtime (cuda/cuda.c), or NOT_SUPPORTED in a build without it (cuda_none.c);
+ * cachalot_backend_cuda is a shell over it. */
+cachalot_status cl_backend_cuda(cachalot_backend **out);
+
 #endif

@@ -78,7 +78,7 @@ static const cl_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-cachalot_status cachalot_backend_cuda(cachalot_backend **out) {
+cachalot_status cl_backend_cuda(cachalot_backend **out) {
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_backend_cuda: out is NULL");
   *out = NULL;

@@ -4,7 +4,7 @@
 #ifndef CACHALOT_ALLOCATOR_MERGE_H
 #define CACHALOT_ALLOCATOR_MERGE_H
 
-#include "internal.h"
+#include "core.h"
 
 /* Block metadata a merge made unused: back to the warm path's lane, or to the device's spares. */
 CL_INLINE void drop_block(cl_device *d, cl_mode mode, cl_lane *ln, cl_block *b) {

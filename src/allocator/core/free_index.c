@@ -5,7 +5,7 @@
  * sizes (PyTorch's free rules). Treap priorities are a hash of a block's address when it entered its tree, so
  * the shape is a function of the operations alone. No allocation. The operations the warm paths use are
  * inline, in fit.h; the cold walks, the byte counts and the index's lookup by stream are here. */
-#include "internal.h"
+#include "core.h"
 
 /* The largest key below b's in treap t, or NULL. */
 static cl_block *tree_prev(cl_block *t, const cl_block *b) {

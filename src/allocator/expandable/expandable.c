@@ -17,7 +17,7 @@
  * multiple of 2 MiB from the reservation's 2 MiB-aligned base), so an entry keeps its meaning when the
  * run's start moves by whole pages: tables are moved, never rebuilt. The large kind keeps one entry per
  * MiB: its handed-out blocks are larger than 1 MiB, so no two start in one MiB, split rule or not. */
-#include "expandable.h"
+#include "runs.h"
 
 #include <stdlib.h>
 #include <string.h>

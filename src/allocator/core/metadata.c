@@ -1,6 +1,6 @@
 /* Metadata free lists: block and pending-event records come from chunks a device keeps until destroy and
  * go back to per-device spare lists, so the hot paths never call the host allocator for them. */
-#include "internal.h"
+#include "core.h"
 
 #include <stdlib.h>
 

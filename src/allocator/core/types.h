@@ -41,8 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/error.h"
-#include "backend/ops.h"
+#include "../../common/error.h"
+#include "../backend/ops.h"
 #include "config.h"
 #include "sizes.h"
 

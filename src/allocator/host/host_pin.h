@@ -2,8 +2,8 @@
 #ifndef CACHALOT_ALLOCATOR_HOST_PIN_H
 #define CACHALOT_ALLOCATOR_HOST_PIN_H
 
-#include "backend/ops.h"
-#include "config.h"
+#include "../backend/ops.h"
+#include "../core/config.h"
 
 #include <stdbool.h>
 #include <stddef.h>

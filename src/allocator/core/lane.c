@@ -12,7 +12,7 @@
  * So the sum over lanes never passes a peak unseen: currents, totals and peaks are exact at every fold,
  * with any number of threads.
  */
-#include "internal.h"
+#include "core.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* Checkpoint and restore of a private pool (cachalot_checkpoint_pool, cachalot_restore_pool): the pool's
  * segments and blocks as plain data, and the re-carving of the same segments into those blocks later.
  * The pools themselves are in pool.c. */
-#include "internal.h"
+#include "pools.h"
 
 #include <stdlib.h>
 

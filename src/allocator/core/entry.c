@@ -1,6 +1,6 @@
 /* The entry points' first steps, shared by every file that has entry points: the argument checks, the
  * forked child's error, and the opening of a device, or of the device of a block, in exclusive mode. */
-#include "internal.h"
+#include "core.h"
 
 #include <inttypes.h>
 

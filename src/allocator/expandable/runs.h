@@ -1,10 +1,10 @@
 /* The runs of expandable segments, shared by expandable.c (reservations, growth, compaction) and
  * expandable_unmap.c (giving pages back): a run's handed-out table, its metadata, its place in its
  * vrange's list, and unmapping a range of pages. All in exclusive mode. */
-#ifndef CACHALOT_ALLOCATOR_EXPANDABLE_H
-#define CACHALOT_ALLOCATOR_EXPANDABLE_H
+#ifndef CACHALOT_ALLOCATOR_EXPANDABLE_RUNS_H
+#define CACHALOT_ALLOCATOR_EXPANDABLE_RUNS_H
 
-#include "internal.h"
+#include "expandable.h"
 
 enum { SMALL_PAGE = 2u << 20 }; /* the large kind's page is the config's expandable_page */
 

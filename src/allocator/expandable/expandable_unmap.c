@@ -1,7 +1,7 @@
 /* Expandable segments giving pages back: the whole free pages inside a free block of a run are unmapped
  * (empty_cache, the out-of-memory retry, garbage collection, the release of oversize blocks), which cuts
  * the run around them; and at the end the reservations go. How runs grow is in expandable.c. */
-#include "expandable.h"
+#include "runs.h"
 
 #include <stdlib.h>
 #include <string.h>

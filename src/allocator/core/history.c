@@ -1,7 +1,7 @@
 /* Memory history: a ring buffer of trace entries per device (torch.cuda.memory._snapshot()), with optional C
  * call stacks and the caller's contexts. Recording happens under the device lock, at the places the allocator
  * changes state; reading happens in snapshot.c and snapshot_info.c; history_control.c turns it on and off. */
-#include "internal.h"
+#include "core.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>

@@ -3,7 +3,7 @@
 #include "host_cache.h"
 
 #include "host_pin.h"
-#include "internal.h"
+#include "../core/core.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  * Locking: d->auto_lock guards d->autos and is taken before (never inside) exclusive mode; the records'
  * capture_id, device and allocator never change while they route, so the filter reads them under the
  * device lock alone. */
-#include "internal.h"
+#include "pools.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* Cross-stream safety: a freed block that other streams used waits for an event on each of them
  * (PENDING) before it returns to its free index (PyTorch's free rules). Events of one stream complete in the
  * order they were recorded, so polling a stream stops at its first event not yet done. */
-#include "internal.h"
+#include "core.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* The memory fraction (set_per_process_memory_fraction): the cap on reserved bytes as a share of the
  * device's total, resolved once per device from the backend, and the check every new segment or mapped
  * page passes. */
-#include "internal.h"
+#include "core.h"
 
 void cl_fraction_resolve_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);

@@ -4,7 +4,7 @@
  * driver less, and several threads back a large block sooner than one. */
 #include "host_pin.h"
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 #include <pthread.h>
 #include <stdint.h>

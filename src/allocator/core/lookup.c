@@ -3,7 +3,7 @@
  * pointer (its inline part is in lookup.h); it is written in exclusive mode when segments come and go. Leaves are published with a compare-and-swap, so two devices adding
  * segments at once never lose one, and are freed only at destroy, so a reader never follows a dangling
  * one. */
-#include "internal.h"
+#include "core.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

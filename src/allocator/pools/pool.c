@@ -3,7 +3,7 @@
  *
  * A device's private pools live in its `pools` table. Routing is a short stack of (pool, filter):
  * malloc asks the filters most recent first, so a nested capture's pool wins over an outer one. */
-#include "internal.h"
+#include "pools.h"
 
 #include <stdlib.h>
 #include <limits.h>

@@ -14,8 +14,8 @@
  * space, and white space only separates tokens. */
 #include "config.h"
 
-#include "../common/c_locale.h"
-#include "../common/error.h"
+#include "../../common/c_locale.h"
+#include "../../common/error.h"
 
 #include <limits.h>
 #include <math.h>

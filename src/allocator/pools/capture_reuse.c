@@ -5,7 +5,7 @@
  * frontiers), and a later malloc during the capture takes the block when the captured work of the stream
  * that asks depends on every one of those nodes, so that at every replay the block's old uses come
  * before its new one. */
-#include "internal.h"
+#include "pools.h"
 
 #include <stdlib.h>
 #include <string.h>

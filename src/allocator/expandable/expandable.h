@@ -1,0 +1,30 @@
+/* The expandable room's face: segments that grow by mapping pages into a reserved range, and give
+ * pages back (expandable_segments). runs.h is the room's own. */
+#ifndef CACHALOT_ALLOCATOR_EXPANDABLE_H
+#define CACHALOT_ALLOCATOR_EXPANDABLE_H
+
+#include "../core/core.h"
+
+/* --- expandable.c (expandable_segments) --- */
+/* malloc step 5 for an expandable kind: maps pages of the (pool, stream, kind) vrange (reserved on first
+ * use) where a free block of at least `size` can then be made: after the free tail of a run when there
+ * is one, in the lowest gap that holds it. On success *out is that FREE block, in no index, counted in
+ * the split stats like any free block. Same statuses as a new segment (*host_oom for the host's). */
+cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
+                                 bool is_retry, cl_block **out, bool *host_oom);
+/* The bytes of the whole pages inside free block b of an expandable segment. */
+size_t cl_unmappable_bytes(const cl_block *b);
+/* Unmaps the whole pages inside FREE block b of an expandable segment (in its index), at most `limit`
+ * bytes of them rounded up to pages (SIZE_MAX: all), splitting the run around them; *unmapped is the
+ * bytes given back. The device is synchronized first unless *synced (set then): unmapping does not wait
+ * for work still using the memory. Nothing is done during a capture. */
+cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, size_t limit, bool *synced, size_t *unmapped);
+/* empty_cache and the OOM retry: unmaps the whole free pages of every run of the default pool and of
+ * freeable private pools. Returns the first failure; what could not be unmapped stays cached. */
+cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);
+/* Gives back the reservations of `bins`, which hold no run any more (its pool goes). */
+void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
+/* destroy: unmaps every run and releases every reservation; returns the bytes that stayed mapped. */
+size_t cl_expandable_destroy_locked(cl_device *d);
+
+#endif
