@@ -29,7 +29,7 @@ static void recount_oversize_locked(cl_device *d) {
   stat_set(&d->stats.oversize_segments, segs);
 }
 
-/* Applies a validated config to a device (lock held). */
+/* Applies a validated config to a device. */
 static void apply_config_locked(cl_device *d, const cl_config *c) {
   CL_ASSERT_EXCLUSIVE(d);
   const size_t old_split = d->cfg.max_split_size;
@@ -286,9 +286,9 @@ cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *
                  "one division count per interval");
   pthread_mutex_lock(&a->meta_lock); /* every device holds the same settings */
   cl_device *d0 = &a->devices[0];
-  cl_enter_exclusive(d0);
+  cl_lock_device(d0);
   const cl_config c = d0->cfg;
-  cl_leave_exclusive(d0);
+  cl_unlock_device(d0);
   pthread_mutex_unlock(&a->meta_lock);
   out->max_split_size = c.max_split_size;
   out->garbage_collection_threshold = c.gc_threshold;

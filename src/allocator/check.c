@@ -1,5 +1,5 @@
 /* cachalot_check: walks every segment and block of every device, verifies the structural invariants
- * written above the structs in internal.h, and recomputes every current stat from the blocks. It is
+ * written above the structs in core/types.h, and recomputes every current stat from the blocks. It is
  * O(blocks x log blocks) and takes each device in exclusive mode in turn: for tests, fuzzers and
  * debugging. */
 #include "host/host_cache.h"
@@ -169,7 +169,7 @@ CL_NO_COVERAGE static cachalot_status check_segment_locked(cl_device *d, const c
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has a bad head block",
                    dev, (unsigned long long)s->ptr);
   if (!s->lane || s->lane->dev != d || s->lane->stream != s->stream || s->lane->dormant ||
-      s->bins != cl_bins_get_locked(s->pool, s->stream, false))
+      s->bins != cl_bins_get_locked(d, s->pool, s->stream, false))
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: segment 0x%llx has the wrong lane or index",
                    dev, (unsigned long long)s->ptr);
   for (uintptr_t pg = s->ptr; pg < s->ptr + s->size && cl_page_mappable(s->ptr + s->size - 1);
@@ -197,7 +197,7 @@ CL_NO_COVERAGE static cachalot_status check_free_block_locked(cl_device *d, cons
                      dev);
     return CACHALOT_OK; /* being given back by another thread: in no index until that finishes */
   }
-  cl_bins *bins = cl_bins_get_locked(s->pool, s->stream, false);
+  cl_bins *bins = cl_bins_get_locked(d, s->pool, s->stream, false);
   if (!bins || !cl_fit_contains(&bins->kind[s->small], s->small, b))
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_check: device %d: free block 0x%llx is missing from its free index", dev,
@@ -349,7 +349,7 @@ CL_NO_COVERAGE static cachalot_status check_lanes_locked(cl_device *d) {
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a cold lane has a share", dev);
     if (cl_lane_find(d, ln->stream) != ln || ln->dev != d)
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane is missing from the lane index", dev);
-    if (ln->bins && ln->bins != cl_bins_get_locked(&d->default_pool, ln->stream, false))
+    if (ln->bins && ln->bins != cl_bins_get_locked(d, &d->default_pool, ln->stream, false))
       return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a lane has the wrong free index", dev);
     size_t n_spare = 0;
     for (const cl_block *b = ln->spare; b; b = b->next, n_spare++)
@@ -439,9 +439,9 @@ CL_NO_COVERAGE static cachalot_status check_stats_locked(cl_device *d, const rec
 #undef CMP
   if (st->oversize_allocations.current != c->oversize_allocs || st->oversize_segments.current != c->oversize_segs)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: oversize stats are off", dev);
-  const cachalot_stat *all[] = {st->allocation, st->segment, st->active, st->inactive_split, st->allocated_bytes,
-                                st->reserved_bytes, st->active_bytes, st->inactive_split_bytes,
-                                st->requested_bytes};
+#define ARRAY(name) st->name,
+  const cachalot_stat *all[] = {CL_STAT_ARRAYS(ARRAY)};
+#undef ARRAY
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     for (int k = 0; k < 3; k++)
       if (all[i][k].peak < all[i][k].current || all[i][k].current < 0)

@@ -9,7 +9,7 @@
 #include "host/host_cache.h"
 #include "pools/pools.h"
 
-/* --- allocator.c: the core's lifecycle (the public cachalot_create/destroy are in src/process/) --- */
+/* --- allocator.c: the allocator's lifecycle (the public cachalot_create/destroy are in src/process/) --- */
 /* A new allocator over `b` with `conf` (NULL: CACHALOT_ALLOC_CONF), with the errors cachalot_create
  * documents. */
 cachalot_status cl_allocator_create(cachalot_backend *b, const char *conf, cachalot_allocator **out);

@@ -24,7 +24,7 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   CL_ASSERT_EXCLUSIVE(d);
   if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
     __atomic_fetch_add(&p->lookups[small], 1, __ATOMIC_RELAXED); /* (the warm mallocs count theirs so) */
-  cl_bins *bins = cl_bins_get_locked(p, s, false);
+  cl_bins *bins = cl_bins_get_locked(d, p, s, false);
   if (!bins)
     return NULL;
   cl_fit *f = &bins->kind[small];
@@ -63,7 +63,7 @@ static cachalot_status segment_metadata_locked(cl_device *d, cl_pool *p, cachalo
                                                bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
   cl_lane *lane = cl_lane_get_locked(d, s);
-  cl_bins *bins = cl_bins_get_locked(p, s, true);
+  cl_bins *bins = cl_bins_get_locked(d, p, s, true);
   cl_segment *seg = d->spare_segments;
   if (seg) {
     d->spare_segments = seg->release_next;

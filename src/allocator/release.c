@@ -226,7 +226,7 @@ bool cl_release_oversize_locked(cl_device *d, cl_pool *p, cachalot_stream s, boo
   /* Small-pool blocks (at most 2 MiB) are never oversize: max_split_size is at least 20 MiB. */
   if (max_split == SIZE_MAX || small)
     return false;
-  cl_bins *bins = cl_bins_get_locked(p, s, false);
+  cl_bins *bins = cl_bins_get_locked(d, p, s, false);
   if (!bins)
     return false;
   const size_t key = size < max_split ? max_split : size;
@@ -270,7 +270,7 @@ void cl_lanes_rest_locked(cl_device *d) {
     if (!ln->armed) /* cold: exclusive mode does not hold it (a warm path may, for a moment) */
       cl_spin_lock(&ln->lock);
     /* No segment of its stream is left in any pool: nothing refers to its default-pool bins */
-    cl_bins *bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    cl_bins *bins = cl_bins_get_locked(d, &d->default_pool, ln->stream, false);
     if (bins) {
       HASH_DEL(d->default_pool.bins, bins);
       if (d->default_pool.last_bins == bins)

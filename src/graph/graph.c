@@ -171,8 +171,8 @@ cachalot_status cl_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cac
                    (int)mode);
   if (pool.first != 0 && pool.second != 0)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "cachalot_graph_capture_begin: pool id {%llu, %llu} has two non-zero halves",
-                   (unsigned long long)pool.first, (unsigned long long)pool.second);
+                   "cachalot_graph_capture_begin: pool id " CL_POOL_ID_FMT " has two non-zero halves",
+                   CL_POOL_ID_ARGS(pool));
   if (g->state != GRAPH_EMPTY)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "cachalot_graph_capture_begin: this graph already owns a captured graph (state: %s); call "

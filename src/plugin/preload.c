@@ -453,7 +453,7 @@ static void **deferred;
 static size_t n_deferred, cap_deferred;
 static atomic_bool any_deferred;
 
-static bool push_deferred_locked(void *p) {
+static bool push_deferred_held(void *p) {
   if (n_deferred == cap_deferred) {
     size_t cap = cap_deferred ? 2 * cap_deferred : 16;
     void **d = realloc(deferred, cap * sizeof *d);
@@ -483,7 +483,7 @@ static void drain_deferred(cachalot_allocator *a) {
     if (rc == CACHALOT_OK || rc == CACHALOT_ERROR_INVALID_POINTER)
       continue;
     pthread_mutex_lock(&deferred_lock);
-    (void)push_deferred_locked(list[i]); /* else it stays handed out for good: never reused too early */
+    (void)push_deferred_held(list[i]); /* else it stays handed out for good: never reused too early */
     pthread_mutex_unlock(&deferred_lock);
   }
   free(list);
@@ -518,7 +518,7 @@ static cudaError_t defer_free_host(cachalot_allocator *a, void *p, int dev, cons
       return cudaErrorInvalidValue;
     }
   }
-  const bool kept = push_deferred_locked(p);
+  const bool kept = push_deferred_held(p);
   pthread_mutex_unlock(&deferred_lock);
   if (!kept) {
     (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cudaFreeHost: host out of memory keeping %p until the capture ends",

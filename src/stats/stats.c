@@ -10,9 +10,9 @@ static void stat_reset_accumulated(cachalot_stat *s) { s->allocated = s->freed =
 
 /* Applies `fn` to every cachalot_stat of the struct. */
 static void for_each_stat(cachalot_device_stats *st, void (*fn)(cachalot_stat *)) {
-  cachalot_stat *arrays[] = {st->allocation,     st->segment,        st->active,
-                             st->inactive_split, st->allocated_bytes, st->reserved_bytes,
-                             st->active_bytes,   st->inactive_split_bytes, st->requested_bytes};
+#define ARRAY(name) st->name,
+  cachalot_stat *arrays[] = {CL_STAT_ARRAYS(ARRAY)};
+#undef ARRAY
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     for (int k = 0; k < CACHALOT_STAT_TYPES; k++)
       fn(&arrays[i][k]);

@@ -50,15 +50,10 @@ static void collect(const cachalot_device_stats *st, entries *es) {
   const struct {
     const char *name;
     const cachalot_stat *arr;
-  } arrays[N_ARRAYS] = {{"allocation", st->allocation},
-                        {"segment", st->segment},
-                        {"active", st->active},
-                        {"inactive_split", st->inactive_split},
-                        {"allocated_bytes", st->allocated_bytes},
-                        {"reserved_bytes", st->reserved_bytes},
-                        {"active_bytes", st->active_bytes},
-                        {"inactive_split_bytes", st->inactive_split_bytes},
-                        {"requested_bytes", st->requested_bytes}};
+#define ARRAY(name) {#name, st->name},
+  } arrays[] = {CL_STAT_ARRAYS(ARRAY)};
+#undef ARRAY
+  _Static_assert(sizeof arrays / sizeof arrays[0] == N_ARRAYS, "N_KEYS counts every stat array");
   char prefix[KEY_MAX];
   es->n = 0;
   for (int i = 0; i < N_ARRAYS; i++)

@@ -15,20 +15,23 @@
  * as offsets from the reservation's base: out[2i] = start, out[2i + 1] = size. Returns the count. */
 static size_t runs_of(cachalot_allocator *a, cachalot_stream s, bool small, size_t *out, size_t cap) {
   cl_device *d = &a->devices[0];
-  cl_bins *bins = cl_bins_get_locked(&d->default_pool, s, false);
-  if (!bins || !bins->vr[small])
-    return 0;
+  cl_enter_exclusive(d);
+  cl_bins *bins = cl_bins_get_locked(d, &d->default_pool, s, false);
   size_t n = 0;
-  for (cl_segment *r = bins->vr[small]->runs; r && n < cap; r = r->run_next, n++) {
+  for (cl_segment *r = bins && bins->vr[small] ? bins->vr[small]->runs : NULL; r && n < cap; r = r->run_next, n++) {
     out[2 * n] = r->ptr - bins->vr[small]->base;
     out[2 * n + 1] = r->size;
   }
+  cl_leave_exclusive(d);
   return n;
 }
 
 /* The offset of p from the start of the reservation holding it. */
 static size_t off(cachalot_allocator *a, cachalot_stream s, bool small, void *p) {
-  cl_bins *bins = cl_bins_get_locked(&a->devices[0].default_pool, s, false);
+  cl_device *d = &a->devices[0];
+  cl_enter_exclusive(d);
+  cl_bins *bins = cl_bins_get_locked(d, &d->default_pool, s, false);
+  cl_leave_exclusive(d);
   assert_non_null(bins);
   assert_non_null(bins->vr[small]);
   return (uintptr_t)p - bins->vr[small]->base;

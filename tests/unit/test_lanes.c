@@ -404,7 +404,10 @@ static void idle_lanes_go_cold(void **state) {
   cl_lane *cold = cl_lane_find(d, s[c1]);
   assert_non_null(cold);
   assert_false(cold->armed);
-  assert_true(cold->bins == cl_bins_get_locked(&d->default_pool, s[c1], false)); /* kept for its next arming */
+  cl_enter_exclusive(d);
+  const cl_bins *kept = cl_bins_get_locked(d, &d->default_pool, s[c1], false);
+  cl_leave_exclusive(d);
+  assert_true(cold->bins == kept); /* kept for its next arming */
   EQ(atomic_load(&cold->warm), 0);
   /* Its call arms it under the device mutex alone (no exclusive section: an armed lane's idle count, which
    * every section raises, stays), then runs warm; past CL_LANE_ARMED_MIN armed, another lane goes cold. */
@@ -1028,6 +1031,55 @@ static void locked_functions_check_exclusive_mode(void **state) {
 #endif
 }
 
+/* cachalot_get_memory_fraction and cachalot_get_settings read what only exclusive mode writes, under the
+ * device lock alone: a warm path in progress on another thread (here its lane's lock, held) does not stop
+ * them, and they read exactly what was set. */
+typedef struct {
+  cachalot_allocator *a;
+  double fraction;
+  cachalot_settings settings;
+  cachalot_status fraction_rc, settings_rc;
+  atomic_int done;
+} settings_reader;
+
+static void *read_settings(void *arg) {
+  settings_reader *r = arg;
+  r->fraction_rc = cachalot_get_memory_fraction(r->a, 0, &r->fraction);
+  r->settings_rc = cachalot_get_settings(r->a, &r->settings);
+  atomic_store(&r->done, 1);
+  return NULL;
+}
+
+static void reads_leave_warm_paths_running(void **state) {
+  (void)state;
+  env e = ENV(1, 0, "max_split_size_mb:64");
+  cl_device *d = &e.a->devices[0];
+  OK(cachalot_set_memory_fraction(e.a, 0, 0.5));
+  cachalot_stream s = STREAM(e.b, 0);
+  FREE(e.a, ALLOC(e.a, 0, 4096, s));
+  CHECK(e.a);
+  cl_lane *ln = cl_lane_find(d, s);
+  assert_true(ln->armed);
+  settings_reader r = {.a = e.a};
+  atomic_init(&r.done, 0);
+  cl_spin_lock(&ln->lock); /* a warm path of stream s, in progress */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, read_settings, &r), 0);
+  /* Exclusive mode would wait for the lane until it is let go below: a generous bound, not a timing. */
+  for (int i = 0; i < 20000 && !atomic_load(&r.done); i++)
+    usleep(500);
+  const int done_while_held = atomic_load(&r.done);
+  cl_spin_unlock(&ln->lock);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_true(done_while_held);
+  OK(r.fraction_rc);
+  assert_true(r.fraction == 0.5);
+  OK(r.settings_rc);
+  EQ(r.settings.max_split_size, (size_t)64 << 20);
+  CHECK(e.a);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(serial_streams_match_one_counter),
@@ -1048,6 +1100,7 @@ int main(void) {
       cmocka_unit_test(pending_block_without_word),
       cmocka_unit_test(record_stream_warm),
       cmocka_unit_test(locked_functions_check_exclusive_mode),
+      cmocka_unit_test(reads_leave_warm_paths_running),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

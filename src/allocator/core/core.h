@@ -27,6 +27,7 @@ static inline size_t cl_seg_entries(const cl_segment *s) { return s->size >> s->
 
 /* Adds s to its device's segment list and to its pool's count, and takes it off again. */
 static inline void cl_segment_link_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
   s->prev = NULL;
   s->next = d->segments;
   if (d->segments)
@@ -41,6 +42,7 @@ static inline int cl_segment_cmp_addr(const void *x, const void *y) {
   return a->ptr < b->ptr ? -1 : a->ptr > b->ptr;
 }
 static inline void cl_segment_unlink_locked(cl_device *d, cl_segment *s) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (s->prev)
     s->prev->next = s->next;
   else

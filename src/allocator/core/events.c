@@ -60,8 +60,7 @@ size_t cl_count_unwatched_locked(cl_device *d) {
   return n;
 }
 
-/* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
- * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
+/* Whether a stream that used b is being captured now (core.h). */
 bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
   CL_ASSERT_EXCLUSIVE(d);
   cachalot_backend *be = d->owner->backend;
@@ -75,6 +74,8 @@ bool cl_uses_capturing_locked(cl_device *d, const cl_block *b) {
   return false;
 }
 
+/* Records one event per stream use of `b` and makes it PENDING. All or nothing: if any event or
+ * bookkeeping cannot be had, the block stays ALLOCATED and the recorded events are returned. */
 cachalot_status cl_insert_events_locked(cl_device *d, cl_block *b) {
   CL_ASSERT_EXCLUSIVE(d);
   enum { INLINE = 8 };

@@ -5,7 +5,7 @@
 
 #include "types.h"
 
-cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create);
+cl_bins *cl_bins_get_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool create);
 
 /* The treap of one size class. Priorities are a hash of a block's address when it entered the tree (a
  * node updated in place keeps its priority), so the shape is a function of the operations alone.
@@ -192,15 +192,15 @@ CL_INLINE void cl_block_becomes_free(cl_block *b) {
   /* atomic: warm mallocs of other lanes count lookups meanwhile (CL_WARM_GC) */
   b->gc_base = __atomic_load_n(&b->seg->pool->lookups[b->seg->small], __ATOMIC_RELAXED);
 }
-/* Inserts a FREE block into its index and stamps its age base (exclusive mode or its lane locked). */
+/* Inserts a FREE block into its index and stamps its age base. */
 CL_INLINE void cl_free_index_insert_locked(cl_device *d, cl_block *b) {
-  (void)d;
+  CL_ASSERT_EXCLUSIVE(d);
   cl_block_becomes_free(b);
   const bool small = b->seg->small;
   cl_fit_insert(&b->seg->bins->kind[small], cl_fit_class(small, b->size), b);
 }
 CL_INLINE void cl_free_index_remove_locked(cl_device *d, cl_block *b) {
-  (void)d;
+  CL_ASSERT_EXCLUSIVE(d);
   cl_fit_remove(&b->seg->bins->kind[b->seg->small], b);
 }
 

@@ -53,11 +53,12 @@ cachalot_status cachalot_get_memory_fraction(cachalot_allocator *a, int device, 
   if (!out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_get_memory_fraction: out is NULL");
   *out = 0.0;
-  cl_device *d = NULL;
-  cachalot_status rc = cl_enter_device(a, device, "cachalot_get_memory_fraction", &d);
+  cachalot_status rc = cl_check_device_arg(a, device, "cachalot_get_memory_fraction");
   if (rc != CACHALOT_OK)
     return rc;
+  cl_device *d = &a->devices[device];
+  cl_lock_device(d);
   *out = d->fraction < 0 ? 1.0 : d->fraction;
-  cl_leave_exclusive(d);
+  cl_unlock_device(d);
   return CACHALOT_OK;
 }

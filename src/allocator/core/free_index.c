@@ -90,7 +90,8 @@ uint64_t cl_bins_free_bytes(const cl_bins *bins) {
   return sum;
 }
 
-cl_bins *cl_bins_get_locked(cl_pool *p, cachalot_stream s, bool create) {
+cl_bins *cl_bins_get_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool create) {
+  CL_ASSERT_EXCLUSIVE(d);
   cl_bins *bins = p->last_bins;
   if (bins && bins->stream == s)
     return bins;

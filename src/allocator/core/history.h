@@ -30,6 +30,7 @@ cl_trace_entry *cl_trace_record_slow_locked(cl_device *d, cl_trace_action action
 /* Records an entry when history is on; otherwise costs one branch. */
 static inline void cl_trace_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                    cachalot_stream stream) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (CL_UNLIKELY(d->trace.cap != 0))
     (void)cl_trace_record_slow_locked(d, action, addr, size, stream, NULL);
 }
@@ -56,6 +57,7 @@ static inline uint64_t cl_trace_stamp(unsigned warm) {
 /* The same with the context the entry keeps given (a segment's, for its segment_free entry). */
 static inline void cl_trace_ctx_locked(cl_device *d, cl_trace_action action, uint64_t addr, uint64_t size,
                                        cachalot_stream stream, void *ctx) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (CL_UNLIKELY(d->trace.cap != 0))
     (void)cl_trace_record_slow_locked(d, action, addr, size, stream, ctx);
 }
@@ -97,6 +99,7 @@ void cl_ctx_attach_locked(cl_device *d, uintptr_t ptr);
 /* Lets go of the context kept with the block at ptr, if any (every free of a handed-out block). */
 void cl_ctx_detach_locked(cl_device *d, uintptr_t ptr);
 static inline void cl_ctx_drop_locked(cl_device *d, uintptr_t ptr) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (CL_UNLIKELY(d->block_ctx != NULL))
     cl_ctx_detach_locked(d, ptr);
 }

@@ -157,7 +157,7 @@ void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
   atomic_store_explicit(&ln->warm, CL_WARM_STOP, memory_order_relaxed); /* until cl_leave_exclusive */
   ln->armed = true;
   if (!ln->bins)
-    ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+    ln->bins = cl_bins_get_locked(d, &d->default_pool, ln->stream, false);
   swap_lanes(d, ln->pos, d->n_armed++);
 }
 
@@ -413,7 +413,7 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
     ln->armed = true;
     ln->idle = 0;
     if (!ln->bins)
-      ln->bins = cl_bins_get_locked(&d->default_pool, ln->stream, false);
+      ln->bins = cl_bins_get_locked(d, &d->default_pool, ln->stream, false);
     swap_lanes(d, ln->pos, d->n_armed++);
     atomic_store_explicit(&d->armed_hint, (uint32_t)d->n_armed, memory_order_relaxed);
     unsigned char w = d->warm_flags;

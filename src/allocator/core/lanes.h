@@ -33,32 +33,28 @@ static inline void cl_stat_dec(cachalot_stat *s, int64_t n) {
   s->current -= n;
   s->freed += n;
 }
+static inline void cl_stat_add(cachalot_stat *s, int64_t n) {
+  if (n >= 0)
+    cl_stat_inc(s, n);
+  else
+    cl_stat_dec(s, -n);
+}
 /* Updates all and the kind's entry of a stat array. */
 static inline void cl_stat_array_add(cachalot_stat *arr, bool small, int64_t n) {
-  int k = small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL;
-  if (n >= 0) {
-    cl_stat_inc(&arr[CACHALOT_STAT_ALL], n);
-    cl_stat_inc(&arr[k], n);
-  } else {
-    cl_stat_dec(&arr[CACHALOT_STAT_ALL], -n);
-    cl_stat_dec(&arr[k], -n);
-  }
+  cl_stat_add(&arr[CACHALOT_STAT_ALL], n);
+  cl_stat_add(&arr[small ? CACHALOT_STAT_SMALL_POOL : CACHALOT_STAT_LARGE_POOL], n);
 }
+/* Every stat array of cachalot_device_stats (CACHALOT_STAT_TYPES entries each), in PyTorch's key order: the
+ * one list of them, which the stats resets, the stats JSON and cachalot_check expand with X(name). */
+#define CL_STAT_ARRAYS(X)                                                                                      \
+  X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) X(active_bytes)      \
+  X(inactive_split_bytes) X(requested_bytes)
 
-/* Debug builds (CL_DEBUG_LOCKS, meson's debug option) check that a function named _locked runs in
- * exclusive mode entered by the calling thread; other builds pay nothing. */
-#ifdef CL_DEBUG_LOCKS
-#define CL_ASSERT_EXCLUSIVE(d) cl_assert_exclusive((d), __func__)
-/* (inline: the files below lane.c assert it too, and would otherwise call up into it) */
-static inline void cl_assert_exclusive(const cl_device *d, const char *fn) {
-  if (d->excl_held && pthread_equal(d->excl_owner, pthread_self()))
-    return;
-  fprintf(stderr, "cachalot: %s called outside exclusive mode of device %d (a bug in cachalot)\n", fn, d->index);
-  abort();
-}
-#else
-#define CL_ASSERT_EXCLUSIVE(d) ((void)(d))
-#endif
+/* The device lock alone, for a reader of what only exclusive mode writes (the config, the memory
+ * fraction): exclusive mode's first step is that lock, so the reader sees no write half done, and no warm
+ * path stops for it. */
+static inline void cl_lock_device(cl_device *d) { pthread_mutex_lock(&d->lock); }
+static inline void cl_unlock_device(cl_device *d) { pthread_mutex_unlock(&d->lock); }
 
 /* Exclusive mode: the device lock, then every armed lane; their stats shares are folded into d->stats. */
 void cl_enter_exclusive(cl_device *d);
@@ -142,6 +138,7 @@ typedef enum { CL_EXCLUSIVE, CL_WARM } cl_mode;
 
 /* Split stat changes: in exclusive mode into the device's stats; on the warm path into lane ln's share. */
 CL_INLINE void cl_count_split_locked(cl_device *d, bool small, int64_t blocks, int64_t bytes) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (blocks)
     cl_stat_array_add(d->stats.inactive_split, small, blocks);
   if (bytes)
@@ -171,6 +168,7 @@ CL_INLINE bool cl_split_room(cl_lane *ln, bool small, int64_t blocks, int64_t by
 /* A block of `requested` bytes handed out (ALLOCATED): allocation, active and requested stats, in
  * exclusive mode into the device's stats, on the warm path into lane ln's share. */
 CL_INLINE void cl_stats_hand_out_locked(cl_device *d, bool small, size_t size, size_t requested) {
+  CL_ASSERT_EXCLUSIVE(d);
   cachalot_device_stats *st = &d->stats;
   cl_stat_array_add(st->allocation, small, 1);
   cl_stat_array_add(st->allocated_bytes, small, (int64_t)size);

@@ -23,7 +23,10 @@
  *     stream, in any pool), its spares and stats share. The warm paths of malloc and free take only that,
  *     and read the lane's `warm` first: on a cold or dormant lane (cl_lane) it is 0 and they touch nothing.
  *   - exclusive mode, cl_enter_exclusive(d) to cl_leave_exclusive(d): the device's `lock` and then every
- *     armed lane's lock. Names ending in _locked expect it (debug builds assert it: CL_ASSERT_EXCLUSIVE).
+ *     armed lane's lock. Names ending in _locked expect it, and mean nothing else: debug builds assert it
+ *     at their first line (CL_ASSERT_EXCLUSIVE, below). A function that runs under another lock says
+ *     so with _held: the own mutex of the object it works on (the simulator's `mu`, the CUDA backend's
+ *     event words, the host cache's, the interposer's list of deferred frees).
  *     So anything written only in exclusive mode may be read under an armed lane's lock once its `warm`
  *     allows a warm path: the config, the device flags, the pools and routes.
  * Exclusive mode is dropped around device allocations and frees unless the config's
@@ -40,6 +43,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "../../common/error.h"
 #include "../backend/ops.h"
@@ -612,5 +617,20 @@ struct cachalot_allocator {
    * out, never changed after: the core does not know who listens. NULL: nobody. */
   void (*on_oom)(cachalot_allocator *a);
 };
+
+/* Debug builds (CL_DEBUG_LOCKS, meson's debug option) check that a function named _locked runs in
+ * exclusive mode entered by the calling thread; other builds pay nothing. */
+#ifdef CL_DEBUG_LOCKS
+#define CL_ASSERT_EXCLUSIVE(d) cl_assert_exclusive((d), __func__)
+/* (inline, here: every header of the core asserts it, and the files below lane.c would otherwise call up into it) */
+static inline void cl_assert_exclusive(const cl_device *d, const char *fn) {
+  if (d->excl_held && pthread_equal(d->excl_owner, pthread_self()))
+    return;
+  fprintf(stderr, "cachalot: %s called outside exclusive mode of device %d (a bug in cachalot)\n", fn, d->index);
+  abort();
+}
+#else
+#define CL_ASSERT_EXCLUSIVE(d) ((void)(d))
+#endif
 
 #endif

@@ -127,8 +127,8 @@ static cachalot_status vrange_get_locked(cl_device *d, cl_bins *bins, bool small
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");
   }
-  vr->page = round_up_to(small ? SMALL_PAGE : d->cfg.expandable_page, gran);
-  vr->size = round_up_to(total + total / 8, vr->page);
+  vr->page = cl_round_up(small ? SMALL_PAGE : d->cfg.expandable_page, gran);
+  vr->size = cl_round_up(total + total / 8, vr->page);
   void *base = NULL;
   rc = b->ops->va_reserve(b, d->index, vr->size, &base);
   if (rc == CACHALOT_OK && ((uintptr_t)base & (((uintptr_t)1 << CL_PAGE_SHIFT) - 1))) {
@@ -173,7 +173,7 @@ static bool find_gap(const cl_vrange *vr, size_t size, bool least, growth *g) {
     if (gap && tail + gap >= size) {
       /* Nothing to map when the tail is large enough alone: best fit passed it over as oversize, but any
        * pages mapped here would join it, so it is handed out as it is (PyTorch does the same). */
-      c = (growth){prev, NULL, lo, tail >= size ? 0 : round_up_to(size - tail, vr->page)};
+      c = (growth){prev, NULL, lo, tail >= size ? 0 : cl_round_up(size - tail, vr->page)};
       if (c.map == gap)
         c.b = run;
     } else if (gap && run && tail + gap + head >= size) {
@@ -356,7 +356,7 @@ static cachalot_status expand_setup_locked(cl_device *d, cl_pool *p, cachalot_st
   if (is_retry)
     d->stats.num_alloc_retries++;
   *lane = cl_lane_get_locked(d, s);
-  cl_bins *bins = cl_bins_get_locked(p, s, true);
+  cl_bins *bins = cl_bins_get_locked(d, p, s, true);
   if (!*lane || !bins) {
     *host_oom = true;
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory for allocator metadata");

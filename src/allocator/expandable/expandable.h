@@ -5,7 +5,7 @@
 
 #include "../core/core.h"
 
-/* --- expandable.c (expandable_segments) --- */
+/* --- expandable.c: growing; expandable_unmap.c: pages given back --- */
 /* malloc step 5 for an expandable kind: maps pages of the (pool, stream, kind) vrange (reserved on first
  * use) where a free block of at least `size` can then be made: after the free tail of a run when there
  * is one, in the lowest gap that holds it. On success *out is that FREE block, in no index, counted in

@@ -8,7 +8,7 @@
 
 size_t cl_unmappable_bytes(const cl_block *b) {
   const cl_vrange *vr = b->seg->vr;
-  const size_t lo = round_up_to(b->ptr - vr->base, vr->page);
+  const size_t lo = cl_round_up(b->ptr - vr->base, vr->page);
   const size_t hi = (b->ptr + b->size - vr->base) / vr->page * vr->page;
   return hi > lo ? hi - lo : 0;
 }
@@ -32,10 +32,10 @@ typedef struct {
 /* The hole: the n bytes of whole pages inside f, or `limit` of them rounded up to pages. */
 static void hole_bounds(cut *c, size_t n, size_t limit) {
   const cl_vrange *vr = c->r->vr;
-  c->lo = vr->base + round_up_to(c->f->ptr - vr->base, vr->page);
+  c->lo = vr->base + cl_round_up(c->f->ptr - vr->base, vr->page);
   c->hi = c->lo + n;
   if (n > limit) { /* the pages at the run's nearer end, so that the run keeps one piece where it can */
-    const size_t part = round_up_to(limit, vr->page);
+    const size_t part = cl_round_up(limit, vr->page);
     if (c->f->prev)
       c->lo = c->hi - part;
     else

@@ -8,8 +8,6 @@
 
 enum { SMALL_PAGE = 2u << 20 }; /* the large kind's page is the config's expandable_page */
 
-static inline size_t round_up_to(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
 /* Entries of s's table that a run of `size` bytes uses. */
 static inline size_t entries(const cl_segment *s, size_t size) { return size >> s->at_shift; }
 

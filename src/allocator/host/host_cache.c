@@ -61,16 +61,6 @@ struct cl_host {
 
 static unsigned log2_of(size_t pow2) { return (unsigned)__builtin_ctzll((unsigned long long)pow2); }
 
-static void stat_add(cachalot_stat *s, int64_t by) {
-  s->current += by;
-  if (by > 0)
-    s->allocated += by;
-  else
-    s->freed -= by;
-  if (s->current > s->peak)
-    s->peak = s->current;
-}
-
 static void duration_add(cachalot_duration_stat *d, int64_t us) {
   d->total += us;
   if (us > d->max)
@@ -107,7 +97,7 @@ static void bin_remove(cl_host *h, host_block *b) {
 
 /* Moves the blocks whose events have all completed to their bins. An event the backend cannot query
  * stays pending: its block is never reused rather than reused too early. */
-static void process_events_locked(cl_host *h) {
+static void process_events_held(cl_host *h) {
   cachalot_backend *be = h->backend;
   size_t kept = 0;
   for (size_t i = 0; i < h->n_pend; i++) {
@@ -216,7 +206,7 @@ static cachalot_status unpin_block(cl_host *h, host_block *b) {
   } else { /* still pinned: back to the cache, free */
     bool hash_oom = false;
     HASH_ADD_PTR(h->blocks, ptr, b);
-    if (!hash_oom) { /* take_free_locked's decrease undone: nothing was pinned again */
+    if (!hash_oom) { /* take_free_held's decrease undone: nothing was pinned again */
       bin_push(h, b);
       h->stats.allocations.current++;
       h->stats.allocations.freed--;
@@ -233,16 +223,16 @@ static cachalot_status unpin_block(cl_host *h, host_block *b) {
 }
 
 /* Takes every free block out of the cache, as a list through next_free (lock held). */
-static host_block *take_free_locked(cl_host *h) {
-  process_events_locked(h);
+static host_block *take_free_held(cl_host *h) {
+  process_events_held(h);
   host_block *list = NULL;
   for (int k = 0; k < BINS; k++) {
     while (h->bins[k]) {
       host_block *b = h->bins[k];
       bin_remove(h, b);
       HASH_DEL(h->blocks, b);
-      stat_add(&h->stats.allocations, -1);
-      stat_add(&h->stats.allocated_bytes, -(int64_t)b->size);
+      cl_stat_add(&h->stats.allocations, -1);
+      cl_stat_add(&h->stats.allocated_bytes, -(int64_t)b->size);
       b->next_free = list;
       list = b;
     }
@@ -278,13 +268,13 @@ cachalot_status cachalot_host_malloc(cachalot_allocator *a, size_t size, void **
                    "cachalot_host_malloc: %zu bytes cannot be rounded up to a power of two", size);
   const size_t round = size == 1 ? 1 : (size_t)1 << (64 - __builtin_clzll((unsigned long long)(size - 1)));
   pthread_mutex_lock(&h->lock);
-  process_events_locked(h);
+  process_events_held(h);
   host_block *b = h->bins[log2_of(round)];
   if (b) {
     bin_remove(h, b);
     b->allocated = true;
-    stat_add(&h->stats.active_requests, 1);
-    stat_add(&h->stats.active_bytes, (int64_t)round);
+    cl_stat_add(&h->stats.active_requests, 1);
+    cl_stat_add(&h->stats.active_bytes, (int64_t)round);
     pthread_mutex_unlock(&h->lock);
     *out = b->ptr;
     return CACHALOT_OK;
@@ -294,7 +284,7 @@ cachalot_status cachalot_host_malloc(cachalot_allocator *a, size_t size, void **
   if (!b && rc == CACHALOT_ERROR_OUT_OF_MEMORY) {
     /* the free blocks of other sizes hold pinned memory the host may need: give them back, once */
     pthread_mutex_lock(&h->lock);
-    host_block *list = take_free_locked(h);
+    host_block *list = take_free_held(h);
     pthread_mutex_unlock(&h->lock);
     if (list) {
       (void)release_list(h, list);
@@ -316,17 +306,17 @@ cachalot_status cachalot_host_malloc(cachalot_allocator *a, size_t size, void **
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "cachalot_host_malloc: host out of memory");
   }
   b->allocated = true;
-  stat_add(&h->stats.allocations, 1);
-  stat_add(&h->stats.allocated_bytes, (int64_t)round);
-  stat_add(&h->stats.active_requests, 1);
-  stat_add(&h->stats.active_bytes, (int64_t)round);
+  cl_stat_add(&h->stats.allocations, 1);
+  cl_stat_add(&h->stats.allocated_bytes, (int64_t)round);
+  cl_stat_add(&h->stats.active_requests, 1);
+  cl_stat_add(&h->stats.active_bytes, (int64_t)round);
   pthread_mutex_unlock(&h->lock);
   *out = b->ptr;
   return CACHALOT_OK;
 }
 
 /* The allocated block at ptr (lock held); NULL after setting the error. */
-static host_block *find_allocated_locked(cl_host *h, void *ptr, const char *fn) {
+static host_block *find_allocated_held(cl_host *h, void *ptr, const char *fn) {
   host_block *b = NULL;
   HASH_FIND_PTR(h->blocks, &ptr, b);
   if (!b || !b->allocated) {
@@ -345,7 +335,7 @@ cachalot_status cachalot_host_free(cachalot_allocator *a, void *ptr) {
     return rc;
   cachalot_backend *be = h->backend;
   pthread_mutex_lock(&h->lock);
-  host_block *b = find_allocated_locked(h, ptr, "cachalot_host_free");
+  host_block *b = find_allocated_held(h, ptr, "cachalot_host_free");
   if (!b) {
     pthread_mutex_unlock(&h->lock);
     return CACHALOT_ERROR_INVALID_POINTER;
@@ -375,8 +365,8 @@ cachalot_status cachalot_host_free(cachalot_allocator *a, void *ptr) {
     b->kept = true;
     b->n_uses = 0;
     b->allocated = false;
-    stat_add(&h->stats.active_requests, -1);
-    stat_add(&h->stats.active_bytes, -(int64_t)b->size);
+    cl_stat_add(&h->stats.active_requests, -1);
+    cl_stat_add(&h->stats.active_bytes, -(int64_t)b->size);
     pthread_mutex_unlock(&h->lock);
     return CACHALOT_OK;
   }
@@ -397,8 +387,8 @@ cachalot_status cachalot_host_free(cachalot_allocator *a, void *ptr) {
   b->n_events = n;
   b->n_uses = 0;
   b->allocated = false;
-  stat_add(&h->stats.active_requests, -1);
-  stat_add(&h->stats.active_bytes, -(int64_t)b->size);
+  cl_stat_add(&h->stats.active_requests, -1);
+  cl_stat_add(&h->stats.active_bytes, -(int64_t)b->size);
   if (n == 0)
     bin_push(h, b);
   pthread_mutex_unlock(&h->lock);
@@ -419,7 +409,7 @@ cachalot_status cachalot_host_record_event(cachalot_allocator *a, void *ptr, int
     return CACHALOT_ERROR_INVALID_ARGUMENT;
   }
   pthread_mutex_lock(&h->lock);
-  host_block *b = find_allocated_locked(h, ptr, "cachalot_host_record_event");
+  host_block *b = find_allocated_held(h, ptr, "cachalot_host_record_event");
   if (!b) {
     pthread_mutex_unlock(&h->lock);
     return CACHALOT_ERROR_INVALID_POINTER;
@@ -451,7 +441,7 @@ cachalot_status cachalot_host_empty_cache(cachalot_allocator *a) {
   if (rc != CACHALOT_OK)
     return rc;
   pthread_mutex_lock(&h->lock);
-  host_block *list = take_free_locked(h);
+  host_block *list = take_free_held(h);
   pthread_mutex_unlock(&h->lock);
   rc = release_list(h, list);
   if (rc != CACHALOT_OK)

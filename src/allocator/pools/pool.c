@@ -9,8 +9,6 @@
 #include <limits.h>
 #include <string.h>
 
-#define ID_FMT "{%llu, %llu}"
-#define ID_ARGS(id) (unsigned long long)(id).first, (unsigned long long)(id).second
 
 cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a) {
   return (cachalot_mempool_id){atomic_fetch_add(&a->next_capture_pool, 1), 0};
@@ -103,8 +101,8 @@ uint64_t cl_private_pool_free_bytes_locked(const cl_device *d) {
 cachalot_status cl_check_private_id(cachalot_mempool_id id, const char *who) {
   if (cl_pool_id_is_default(id) || (id.first != 0 && id.second != 0))
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "%s: pool id " ID_FMT " is not a private pool id (exactly one half must be non-zero)", who,
-                   ID_ARGS(id));
+                   "%s: pool id " CL_POOL_ID_FMT " is not a private pool id (exactly one half must be non-zero)", who,
+                   CL_POOL_ID_ARGS(id));
   return CACHALOT_OK;
 }
 
@@ -114,10 +112,10 @@ static cachalot_status pool_for_use_locked(cl_device *d, cachalot_mempool_id id,
   cl_pool *p = cl_find_pool_locked(d, id);
   if (p && p->use_count == 0)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
-                   "%s: pool " ID_FMT " was released (use count 0) and cannot be used again", who, ID_ARGS(id));
+                   "%s: pool " CL_POOL_ID_FMT " was released (use count 0) and cannot be used again", who, CL_POOL_ID_ARGS(id));
   if (p && p->use_count == INT_MAX)
-    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " has %d uses, the most it can count", who,
-                   ID_ARGS(id), INT_MAX);
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " CL_POOL_ID_FMT " has %d uses, the most it can count", who,
+                   CL_POOL_ID_ARGS(id), INT_MAX);
   if (!p) {
     cl_private_pool *pp = calloc(1, sizeof *pp);
     p = pp ? &pp->base : NULL;
@@ -140,7 +138,7 @@ cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cach
   CL_ASSERT_EXCLUSIVE(d);
   for (int i = 0; i < d->n_routes; i++)
     if (!memcmp(&d->routes[i].pool->id, &id, sizeof id))
-      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " ID_FMT, who, ID_ARGS(id));
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: already allocating to pool " CL_POOL_ID_FMT, who, CL_POOL_ID_ARGS(id));
   if (d->n_routes == d->cap_routes) {
     int cap = d->cap_routes ? d->cap_routes * 2 : 4;
     cl_route *r = realloc(d->routes, (size_t)cap * sizeof *r);
@@ -201,8 +199,8 @@ cachalot_status cl_route_end_locked(cl_device *d, cachalot_mempool_id id) {
       return CACHALOT_OK;
     }
   }
-  return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_end_allocate_to_pool: not allocating to pool " ID_FMT,
-                 ID_ARGS(id));
+  return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_end_allocate_to_pool: not allocating to pool " CL_POOL_ID_FMT,
+                 CL_POOL_ID_ARGS(id));
 }
 
 cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
@@ -220,7 +218,7 @@ cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id)
   cl_pool *p = cl_find_pool_locked(d, id);
   if (!p || p->use_count == 0)
     return cl_fail(p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT,
-                   "cachalot_release_pool: %s pool " ID_FMT, p ? "already released" : "no such", ID_ARGS(id));
+                   "cachalot_release_pool: %s pool " CL_POOL_ID_FMT, p ? "already released" : "no such", CL_POOL_ID_ARGS(id));
   if (--p->use_count == 0)
     cl_pools_collect_locked(d); /* an empty pool disappears at once; one with segments when they go */
   return CACHALOT_OK;
@@ -247,8 +245,8 @@ static cachalot_status enter_pool_in_use(cachalot_allocator *a, int device, cach
   *p = cl_find_pool_locked(*d, id);
   if (*p && (*p)->use_count > 0)
     return CACHALOT_OK;
-  rc = cl_fail(*p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " ID_FMT, who,
-               *p ? "released" : "no such", ID_ARGS(id));
+  rc = cl_fail(*p ? CACHALOT_ERROR_INVALID_STATE : CACHALOT_ERROR_INVALID_ARGUMENT, "%s: %s pool " CL_POOL_ID_FMT, who,
+               *p ? "released" : "no such", CL_POOL_ID_ARGS(id));
   cl_leave_exclusive(*d);
   return rc;
 }
@@ -265,7 +263,7 @@ cachalot_status cachalot_pool_set_source(cachalot_allocator *a, int device, cach
   if (rc != CACHALOT_OK)
     return rc;
   if (p->bins || ((cl_private_pool *)p)->holds || cl_pool_source(d, p)) /* bins: a malloc reached it */
-    rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " ID_FMT " %s", who, ID_ARGS(id),
+    rc = cl_fail(CACHALOT_ERROR_INVALID_STATE, "%s: pool " CL_POOL_ID_FMT " %s", who, CL_POOL_ID_ARGS(id),
                  cl_pool_source(d, p) ? "already has a source" : "has already been allocated from");
   else
     ((cl_private_pool *)p)->source = *src;
@@ -319,5 +317,5 @@ cachalot_status cachalot_pool_use_count(cachalot_allocator *a, int device, cacha
     *out = p->use_count;
   cl_leave_exclusive(d);
   return p ? CACHALOT_OK
-           : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: no such pool " ID_FMT, ID_ARGS(id));
+           : cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_pool_use_count: no such pool " CL_POOL_ID_FMT, CL_POOL_ID_ARGS(id));
 }

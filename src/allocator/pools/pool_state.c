@@ -5,8 +5,6 @@
 
 #include <stdlib.h>
 
-#define ID_FMT "{%llu, %llu}"
-#define ID_ARGS(id) (unsigned long long)(id).first, (unsigned long long)(id).second
 
 /* The pool's segments (not being released), in address order, in a malloc'ed array. */
 static cachalot_status pool_segments_locked(cl_device *d, cl_pool *p, cl_segment ***out, size_t *n) {
@@ -53,7 +51,7 @@ cachalot_status cachalot_checkpoint_pool(cachalot_allocator *a, int device, cach
   size_t n = 0;
   cachalot_pool_state *st = NULL;
   if (!p) {
-    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_checkpoint_pool: no such pool " ID_FMT, ID_ARGS(id));
+    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_checkpoint_pool: no such pool " CL_POOL_ID_FMT, CL_POOL_ID_ARGS(id));
     goto out;
   }
   if ((rc = pool_segments_locked(d, p, &segs, &n)) != CACHALOT_OK)
@@ -304,8 +302,8 @@ static cachalot_status restore_pool(cachalot_allocator *a, const cachalot_pool_s
   cl_pool *p = cl_find_pool_locked(d, state->pool);
   cl_block *spare = NULL;
   if (!p) {
-    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: no such pool " ID_FMT,
-                 ID_ARGS(state->pool));
+    rc = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_restore_pool: no such pool " CL_POOL_ID_FMT,
+                 CL_POOL_ID_ARGS(state->pool));
     goto fail;
   }
   /* Validate everything before changing anything. */

@@ -7,6 +7,10 @@
 #include "../core/core.h"
 #include "../expandable/expandable.h"
 
+/* A pool id in messages: "{first, second}". */
+#define CL_POOL_ID_FMT "{%llu, %llu}"
+#define CL_POOL_ID_ARGS(id) (unsigned long long)(id).first, (unsigned long long)(id).second
+
 /* --- capture_reuse.c (graph_capture_record_stream_reuse) --- */
 /* The nodes where the captured work of b's stream and of every stream that used it ends, for a block
  * freed during a capture; NULL when that cannot be told (a stream not in the same capture, a backend
@@ -22,6 +26,7 @@ cachalot_mempool_id cl_capture_pool_id(cachalot_allocator *a);
 /* A malloc's hold on its private pool while it may drop the device lock (released meanwhile, the pool
  * stays until the hold goes); the default pool needs none. cl_pool_unhold_locked collects it if freeable. */
 static inline void cl_pool_hold_locked(cl_device *d, cl_pool *p) {
+  CL_ASSERT_EXCLUSIVE(d);
   if (!cl_pool_is_default(d, p))
     ((cl_private_pool *)p)->holds++;
 }

@@ -23,7 +23,7 @@ static struct cl_event *pool_pop(cl_cuda_event_pool *pool) {
 }
 
 /* (words_get, under the words' lock) */
-static uint32_t *make_words_locked(cl_cuda_backend *cb) {
+static uint32_t *make_words_held(cl_cuda_backend *cb) {
   cl_cuda_words *w = &cb->words;
   uint32_t *host = atomic_load_explicit(&w->host, memory_order_relaxed);
   if (!host && !atomic_load_explicit(&w->off, memory_order_relaxed)) {
@@ -52,7 +52,7 @@ static uint32_t *words_get(cl_cuda_backend *cb) {
   uint32_t *host = atomic_load_explicit(&w->host, memory_order_acquire);
   if (!host && !atomic_load_explicit(&w->off, memory_order_relaxed)) {
     pthread_mutex_lock(&w->mu);
-    host = make_words_locked(cb);
+    host = make_words_held(cb);
     pthread_mutex_unlock(&w->mu);
   }
   return atomic_load_explicit(&w->off, memory_order_relaxed) ? NULL : host;

@@ -12,7 +12,7 @@ static _Thread_local cachalot_capture_mode sim_thread_mode = CACHALOT_CAPTURE_GL
 
 /* CUDA's rule for calls that may synchronize (cudaMalloc, cudaFree) while a capture is underway; see the
  * comment at the top of sim.h. */
-bool cl_sim_unsafe_call_prohibited_locked(struct sim_backend *sim) {
+bool cl_sim_unsafe_call_prohibited_held(struct sim_backend *sim) {
   cachalot_capture_mode mine = sim_thread_mode;
   if (mine == CACHALOT_CAPTURE_RELAXED)
     return false;
@@ -163,7 +163,7 @@ static bool reserve_deps(struct sim_stream *st, size_t need) {
 
 /* Ends capture `c` whatever its state: every member leaves it, and the counters and the capture list
  * forget it. Its node arrays are freed unless they were moved to a graph (set to NULL) first. */
-void cl_sim_capture_finish_locked(struct sim_backend *sim, struct sim_capture *c) {
+void cl_sim_capture_finish_held(struct sim_backend *sim, struct sim_capture *c) {
   for (size_t i = 0; i < c->n_members; i++) {
     c->members[i]->capture = NULL;
     c->members[i]->n_deps = 0;
@@ -185,7 +185,7 @@ void cl_sim_capture_finish_locked(struct sim_backend *sim, struct sim_capture *c
 }
 
 /* Shared by the capture_begin op and cachalot_sim_capture_begin; `stream` is a live created stream. */
-cachalot_status cl_sim_capture_begin_locked(struct sim_backend *sim, struct sim_stream *stream,
+cachalot_status cl_sim_capture_begin_held(struct sim_backend *sim, struct sim_stream *stream,
                                             cachalot_capture_mode mode, const char *fn) {
   if (stream->capture)
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
@@ -271,7 +271,7 @@ static bool capture_joined(const struct sim_capture *c, bool *joined, size_t *un
 }
 
 /* Shared by the capture_end op and cachalot_sim_capture_end (graph == NULL: the graph is dropped). */
-cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_stream *stream, const char *fn,
+cachalot_status cl_sim_capture_end_held(struct sim_backend *sim, struct sim_stream *stream, const char *fn,
                                           struct cl_graph **graph, size_t *n_nodes) {
   struct sim_capture *c = stream->capture;
   if (!c)
@@ -279,7 +279,7 @@ cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_st
                    (uintptr_t)stream->key);
   if (c->origin != stream) {
     /* cudaErrorStreamCaptureUnmatched, which also invalidates the capture (seen on CUDA 13). */
-    capture_invalidate_locked(c);
+    capture_invalidate_held(c);
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "%s: capture was not initiated in this stream (stream 0x%" PRIxPTR
                    " joined capture %" PRIu64 " of stream 0x%" PRIxPTR "); the capture is now invalidated",
@@ -288,13 +288,13 @@ cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_st
   uint64_t id = c->id;
   if (c->mode != CACHALOT_CAPTURE_RELAXED && !pthread_equal(c->thread, pthread_self())) {
     /* cudaErrorStreamCaptureWrongThread, which also ends the capture (seen on CUDA 13). */
-    cl_sim_capture_finish_locked(sim, c);
+    cl_sim_capture_finish_held(sim, c);
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "%s: capture %" PRIu64 " must be ended by the thread that began it; it is ended, with no graph",
                    fn, id);
   }
   if (c->invalidated) {
-    cl_sim_capture_finish_locked(sim, c);
+    cl_sim_capture_finish_held(sim, c);
     return cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s (capture %" PRIu64 " was invalidated; no graph)", fn,
                    MSG_INVALIDATED, id);
   }
@@ -304,7 +304,7 @@ cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_st
     return host_oom(fn); /* the capture stays underway */
   if (!joined) {
     size_t total = c->n_nodes;
-    cl_sim_capture_finish_locked(sim, c);
+    cl_sim_capture_finish_held(sim, c);
     return cl_fail(CACHALOT_ERROR_INVALID_STATE,
                    "%s: capture sequence contains a fork that was not joined to the primary stream (%zu of the "
                    "%zu nodes of capture %" PRIu64 " are not waited on by stream 0x%" PRIxPTR
@@ -329,13 +329,13 @@ cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_st
     *graph = g;
     *n_nodes = g->n_nodes;
   }
-  cl_sim_capture_finish_locked(sim, c);
+  cl_sim_capture_finish_held(sim, c);
   return CACHALOT_OK;
 }
 
 /* Adds a node of `kind` to the capture of `st` (capturing, not invalidated), depending on every node
  * `st` depends on; `st` then depends on the new node alone. Nothing changes on host OOM. */
-static cachalot_status capture_add_node_locked(struct sim_stream *st, enum sim_node_kind kind, const char *fn) {
+static cachalot_status capture_add_node_held(struct sim_stream *st, enum sim_node_kind kind, const char *fn) {
   struct sim_capture *c = st->capture;
   if (c->n_nodes + 1 > c->cap_nodes) {
     unsigned char *q = grow_array(c->kinds, &c->cap_nodes, c->n_nodes + 1, sizeof *q);
@@ -361,14 +361,14 @@ static cachalot_status capture_add_node_locked(struct sim_stream *st, enum sim_n
 }
 
 /* One work item on `st`: a node of its capture, or the stream's next number. */
-cachalot_status cl_sim_enqueue_locked(struct sim_backend *sim, struct sim_stream *st, enum sim_node_kind kind,
+cachalot_status cl_sim_enqueue_held(struct sim_backend *sim, struct sim_stream *st, enum sim_node_kind kind,
                                       const char *fn) {
   if (st->capture) {
     if (st->capture->invalidated)
       return cl_fail(CACHALOT_ERROR_DEVICE, "%s: %s", fn, MSG_INVALIDATED);
-    return capture_add_node_locked(st, kind, fn);
+    return capture_add_node_held(st, kind, fn);
   }
-  (void)sim_submit_locked(sim, st, 1);
+  (void)sim_submit_held(sim, st, 1);
   return CACHALOT_OK;
 }
 
@@ -384,9 +384,9 @@ cachalot_status cl_sim_capture_begin(cachalot_backend *b, int device, cachalot_s
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated capture begin: invalid capture mode %d", (int)mode);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
+  st = resolve_stream_held(sim, device, s, &stream);
   if (st == CACHALOT_OK)
-    st = cl_sim_capture_begin_locked(sim, stream, mode, "simulated capture begin");
+    st = cl_sim_capture_begin_held(sim, stream, mode, "simulated capture begin");
   sim_unlock(sim);
   return st;
 }
@@ -407,15 +407,15 @@ cachalot_status cl_sim_capture_end(cachalot_backend *b, int device, cachalot_str
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "CUDA graphs must be captured on a non-default stream");
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
+  st = resolve_stream_held(sim, device, s, &stream);
   if (st == CACHALOT_OK)
-    st = cl_sim_capture_end_locked(sim, stream, "simulated capture end", graph, n_nodes);
+    st = cl_sim_capture_end_held(sim, stream, "simulated capture end", graph, n_nodes);
   sim_unlock(sim);
   return st;
 }
 
 /* Adds the dependencies of `s` to those of `waiter` (both in the same capture), without duplicates. */
-static cachalot_status deps_union_locked(struct sim_stream *waiter, const struct sim_stream *s, const char *fn) {
+static cachalot_status deps_union_held(struct sim_stream *waiter, const struct sim_stream *s, const char *fn) {
   if (waiter == s)
     return CACHALOT_OK;
   if (!reserve_deps(waiter, waiter->n_deps + s->n_deps))
@@ -442,8 +442,8 @@ cachalot_status cl_sim_stream_wait(cachalot_backend *b, int device, cachalot_str
     return st;
   sim_lock(sim);
   struct sim_stream *w = NULL, *src = NULL;
-  if ((st = resolve_any_stream_locked(sim, device, waiter, &w)) != CACHALOT_OK ||
-      (st = resolve_any_stream_locked(sim, device, s, &src)) != CACHALOT_OK)
+  if ((st = resolve_any_stream_held(sim, device, waiter, &w)) != CACHALOT_OK ||
+      (st = resolve_any_stream_held(sim, device, s, &src)) != CACHALOT_OK)
     goto out;
   struct sim_capture *cs = src->capture, *cw = w->capture;
   if (cs && cs->invalidated) {
@@ -473,18 +473,18 @@ cachalot_status cl_sim_stream_wait(cachalot_backend *b, int device, cachalot_str
     }
   } else if (cs && cw == cs) {
     /* A join (or a further fork) inside one capture. */
-    st = deps_union_locked(w, src, fn);
+    st = deps_union_held(w, src, fn);
   } else if (cs && cw) {
     /* cudaErrorStreamCaptureMerge, which invalidates both captures (seen on CUDA 13). */
-    capture_invalidate_locked(cs);
-    capture_invalidate_locked(cw);
+    capture_invalidate_held(cs);
+    capture_invalidate_held(cw);
     st = cl_fail(CACHALOT_ERROR_DEVICE,
                  "%s: operation would have resulted in a merge of two independent capture sequences (captures %" PRIu64
                  " and %" PRIu64 " are now invalidated)",
                  fn, cw->id, cs->id);
   } else if (cw) {
     /* cudaErrorStreamCaptureIsolation, which invalidates the capture (seen on CUDA 13). */
-    capture_invalidate_locked(cw);
+    capture_invalidate_held(cw);
     st = cl_fail(CACHALOT_ERROR_DEVICE,
                  "%s: dependency created on uncaptured work in another stream (capture %" PRIu64
                  " is now invalidated)",

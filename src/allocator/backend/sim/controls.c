@@ -35,13 +35,13 @@ cachalot_status cachalot_sim_stream_complete(cachalot_backend *b, cachalot_strea
   if (!s) {
     for (int d = 0; d < sim->base.device_count; d++) {
       sim->dev[d].default_stream.completed = sim->dev[d].default_stream.submitted;
-      sim_completed_locked(sim, &sim->dev[d].default_stream);
+      sim_completed_held(sim, &sim->dev[d].default_stream);
     }
   } else {
-    struct sim_stream *stream = find_stream_locked(sim, s);
+    struct sim_stream *stream = find_stream_held(sim, s);
     if (stream) {
       stream->completed = stream->submitted;
-      sim_completed_locked(sim, stream);
+      sim_completed_held(sim, stream);
     } else {
       st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                    "cachalot_sim_stream_complete: unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
@@ -133,11 +133,11 @@ cachalot_status cachalot_sim_capture_begin(cachalot_backend *b, cachalot_stream 
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = live_stream_locked(sim, s, &stream);
+  st = live_stream_held(sim, s, &stream);
   if (st != CACHALOT_OK)
     cl_error_prefix("cachalot_sim_capture_begin: ");
   else
-    st = cl_sim_capture_begin_locked(sim, stream, mode, "cachalot_sim_capture_begin");
+    st = cl_sim_capture_begin_held(sim, stream, mode, "cachalot_sim_capture_begin");
   sim_unlock(sim);
   return st;
 }
@@ -151,20 +151,20 @@ cachalot_status cachalot_sim_capture_end(cachalot_backend *b, cachalot_stream s)
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = live_stream_locked(sim, s, &stream);
+  st = live_stream_held(sim, s, &stream);
   if (st != CACHALOT_OK)
     cl_error_prefix("cachalot_sim_capture_end: ");
   else
-    st = cl_sim_capture_end_locked(sim, stream, "cachalot_sim_capture_end", NULL, NULL);
+    st = cl_sim_capture_end_held(sim, stream, "cachalot_sim_capture_end", NULL, NULL);
   sim_unlock(sim);
   return st;
 }
 
 /* The stream a public control names: NULL is device 0's default stream; a destroyed stream is still
  * named (its work can still be inspected). */
-static cachalot_status public_stream_locked(struct sim_backend *sim, cachalot_stream s, const char *fn,
+static cachalot_status public_stream_held(struct sim_backend *sim, cachalot_stream s, const char *fn,
                                             struct sim_stream **out) {
-  *out = s ? find_stream_locked(sim, s) : &sim->dev[0].default_stream;
+  *out = s ? find_stream_held(sim, s) : &sim->dev[0].default_stream;
   if (!*out)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: unknown simulated stream 0x%" PRIxPTR, fn, handle_bits(s));
   return CACHALOT_OK;
@@ -177,12 +177,12 @@ cachalot_status cachalot_sim_launch(cachalot_backend *b, cachalot_stream s) {
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = public_stream_locked(sim, s, "cachalot_sim_launch", &stream);
+  st = public_stream_held(sim, s, "cachalot_sim_launch", &stream);
   if (st == CACHALOT_OK && stream->destroyed)
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_sim_launch: simulated stream 0x%" PRIxPTR " was destroyed",
                  handle_bits(s));
   if (st == CACHALOT_OK)
-    st = cl_sim_enqueue_locked(sim, stream, SIM_NODE_KERNEL, "cachalot_sim_launch");
+    st = cl_sim_enqueue_held(sim, stream, SIM_NODE_KERNEL, "cachalot_sim_launch");
   sim_unlock(sim);
   return st;
 }
@@ -197,7 +197,7 @@ cachalot_status cachalot_sim_stream_submitted(cachalot_backend *b, cachalot_stre
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = public_stream_locked(sim, s, "cachalot_sim_stream_submitted", &stream);
+  st = public_stream_held(sim, s, "cachalot_sim_stream_submitted", &stream);
   if (st == CACHALOT_OK)
     *out = stream->submitted;
   sim_unlock(sim);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* Whether this device allocation (or map) is to fail by fault injection; counts it (lock held). */
-bool cl_sim_inject_locked(struct sim_backend *sim) {
+bool cl_sim_inject_held(struct sim_backend *sim) {
   bool inject = false;
   if (sim->fail_every > 0 && ++sim->alloc_count % (uint64_t)sim->fail_every == 0)
     inject = true;
@@ -33,14 +33,14 @@ cachalot_status cl_sim_alloc(cachalot_backend *b, int device, size_t size, void 
   uint64_t aligned = 0;
   struct sim_alloc *rec = NULL;
   bool oom = false;
-  if (cl_sim_unsafe_call_prohibited_locked(sim)) {
+  if (cl_sim_unsafe_call_prohibited_held(sim)) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "operation not permitted when stream is capturing");
     goto out;
   }
 
   /* Fault injection sits after the capture check, so only allocations the device would have attempted
    * count toward fail_every, including those the fail-next count already failed. */
-  if (cl_sim_inject_locked(sim)) {
+  if (cl_sim_inject_held(sim)) {
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected device allocation failure");
     goto out;
   }
@@ -110,14 +110,14 @@ cachalot_status cl_sim_free(cachalot_backend *b, int device, void *ptr) {
   }
   /* cudaFree synchronizes the device, which CUDA refuses while a capture the thread must respect is
    * underway; a free during capture is an allocator bug we want to surface. */
-  if (cl_sim_unsafe_call_prohibited_locked(sim)) {
+  if (cl_sim_unsafe_call_prohibited_held(sim)) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "operation not permitted when stream is capturing");
     goto out;
   }
   HASH_DEL(sim->allocs, rec);
   sim->dev[device].used -= rec->size;
   free(rec);
-  sim_complete_device_locked(sim, device);
+  sim_complete_device_held(sim, device);
   st = CACHALOT_OK;
 out:
   sim_unlock(sim);
@@ -149,15 +149,15 @@ cachalot_status cl_sim_device_sync(cachalot_backend *b, int device) {
   if (st != CACHALOT_OK)
     return st;
   sim_lock(sim);
-  if (cl_sim_unsafe_call_prohibited_locked(sim))
+  if (cl_sim_unsafe_call_prohibited_held(sim))
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated device sync: operation not permitted when stream is capturing");
   else
-    sim_complete_device_locked(sim, device);
+    sim_complete_device_held(sim, device);
   sim_unlock(sim);
   return st;
 }
 
-static struct sim_event *pop_event_locked(struct sim_backend *sim) {
+static struct sim_event *pop_event_held(struct sim_backend *sim) {
   if (!sim->free_events) {
     struct sim_event_slab *slab = malloc(sizeof *slab);
     if (!slab)
@@ -195,7 +195,7 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
     st = cl_fail(CACHALOT_ERROR_DEVICE, "injected event failure");
     goto out;
   }
-  struct sim_event *ev = pop_event_locked(sim);
+  struct sim_event *ev = pop_event_held(sim);
   if (!ev) {
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "host out of memory");
     goto out;
@@ -206,7 +206,7 @@ cachalot_status cl_sim_event_record(cachalot_backend *b, int device, cachalot_st
     /* Recording into a capture adds a graph node, not device work: the stream's numbering is untouched. */
     ev->seq = stream->submitted;
   } else {
-    ev->seq = sim_submit_locked(sim, stream, 1);
+    ev->seq = sim_submit_held(sim, stream, 1);
   }
   *out = (cl_event *)ev;
   st = CACHALOT_OK;
@@ -217,7 +217,7 @@ out:
 
 /* Shared by query and sync: an event that is not recorded (released, or never from this pool) or that was
  * captured cannot be asked about. */
-static cachalot_status check_event_locked(const struct sim_event *ev, const char *fn) {
+static cachalot_status check_event_held(const struct sim_event *ev, const char *fn) {
   if (!ev->stream)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "%s: the simulated event is not recorded (released?)",
                    fn);
@@ -238,7 +238,7 @@ cachalot_status cl_sim_event_query(cachalot_backend *b, cl_event *e, bool *done)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated event query: event is NULL");
   struct sim_event *ev = (struct sim_event *)e;
   sim_lock(sim);
-  cachalot_status st = check_event_locked(ev, "simulated event query");
+  cachalot_status st = check_event_held(ev, "simulated event query");
   if (st == CACHALOT_OK) {
     sim_stream_settle(sim, ev->stream);
     *done = ev->stream->completed >= ev->seq;
@@ -253,14 +253,14 @@ cachalot_status cl_sim_event_sync(cachalot_backend *b, cl_event *e) {
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated event sync: event is NULL");
   struct sim_event *ev = (struct sim_event *)e;
   sim_lock(sim);
-  cachalot_status st = check_event_locked(ev, "simulated event sync");
+  cachalot_status st = check_event_held(ev, "simulated event sync");
   /* Nothing runs on a simulated device but the caller's say-so, so waiting is what finishes the work;
    * everything before the event on its stream finishes with it. */
   if (st == CACHALOT_OK)
     sim_stream_settle(sim, ev->stream);
   if (st == CACHALOT_OK && ev->stream->completed < ev->seq) {
     ev->stream->completed = ev->seq;
-    sim_completed_locked(sim, ev->stream);
+    sim_completed_held(sim, ev->stream);
   }
   sim_unlock(sim);
   return st;
@@ -291,7 +291,7 @@ const uint32_t *cl_sim_completion_word(cachalot_backend *b, int device) {
 }
 
 /* Keeps `ev` among the watched events; false on host OOM. */
-static bool watch_add_locked(struct sim_backend *sim, const struct sim_event *ev) {
+static bool watch_add_held(struct sim_backend *sim, const struct sim_event *ev) {
   if (sim->n_watches == sim->cap_watches) {
     size_t cap = sim->cap_watches ? sim->cap_watches * 2 : 16;
     struct sim_watch *w = realloc(sim->watches, cap * sizeof *w);
@@ -314,10 +314,10 @@ void cl_sim_completion_watch(cachalot_backend *b, int device, cl_event *e) {
   /* Moved now where the event is done already or nothing could be waited for on; where it cannot be kept,
    * as the contract asks, with no word from here on. */
   if (!ev || !ev->stream || ev->captured || ev->stream->completed >= ev->seq) {
-    sim_raise_locked(sim);
-  } else if (!watch_add_locked(sim, ev)) {
+    sim_raise_held(sim);
+  } else if (!watch_add_held(sim, ev)) {
     sim->no_word = true;
-    sim_raise_locked(sim);
+    sim_raise_held(sim);
   }
   sim_unlock(sim);
 }

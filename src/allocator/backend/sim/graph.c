@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool graph_known_locked(const struct sim_backend *sim, const struct cl_graph *g) {
+static bool graph_known_held(const struct sim_backend *sim, const struct cl_graph *g) {
   for (const struct cl_graph *x = sim->graphs; x; x = x->next)
     if (x == g)
       return true;
   return false;
 }
 
-static bool exec_known_locked(const struct sim_backend *sim, const struct cl_graph_exec *e) {
+static bool exec_known_held(const struct sim_backend *sim, const struct cl_graph_exec *e) {
   for (const struct cl_graph_exec *x = sim->execs; x; x = x->next)
     if (x == e)
       return true;
@@ -32,7 +32,7 @@ cachalot_status cl_sim_graph_instantiate(cachalot_backend *b, int device, cl_gra
   if (!e)
     return host_oom("simulated graph instantiate");
   sim_lock(sim);
-  if (!g || !graph_known_locked(sim, g)) {
+  if (!g || !graph_known_held(sim, g)) {
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph instantiate: %p is not a live simulated graph",
                  (void *)g);
     free(e);
@@ -55,18 +55,18 @@ cachalot_status cl_sim_graph_launch(cachalot_backend *b, int device, cl_graph_ex
     return st;
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  if (!e || !exec_known_locked(sim, e)) {
+  if (!e || !exec_known_held(sim, e)) {
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT,
                  "simulated graph launch: %p is not a live simulated graph instance", (void *)e);
-  } else if ((st = resolve_stream_locked(sim, device, s, &stream)) != CACHALOT_OK) {
+  } else if ((st = resolve_stream_held(sim, device, s, &stream)) != CACHALOT_OK) {
     /* failed */
   } else if (stream->capture) {
     /* cudaGraphLaunch into a capture is refused and invalidates it (seen on CUDA 13). */
-    capture_invalidate_locked(stream->capture);
+    capture_invalidate_held(stream->capture);
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated graph launch: %s (the capture is now invalidated)",
                  MSG_UNSUPPORTED);
   } else {
-    (void)sim_submit_locked(sim, stream, e->n_nodes);
+    (void)sim_submit_held(sim, stream, e->n_nodes);
   }
   sim_unlock(sim);
   return st;
@@ -78,7 +78,7 @@ void cl_sim_graph_destroy(cachalot_backend *b, cl_graph *g) {
     return;
   sim_lock(sim);
   /* An unknown handle (destroyed twice, or not ours) is ignored rather than freed. */
-  if (graph_known_locked(sim, g)) {
+  if (graph_known_held(sim, g)) {
     if (g->prev)
       g->prev->next = g->next;
     else
@@ -97,7 +97,7 @@ void cl_sim_graph_exec_destroy(cachalot_backend *b, cl_graph_exec *e) {
   if (!e)
     return;
   sim_lock(sim);
-  if (exec_known_locked(sim, e)) {
+  if (exec_known_held(sim, e)) {
     if (e->prev)
       e->prev->next = e->next;
     else
@@ -116,7 +116,7 @@ cachalot_status cl_sim_graph_debug_dot(cachalot_backend *b, cl_graph *g, const c
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: path is NULL");
   sim_lock(sim);
   cachalot_status st = CACHALOT_OK;
-  if (!g || !graph_known_locked(sim, g)) {
+  if (!g || !graph_known_held(sim, g)) {
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated graph debug dot: %p is not a live simulated graph",
                  (void *)g);
     goto out;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 /* Whether this pinning is to fail by fault injection; counts it (lock held). */
-static bool inject_host_locked(struct sim_backend *sim) {
+static bool inject_host_held(struct sim_backend *sim) {
   if (sim->fail_host <= 0)
     return false;
   sim->fail_host--;
@@ -14,13 +14,13 @@ static bool inject_host_locked(struct sim_backend *sim) {
 }
 
 /* cudaFreeHost synchronizes the device (every device: the memory may be in use by any of them). */
-static void complete_all_locked(struct sim_backend *sim) {
+static void complete_all_held(struct sim_backend *sim) {
   for (int d = 0; d < sim->base.device_count; d++)
-    sim_complete_device_locked(sim, d);
+    sim_complete_device_held(sim, d);
 }
 
 /* Any live range that [p, p + size) overlaps (lock held). The ranges are few: a linear scan. */
-static struct sim_host *overlap_locked(struct sim_backend *sim, const char *p, size_t size) {
+static struct sim_host *overlap_held(struct sim_backend *sim, const char *p, size_t size) {
   struct sim_host *h, *tmp;
   HASH_ITER(hh, sim->host, h, tmp) {
     const char *q = h->ptr;
@@ -30,7 +30,7 @@ static struct sim_host *overlap_locked(struct sim_backend *sim, const char *p, s
   return NULL;
 }
 
-static cachalot_status add_locked(struct sim_backend *sim, void *ptr, size_t size, bool registered) {
+static cachalot_status add_held(struct sim_backend *sim, void *ptr, size_t size, bool registered) {
   struct sim_host *h = malloc(sizeof *h);
   if (!h)
     return host_oom("simulated host pinning");
@@ -49,7 +49,7 @@ static cachalot_status add_locked(struct sim_backend *sim, void *ptr, size_t siz
 }
 
 /* The live range that starts at ptr, of the kind asked for; NULL after setting the error. */
-static struct sim_host *find_locked(struct sim_backend *sim, void *ptr, bool registered, const char *fn) {
+static struct sim_host *find_held(struct sim_backend *sim, void *ptr, bool registered, const char *fn) {
   struct sim_host *h = NULL;
   HASH_FIND_PTR(sim->host, &ptr, h);
   if (!h || h->registered != registered) {
@@ -60,7 +60,7 @@ static struct sim_host *find_locked(struct sim_backend *sim, void *ptr, bool reg
   return h;
 }
 
-static void remove_locked(struct sim_backend *sim, struct sim_host *h) {
+static void remove_held(struct sim_backend *sim, struct sim_host *h) {
   HASH_DEL(sim->host, h);
   if (h->registered)
     sim->host_registered -= h->size;
@@ -79,13 +79,13 @@ cachalot_status cl_sim_host_alloc(cachalot_backend *b, size_t size, void **ptr) 
   sim_lock(sim);
   cachalot_status st = CACHALOT_OK;
   void *p = NULL;
-  if (cl_sim_unsafe_call_prohibited_locked(sim)) /* cudaErrorStreamCaptureUnsupported */
+  if (cl_sim_unsafe_call_prohibited_held(sim)) /* cudaErrorStreamCaptureUnsupported */
     st = cl_fail(CACHALOT_ERROR_DEVICE, "%s", MSG_UNSUPPORTED);
-  else if (inject_host_locked(sim))
+  else if (inject_host_held(sim))
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected host allocation failure");
   else if (!(p = malloc(size)))
     st = host_oom("simulated host allocation");
-  else if ((st = add_locked(sim, p, size, false)) != CACHALOT_OK)
+  else if ((st = add_held(sim, p, size, false)) != CACHALOT_OK)
     free(p);
   else
     *ptr = p;
@@ -97,15 +97,15 @@ cachalot_status cl_sim_host_free(cachalot_backend *b, void *ptr) {
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
   cachalot_status st = CACHALOT_OK;
-  struct sim_host *h = find_locked(sim, ptr, false, "simulated host free");
+  struct sim_host *h = find_held(sim, ptr, false, "simulated host free");
   if (!h) {
     st = CACHALOT_ERROR_INVALID_ARGUMENT;
-  } else if (cl_sim_unsafe_call_prohibited_locked(sim)) {
+  } else if (cl_sim_unsafe_call_prohibited_held(sim)) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "%s", MSG_UNSUPPORTED);
   } else {
-    complete_all_locked(sim);
+    complete_all_held(sim);
     free(h->ptr);
-    remove_locked(sim, h);
+    remove_held(sim, h);
   }
   sim_unlock(sim);
   return st;
@@ -118,15 +118,15 @@ cachalot_status cl_sim_host_register(cachalot_backend *b, void *ptr, size_t size
                    ptr ? "size is 0" : "ptr is NULL");
   sim_lock(sim);
   cachalot_status st = CACHALOT_OK;
-  if (overlap_locked(sim, ptr, size))
+  if (overlap_held(sim, ptr, size))
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated host register: [%p, +%zu) is already pinned", ptr,
                  size);
-  else if (cl_sim_unsafe_call_prohibited_locked(sim))
+  else if (cl_sim_unsafe_call_prohibited_held(sim))
     st = cl_fail(CACHALOT_ERROR_DEVICE, "%s", MSG_UNSUPPORTED);
-  else if (inject_host_locked(sim))
+  else if (inject_host_held(sim))
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected host register failure");
   else
-    st = add_locked(sim, ptr, size, true);
+    st = add_held(sim, ptr, size, true);
   sim_unlock(sim);
   return st;
 }
@@ -134,18 +134,18 @@ cachalot_status cl_sim_host_register(cachalot_backend *b, void *ptr, size_t size
 cachalot_status cl_sim_host_unregister(cachalot_backend *b, void *ptr) {
   struct sim_backend *sim = sim_of(b);
   sim_lock(sim);
-  struct sim_host *h = find_locked(sim, ptr, true, "simulated host unregister");
+  struct sim_host *h = find_held(sim, ptr, true, "simulated host unregister");
   if (h)
-    remove_locked(sim, h);
+    remove_held(sim, h);
   sim_unlock(sim);
   return h ? CACHALOT_OK : CACHALOT_ERROR_INVALID_ARGUMENT;
 }
 
-void cl_sim_host_destroy_locked(struct sim_backend *sim) {
+void cl_sim_host_destroy_held(struct sim_backend *sim) {
   struct sim_host *h, *tmp;
   HASH_ITER(hh, sim->host, h, tmp) {
     if (!h->registered)
       free(h->ptr); /* the backend's own; registered memory is its owner's to free */
-    remove_locked(sim, h);
+    remove_held(sim, h);
   }
 }

@@ -20,7 +20,7 @@
  *   ends on its origin stream only, and fails as "unjoined" unless every node is an ancestor of (or is)
  *   a node the origin stream depends on at that point, i.e. every side stream's work was waited on by
  *   the origin stream after it was enqueued. The misuses CUDA answers by invalidating a capture (see
- *   capture_invalidate_locked's callers) do so here too; ending an invalidated capture fails with no
+ *   capture_invalidate_held's callers) do so here too; ending an invalidated capture fails with no
  *   graph. A replay enqueues the graph's nodes as work on the stream, one number each.
  * - Pinned host memory: real host memory (malloc), counted by kind; freeing a host_alloc allocation
  *   completes every device's work, as cudaFreeHost synchronizes.
@@ -202,7 +202,7 @@ struct sim_device {
   uint64_t sync_epoch; /* device synchronizations so far (see sim_stream) */
 };
 
-/* Everything below `mu` is guarded by it.
+/* Everything below `mu` is guarded by it; functions named _held run with it held.
  * Invariant: global_captures / strict_captures count the captures underway whose mode is GLOBAL /
  * not RELAXED; they let an allocation skip the scan for captures of its own thread in the common case. */
 struct sim_backend {
@@ -259,13 +259,13 @@ static inline cachalot_status sim_check_device(const struct sim_backend *sim, in
 }
 
 /* The completion word moves. */
-static inline void sim_raise_locked(struct sim_backend *sim) {
+static inline void sim_raise_held(struct sim_backend *sim) {
   __atomic_fetch_add(&sim->completions, 1, __ATOMIC_RELEASE);
 }
 
 /* Work of `st` completed: the word moves if that completed a watched event, as the GPU's write after it
  * would. Only then: a core that forgot to watch an event would wait in the tests as it would on a GPU. */
-static inline void sim_completed_locked(struct sim_backend *sim, struct sim_stream *st) {
+static inline void sim_completed_held(struct sim_backend *sim, struct sim_stream *st) {
   bool raise = false;
   for (size_t i = 0; i < sim->n_watches;) {
     if (sim->watches[i].stream == st && st->completed >= sim->watches[i].seq) {
@@ -276,7 +276,7 @@ static inline void sim_completed_locked(struct sim_backend *sim, struct sim_stre
     }
   }
   if (raise)
-    sim_raise_locked(sim);
+    sim_raise_held(sim);
 }
 
 /* Completes what the stream submitted before its device's latest synchronization (see sim_stream). */
@@ -290,18 +290,18 @@ static inline void sim_stream_settle(struct sim_backend *sim, struct sim_stream 
 
 /* Submits `n` items of work on `st` (outside a capture), settled first; with complete_immediately they are
  * done at once. The number of the last one. */
-static inline uint64_t sim_submit_locked(struct sim_backend *sim, struct sim_stream *st, uint64_t n) {
+static inline uint64_t sim_submit_held(struct sim_backend *sim, struct sim_stream *st, uint64_t n) {
   sim_stream_settle(sim, st);
   st->submitted += n;
   if (sim->complete_immediately) {
     st->completed = st->submitted;
-    sim_completed_locked(sim, st);
+    sim_completed_held(sim, st);
   }
   return st->submitted;
 }
 
 /* Every stream of `device` completes (what cudaFree's implicit synchronization does). */
-static inline void sim_complete_device_locked(struct sim_backend *sim, int device) {
+static inline void sim_complete_device_held(struct sim_backend *sim, int device) {
   struct sim_stream *def = &sim->dev[device].default_stream;
   def->completed = def->submitted;
   sim->dev[device].sync_epoch++;
@@ -310,10 +310,10 @@ static inline void sim_complete_device_locked(struct sim_backend *sim, int devic
       sim->watches[i] = sim->watches[--sim->n_watches];
     else
       i++;
-  sim_raise_locked(sim);
+  sim_raise_held(sim);
 }
 
-static inline struct sim_stream *find_stream_locked(struct sim_backend *sim, cachalot_stream s) {
+static inline struct sim_stream *find_stream_held(struct sim_backend *sim, cachalot_stream s) {
   const void *key = (const void *)s;
   struct sim_stream *st = NULL;
   HASH_FIND_PTR(sim->streams, &key, st);
@@ -321,8 +321,8 @@ static inline struct sim_stream *find_stream_locked(struct sim_backend *sim, cac
 }
 
 /* A non-NULL handle that must name a stream of this backend (of any device) that is not destroyed. */
-static inline cachalot_status live_stream_locked(struct sim_backend *sim, cachalot_stream s, struct sim_stream **out) {
-  struct sim_stream *st = find_stream_locked(sim, s);
+static inline cachalot_status live_stream_held(struct sim_backend *sim, cachalot_stream s, struct sim_stream **out) {
+  struct sim_stream *st = find_stream_held(sim, s);
   *out = NULL;
   if (!st)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "unknown simulated stream 0x%" PRIxPTR, handle_bits(s));
@@ -335,7 +335,7 @@ static inline cachalot_status live_stream_locked(struct sim_backend *sim, cachal
 
 /* Resolves a handle used with `device`: NULL is that device's default stream; anything else must be a
  * live stream created on this backend for the same device. */
-static inline cachalot_status resolve_stream_locked(struct sim_backend *sim, int device, cachalot_stream s,
+static inline cachalot_status resolve_stream_held(struct sim_backend *sim, int device, cachalot_stream s,
                                                     struct sim_stream **out) {
   *out = NULL;
   if (!s) {
@@ -343,7 +343,7 @@ static inline cachalot_status resolve_stream_locked(struct sim_backend *sim, int
     return CACHALOT_OK;
   }
   struct sim_stream *st = NULL;
-  cachalot_status rc = live_stream_locked(sim, s, &st);
+  cachalot_status rc = live_stream_held(sim, s, &st);
   if (rc != CACHALOT_OK)
     return rc;
   if (st->device != device)
@@ -354,15 +354,15 @@ static inline cachalot_status resolve_stream_locked(struct sim_backend *sim, int
   return CACHALOT_OK;
 }
 
-/* Like resolve_stream_locked, but a non-NULL stream may belong to any device (a cross-device wait or
+/* Like resolve_stream_held, but a non-NULL stream may belong to any device (a cross-device wait or
  * event record is legal in CUDA); NULL is `device`'s default stream. */
-static inline cachalot_status resolve_any_stream_locked(struct sim_backend *sim, int device, cachalot_stream s,
+static inline cachalot_status resolve_any_stream_held(struct sim_backend *sim, int device, cachalot_stream s,
                                                         struct sim_stream **out) {
   if (!s) {
     *out = &sim->dev[device].default_stream;
     return CACHALOT_OK;
   }
-  return live_stream_locked(sim, s, out);
+  return live_stream_held(sim, s, out);
 }
 
 /* The opening of a call on stream `s` of `device`: the device checked for `fn`, the backend locked, the
@@ -375,7 +375,7 @@ static inline cachalot_status sim_enter_stream(struct sim_backend *sim, int devi
   if (st != CACHALOT_OK)
     return st;
   sim_lock(sim);
-  st = any_device ? resolve_any_stream_locked(sim, device, s, out) : resolve_stream_locked(sim, device, s, out);
+  st = any_device ? resolve_any_stream_held(sim, device, s, out) : resolve_stream_held(sim, device, s, out);
   if (st != CACHALOT_OK)
     sim_unlock(sim);
   return st;
@@ -387,7 +387,7 @@ static const char MSG_INVALIDATED[] = "operation failed due to a previous error 
 
 /* A misuse during a capture breaks it, as in CUDA: it stays underway (and keeps prohibiting unsafe calls)
  * until its origin stream ends it, which then fails with no graph. */
-static inline void capture_invalidate_locked(struct sim_capture *c) { c->invalidated = true; }
+static inline void capture_invalidate_held(struct sim_capture *c) { c->invalidated = true; }
 
 static inline bool valid_mode(cachalot_capture_mode m) {
   return m == CACHALOT_CAPTURE_GLOBAL || m == CACHALOT_CAPTURE_THREAD_LOCAL || m == CACHALOT_CAPTURE_RELAXED;
@@ -403,7 +403,7 @@ static inline cachalot_status host_oom(const char *fn) {
 bool cl_backend_is_sim(const cachalot_backend *b);
 
 /* device.c: whether this device allocation (or map) is to fail by fault injection; counts it. */
-bool cl_sim_inject_locked(struct sim_backend *sim);
+bool cl_sim_inject_held(struct sim_backend *sim);
 cachalot_status cl_sim_alloc(cachalot_backend *b, int device, size_t size, void **ptr);
 cachalot_status cl_sim_free(cachalot_backend *b, int device, void *ptr);
 cachalot_status cl_sim_mem_info(cachalot_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
@@ -426,13 +426,13 @@ cachalot_status cl_sim_memcpy_async(cachalot_backend *b, int device, void *dst, 
                                     cachalot_stream s);
 
 /* capture.c */
-bool cl_sim_unsafe_call_prohibited_locked(struct sim_backend *sim);
-void cl_sim_capture_finish_locked(struct sim_backend *sim, struct sim_capture *c);
-cachalot_status cl_sim_capture_begin_locked(struct sim_backend *sim, struct sim_stream *stream,
+bool cl_sim_unsafe_call_prohibited_held(struct sim_backend *sim);
+void cl_sim_capture_finish_held(struct sim_backend *sim, struct sim_capture *c);
+cachalot_status cl_sim_capture_begin_held(struct sim_backend *sim, struct sim_stream *stream,
                                             cachalot_capture_mode mode, const char *fn);
-cachalot_status cl_sim_capture_end_locked(struct sim_backend *sim, struct sim_stream *stream, const char *fn,
+cachalot_status cl_sim_capture_end_held(struct sim_backend *sim, struct sim_stream *stream, const char *fn,
                                           struct cl_graph **graph, size_t *n_nodes);
-cachalot_status cl_sim_enqueue_locked(struct sim_backend *sim, struct sim_stream *st, enum sim_node_kind kind,
+cachalot_status cl_sim_enqueue_held(struct sim_backend *sim, struct sim_stream *st, enum sim_node_kind kind,
                                       const char *fn);
 cachalot_status cl_sim_capture_frontier(cachalot_backend *b, int device, cachalot_stream s, uint64_t *capture_id,
                                         uintptr_t *nodes, size_t cap, size_t *n);
@@ -460,7 +460,7 @@ cachalot_status cl_sim_host_alloc(cachalot_backend *b, size_t size, void **ptr);
 cachalot_status cl_sim_host_free(cachalot_backend *b, void *ptr);
 cachalot_status cl_sim_host_register(cachalot_backend *b, void *ptr, size_t size);
 cachalot_status cl_sim_host_unregister(cachalot_backend *b, void *ptr);
-void cl_sim_host_destroy_locked(struct sim_backend *sim);
+void cl_sim_host_destroy_held(struct sim_backend *sim);
 
 /* vmm.c */
 cachalot_status cl_sim_va_granularity(cachalot_backend *b, int device, size_t *out);

@@ -7,7 +7,7 @@
 static void sim_destroy(cachalot_backend *b) {
   struct sim_backend *sim = sim_of(b);
   while (sim->captures)
-    cl_sim_capture_finish_locked(sim, sim->captures);
+    cl_sim_capture_finish_held(sim, sim->captures);
   while (sim->graphs) {
     struct cl_graph *next = sim->graphs->next;
     free(sim->graphs->kinds);
@@ -40,7 +40,7 @@ static void sim_destroy(cachalot_backend *b) {
     HASH_DEL(sim->mappings, r);
     free(r);
   }
-  cl_sim_host_destroy_locked(sim);
+  cl_sim_host_destroy_held(sim);
   while (sim->slabs) {
     struct sim_event_slab *next = sim->slabs->next;
     free(sim->slabs);

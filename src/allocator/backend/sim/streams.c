@@ -9,7 +9,7 @@ cachalot_status cl_sim_stream_check(cachalot_backend *b, cachalot_stream s) {
     return CACHALOT_OK;
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  cachalot_status st = live_stream_locked(sim, s, &stream);
+  cachalot_status st = live_stream_held(sim, s, &stream);
   sim_unlock(sim);
   return st;
 }
@@ -54,11 +54,11 @@ void cl_sim_stream_destroy(cachalot_backend *b, cachalot_stream s) {
   if (!s)
     return;
   sim_lock(sim);
-  struct sim_stream *stream = find_stream_locked(sim, s);
+  struct sim_stream *stream = find_stream_held(sim, s);
   if (stream && !stream->destroyed) {
     stream->destroyed = true;
     if (stream->capture && stream->capture->origin == stream)
-      cl_sim_capture_finish_locked(sim, stream->capture);
+      cl_sim_capture_finish_held(sim, stream->capture);
   }
   sim_unlock(sim);
 }
@@ -71,12 +71,12 @@ cachalot_status cl_sim_stream_sync(cachalot_backend *b, int device, cachalot_str
     return st;
   if (stream->capture) {
     /* cudaStreamSynchronize of a capturing stream is refused and invalidates it (seen on CUDA 13). */
-    capture_invalidate_locked(stream->capture);
+    capture_invalidate_held(stream->capture);
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated stream sync: %s (the capture is now invalidated)",
                  MSG_UNSUPPORTED);
   } else {
     stream->completed = stream->submitted;
-    sim_completed_locked(sim, stream);
+    sim_completed_held(sim, stream);
   }
   sim_unlock(sim);
   return st;
@@ -93,10 +93,10 @@ cachalot_status cl_sim_memcpy_async(cachalot_backend *b, int device, void *dst, 
                    !dst ? "dst" : "src", n);
   sim_lock(sim);
   struct sim_stream *stream = NULL;
-  st = resolve_stream_locked(sim, device, s, &stream);
+  st = resolve_stream_held(sim, device, s, &stream);
   /* Nothing is copied: the addresses are fake. A copy of 0 bytes is no work and no node, as in CUDA. */
   if (st == CACHALOT_OK && n > 0)
-    st = cl_sim_enqueue_locked(sim, stream, SIM_NODE_MEMCPY, "simulated memcpy");
+    st = cl_sim_enqueue_held(sim, stream, SIM_NODE_MEMCPY, "simulated memcpy");
   sim_unlock(sim);
   return st;
 }

@@ -19,7 +19,7 @@ cachalot_status cl_sim_va_granularity(cachalot_backend *b, int device, size_t *o
 static bool granular(uint64_t x) { return (x & (SIM_GRANULARITY - 1)) == 0; }
 
 /* Adds the range [addr, addr + size) of `device` to `table` (lock held). OUT_OF_MEMORY on host OOM. */
-static cachalot_status add_range_locked(struct sim_range **table, uint64_t addr, size_t size, int device) {
+static cachalot_status add_range_held(struct sim_range **table, uint64_t addr, size_t size, int device) {
   struct sim_range *r = calloc(1, sizeof *r);
   bool oom = !r;
   if (r) {
@@ -34,7 +34,7 @@ static cachalot_status add_range_locked(struct sim_range **table, uint64_t addr,
 }
 
 /* The range of `table` that is exactly [addr, addr + size) of `device`, or NULL (lock held). */
-static struct sim_range *exact_range_locked(struct sim_range *table, uint64_t addr, size_t size, int device) {
+static struct sim_range *exact_range_held(struct sim_range *table, uint64_t addr, size_t size, int device) {
   struct sim_range *r = NULL;
   HASH_FIND(hh, table, &addr, sizeof addr, r);
   return r && r->size == size && r->device == device ? r : NULL;
@@ -57,7 +57,7 @@ cachalot_status cl_sim_va_reserve(cachalot_backend *b, int device, size_t size, 
   const uint64_t addr = ((uint64_t)(device + 1) << SIM_RANGE_SHIFT) + start;
   if (start > SIM_RANGE || (uint64_t)size > SIM_RANGE - start) {
     st = cl_fail(CACHALOT_ERROR_DEVICE, "simulated va_reserve: address space exhausted");
-  } else if ((st = add_range_locked(&sim->reservations, addr, size, device)) == CACHALOT_OK) {
+  } else if ((st = add_range_held(&sim->reservations, addr, size, device)) == CACHALOT_OK) {
     dev->bump = start + size; /* addresses are never reused, reserved or allocated */
     *base = (void *)(uintptr_t)addr;
   }
@@ -66,7 +66,7 @@ cachalot_status cl_sim_va_reserve(cachalot_backend *b, int device, size_t size, 
 }
 
 /* The mapping overlapping [addr, addr + size), if any (lock held). */
-static struct sim_range *overlapping_mapping_locked(struct sim_backend *sim, uint64_t addr, size_t size) {
+static struct sim_range *overlapping_mapping_held(struct sim_backend *sim, uint64_t addr, size_t size) {
   struct sim_range *m, *tmp;
   HASH_ITER(hh, sim->mappings, m, tmp)
   if (m->addr < addr + size && addr < m->addr + m->size)
@@ -81,11 +81,11 @@ cachalot_status cl_sim_va_release(cachalot_backend *b, int device, void *base, s
     return st;
   const uint64_t key = (uint64_t)(uintptr_t)base;
   sim_lock(sim);
-  struct sim_range *r = exact_range_locked(sim->reservations, key, size, device);
+  struct sim_range *r = exact_range_held(sim->reservations, key, size, device);
   if (!r)
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_release: 0x%" PRIx64 " (%zu bytes) is not a "
                  "reservation of device %d", key, size, device);
-  else if (overlapping_mapping_locked(sim, key, size))
+  else if (overlapping_mapping_held(sim, key, size))
     st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated va_release: the reservation at 0x%" PRIx64
                  " still has mapped memory", key);
   else {
@@ -114,14 +114,14 @@ cachalot_status cl_sim_va_map(cachalot_backend *b, int device, void *addr, size_
   if (!in)
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_map: 0x%" PRIx64 " (%zu bytes) is not inside a "
                  "reservation of device %d", a, size, device);
-  else if (overlapping_mapping_locked(sim, a, size))
+  else if (overlapping_mapping_held(sim, a, size))
     st = cl_fail(CACHALOT_ERROR_INVALID_STATE, "simulated va_map: 0x%" PRIx64 " is mapped already", a);
-  else if (cl_sim_inject_locked(sim))
+  else if (cl_sim_inject_held(sim))
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "injected device allocation failure (map)");
   else if (size > sim->capacity - dev->used)
     st = cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "simulated device %d out of memory: %zu bytes to map, %zu free",
                  device, size, sim->capacity - dev->used);
-  else if ((st = add_range_locked(&sim->mappings, a, size, device)) == CACHALOT_OK)
+  else if ((st = add_range_held(&sim->mappings, a, size, device)) == CACHALOT_OK)
     dev->used += size;
   sim_unlock(sim);
   return st;
@@ -134,7 +134,7 @@ cachalot_status cl_sim_va_unmap(cachalot_backend *b, int device, void *addr, siz
     return st;
   const uint64_t key = (uint64_t)(uintptr_t)addr;
   sim_lock(sim);
-  struct sim_range *m = exact_range_locked(sim->mappings, key, size, device);
+  struct sim_range *m = exact_range_held(sim->mappings, key, size, device);
   if (!m) {
     st = cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "simulated va_unmap: 0x%" PRIx64 " (%zu bytes) is not a mapping "
                  "of device %d", key, size, device);
