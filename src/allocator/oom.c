@@ -2,21 +2,9 @@
  * what the device holds (the message is PyTorch's, with cachalot's names). */
 #include "internal.h"
 
-#include "../common/c_locale.h"
+#include "../common/text.h"
 
 #include <stdio.h>
-
-/* `n` bytes as PyTorch's OOM message writes them ("N bytes", "%.2f KiB", "%.2f MiB", "%.2f GiB"). */
-static void format_size(char *buf, size_t cap, uint64_t n) {
-  if (n <= 1024)
-    snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
-  else if (n <= 1048576)
-    cl_snprintf_c(buf, cap, "%.2f KiB", (double)n / 1024.0);
-  else if (n <= 1073741824ull)
-    cl_snprintf_c(buf, cap, "%.2f MiB", (double)n / 1048576.0);
-  else
-    cl_snprintf_c(buf, cap, "%.2f GiB", (double)n / 1073741824.0);
-}
 
 cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   cachalot_allocator *a = d->owner;
@@ -54,23 +42,25 @@ cachalot_status cl_out_of_memory_unlock(cl_device *d, size_t alloc_size) {
   }
   cl_tls_alloc_ctx = alloc_ctx;
 
-  char tried[32], total_s[32], free_s[32], allowed_s[48] = "", alloc_s[32], priv_s[96] = "", unalloc_s[32];
-  format_size(tried, sizeof tried, alloc_size);
-  format_size(total_s, sizeof total_s, device_total);
-  format_size(free_s, sizeof free_s, device_free);
+  /* PyTorch's units and rounding, to the byte: programs parse this message */
+  char tried[CL_BYTES_BUF], total_s[CL_BYTES_BUF], free_s[CL_BYTES_BUF], allowed_s[48] = "", alloc_s[CL_BYTES_BUF],
+      priv_s[96] = "", unalloc_s[CL_BYTES_BUF];
+  cl_format_bytes(tried, alloc_size, CL_BYTES_TORCH);
+  cl_format_bytes(total_s, device_total, CL_BYTES_TORCH);
+  cl_format_bytes(free_s, device_free, CL_BYTES_TORCH);
   if (fraction_set) {
-    char tmp[32];
-    format_size(tmp, sizeof tmp, allowed);
+    char tmp[CL_BYTES_BUF];
+    cl_format_bytes(tmp, allowed, CL_BYTES_TORCH);
     snprintf(allowed_s, sizeof allowed_s, "%s allowed; ", tmp);
   }
-  format_size(alloc_s, sizeof alloc_s, allocated + in_private);
+  cl_format_bytes(alloc_s, allocated + in_private, CL_BYTES_TORCH);
   if (in_private > 0) {
-    char tmp[32];
-    format_size(tmp, sizeof tmp, in_private);
+    char tmp[CL_BYTES_BUF];
+    cl_format_bytes(tmp, in_private, CL_BYTES_TORCH);
     snprintf(priv_s, sizeof priv_s, "with %s allocated in private pools (e.g., CUDA Graphs), ", tmp);
   }
   uint64_t unallocated = reserved > allocated + in_private ? reserved - allocated - in_private : 0;
-  format_size(unalloc_s, sizeof unalloc_s, unallocated);
+  cl_format_bytes(unalloc_s, unallocated, CL_BYTES_TORCH);
   (void)cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY,
                  "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
                  "free. %sOf the allocated memory %s is allocated by cachalot, %sand %s is reserved by cachalot "

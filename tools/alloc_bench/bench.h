@@ -220,9 +220,6 @@ int ab_read_csv(const char *path, ab_results *out, char err[AB_ERR_LEN]);
 /* The grouped horizontal bar chart of the medians. */
 int ab_write_svg(const char *path, const ab_results *r, const char *title, char err[AB_ERR_LEN]);
 
-/* Formats a byte count ("512 B", "2.00 MiB") or "-" when negative. */
-char *ab_fmt_bytes(char buf[32], int64_t bytes);
-
 static inline uint64_t ab_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

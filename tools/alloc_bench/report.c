@@ -3,6 +3,7 @@
 
 #include "../common/outfile.h"
 #include "json_writer.h" /* src/common/: its string escaper */
+#include "text.h"        /* src/common/: the byte formatter */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,24 +32,6 @@ void ab_results_free(ab_results *r) {
 static const char *const status_names[] = {"ok", "skipped", "n/a", "error"};
 
 const char *ab_status_name(ab_row_status s) { return (unsigned)s < 4 ? status_names[s] : "?"; }
-
-char *ab_fmt_bytes(char buf[32], int64_t bytes) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 0) {
-    snprintf(buf, 32, "-");
-  } else if (bytes < 1024) {
-    snprintf(buf, 32, "%" PRId64 " B", bytes);
-  } else {
-    double v = (double)bytes / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 3) {
-      v /= 1024;
-      u++;
-    }
-    snprintf(buf, 32, "%.2f %s", v, units[u]);
-  }
-  return buf;
-}
 
 static char *fmt_ns(char buf[32], double ns) {
   snprintf(buf, 32, ns < 10 ? "%.2f" : ns < 100 ? "%.1f" : "%.0f", ns);
@@ -81,9 +64,10 @@ static void row_cells(const ab_row *r, char cells[COLS][CELL]) {
   char a[32], b[32];
   fmt_ns(cells[3], r->median_ns);
   snprintf(cells[4], CELL, "[%s-%s]", fmt_ns(a, r->min_ns), fmt_ns(b, r->max_ns));
-  ab_fmt_bytes(cells[5], r->peak_reserved);
-  ab_fmt_bytes(cells[6], r->peak_allocated);
-  ab_fmt_bytes(cells[7], r->peak_requested);
+  const int64_t peaks[3] = {r->peak_reserved, r->peak_allocated, r->peak_requested};
+  for (int i = 0; i < 3; i++) /* a negative peak was not measured: its cell stays "-" */
+    if (peaks[i] >= 0)
+      cl_format_bytes(cells[5 + i], (uint64_t)peaks[i], CL_BYTES_BINARY);
   if (r->peak_reserved >= 0 && r->peak_requested > 0)
     snprintf(cells[8], CELL, "%.3f", (double)r->peak_reserved / (double)r->peak_requested);
   if (r->device_allocs >= 0)

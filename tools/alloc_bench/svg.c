@@ -6,6 +6,7 @@
 #include "bench.h"
 
 #include "../common/outfile.h"
+#include "text.h" /* src/common/: the XML escaper */
 
 #include <errno.h>
 #include <math.h>
@@ -18,28 +19,6 @@ static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"
                                       "#7f7f7f"};
 /* The usual allocators keep their colour whatever else is in the file. */
 static const char *const known[] = {"cachalot", "cudaMallocAsync", "cudaMalloc", "cachalot-sim"};
-
-static void xml(FILE *f, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '<':
-      fputs("&lt;", f);
-      break;
-    case '>':
-      fputs("&gt;", f);
-      break;
-    case '&':
-      fputs("&amp;", f);
-      break;
-    case '"':
-      fputs("&quot;", f);
-      break;
-    default:
-      if ((unsigned char)*s >= 0x20)
-        fputc(*s, f);
-    }
-  }
-}
 
 static void fmt_time(char buf[32], double ns) {
   if (ns < 1e4)
@@ -144,7 +123,7 @@ static void chart_head(FILE *f, const layout *c, const char *title) {
   fputs("<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">alloc_bench: median time per unit "
         "(log scale; whiskers: min-max)</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">",
         f);
-  xml(f, title);
+  cl_html_fput(f, title);
   fputs(" \xe2\x80\x94 pair: ns per alloc+free pair; others: ns per alloc or free call; graph-replay: ns per "
         "launch</text>\n",
         f);
@@ -152,7 +131,7 @@ static void chart_head(FILE *f, const layout *c, const char *title) {
   for (size_t i = 0; i < c->allocs.n; i++) {
     fprintf(f, "<rect x=\"%d\" y=\"50\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"60\">", lx,
             colour(c->allocs.names[i], (int)i), lx + 16);
-    xml(f, c->allocs.names[i]);
+    cl_html_fput(f, c->allocs.names[i]);
     fputs("</text>\n", f);
     lx += 16 + 7 * (int)strlen(c->allocs.names[i]) + 20;
   }
@@ -188,9 +167,9 @@ static void bar(FILE *f, const layout *c, const ab_row *r, int y, const char *co
   fmt_time(mx, r->max_ns);
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>", LABEL_W, y,
           x[0] - LABEL_W < 1 ? 1 : x[0] - LABEL_W, BAR_H, col);
-  xml(f, r->workload);
+  cl_html_fput(f, r->workload);
   fputs(", ", f);
-  xml(f, r->allocator);
+  cl_html_fput(f, r->allocator);
   fprintf(f, ": median %s [%s - %s] %s</title></rect>\n", med, mn, mx, r->unit);
   fprintf(f,
           "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
@@ -205,9 +184,9 @@ static void no_bar(FILE *f, const ab_row *r, int y, const char *col) {
   int cy = y + BAR_H / 2;
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"4\" height=\"%d\" fill=\"%s\"/>", LABEL_W, y, BAR_H, col);
   fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">", LABEL_W + 8, cy + 4);
-  xml(f, r->allocator);
+  cl_html_fput(f, r->allocator);
   fprintf(f, ": %s<title>", ab_status_name(r->status));
-  xml(f, r->note);
+  cl_html_fput(f, r->note);
   fputs("</title></text>\n", f);
 }
 
@@ -231,10 +210,10 @@ static int draw_group(FILE *f, layout *c, const ab_results *res, size_t g, int y
   }
   int mid = y0 + (n_lines * (BAR_H + BAR_GAP)) / 2;
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-weight=\"bold\">", LABEL_W - 8, mid);
-  xml(f, c->groups.names[g]);
+  cl_html_fput(f, c->groups.names[g]);
   fprintf(f, "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">", LABEL_W - 8,
           mid + 12);
-  xml(f, unit);
+  cl_html_fput(f, unit);
   fputs("</text>\n", f);
   y += GROUP_GAP;
   if (g + 1 < c->groups.n)

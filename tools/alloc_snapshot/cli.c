@@ -94,22 +94,6 @@ bool as_parse_bytes(const char *text, uint64_t *out) {
   return false;
 }
 
-char *as_fmt_size(char buf[AS_SIZE_BUF], uint64_t bytes, bool exact) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (exact || bytes < 1024) {
-    snprintf(buf, AS_SIZE_BUF, "%" PRIu64 "%s", bytes, exact ? "" : " B");
-    return buf;
-  }
-  double v = (double)bytes / 1024.0;
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, AS_SIZE_BUF, "%.2f %s", v, units[u]);
-  return buf;
-}
-
 char *as_fmt_delta(char buf[AS_SIZE_BUF], uint64_t before, uint64_t after, bool exact) {
   char tmp[AS_SIZE_BUF];
   if (after == before)

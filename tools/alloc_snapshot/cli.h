@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "text.h" /* src/common/: the byte formatter */
+
 /* Exit statuses of every subcommand. */
 enum { AS_EXIT_OK = 0, AS_EXIT_FAILURE = 1, AS_EXIT_USAGE = 2 };
 
@@ -45,10 +47,12 @@ bool as_parse_u64(const char *text, uint64_t max, uint64_t *out);
  * "80G", "512MiB", "1048576". False on anything else or on overflow. */
 bool as_parse_bytes(const char *text, uint64_t *out);
 
-/* Formats a byte count into buf: exact bytes when `exact`, else binary units with two decimals
- * ("7.53 GiB", "512 B"). Returns buf. */
-enum { AS_SIZE_BUF = 32 };
-char *as_fmt_size(char buf[AS_SIZE_BUF], uint64_t bytes, bool exact);
+/* A byte count as the subcommands write it (src/common/text.h's formatter): the count alone with
+ * --bytes (`exact`), else binary units with two decimals ("7.53 GiB", "512 B"). Returns buf. */
+enum { AS_SIZE_BUF = CL_BYTES_BUF };
+static inline char *as_fmt_size(char buf[AS_SIZE_BUF], uint64_t bytes, bool exact) {
+  return cl_format_bytes(buf, bytes, exact ? CL_BYTES_EXACT : CL_BYTES_BINARY);
+}
 /* A signed change ("+2.00 MiB", "-512 B", "0 B"). */
 char *as_fmt_delta(char buf[AS_SIZE_BUF], uint64_t before, uint64_t after, bool exact);
 

@@ -3,6 +3,7 @@
  * at build time by embed.py) and the snapshot's data (explorer_data.c) as a JSON document in a
  * <script type="application/json"> element. No library, nothing fetched: it works from file://. */
 #include "plot.h"
+#include "text.h" /* src/common/: the HTML escaper */
 
 /* embed.py's output (explorer_assets.c) */
 extern const char as_explorer_css[], as_explorer_model_js[], as_explorer_view_js[], as_explorer_ui_js[];
@@ -10,9 +11,9 @@ extern const char as_explorer_css[], as_explorer_model_js[], as_explorer_view_js
 int as_write_explorer(page *p, const char *input, const as_snapshot *snap, const int *devices, size_t n_devices) {
   as_out(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>memory snapshot: ");
-  as_esc(p, input);
+  cl_html_fput(p->f, input);
   as_out(p, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>Memory snapshot: <span class=\"mono\">", as_explorer_css);
-  as_esc(p, input);
+  cl_html_fput(p->f, input);
   as_out(p, "</span></h1>\n<p class=\"meta\">allocator settings: ");
   as_out_settings(p, snap);
   as_out(p, "</p>\n<div id=\"app\"><p class=\"empty\">This page draws with JavaScript: enable it to explore the "

@@ -17,6 +17,7 @@
 #include "../cli.h"
 #include "../summary.h"
 #include "plot.h"
+#include "text.h" /* src/common/: the HTML escaper */
 
 static const char help[] =
     "usage: alloc_snapshot plot FILE -o OUT.html [--device N] [--static]\n"
@@ -174,9 +175,9 @@ static const char css[] =
 static int write_page(page *p, const char *input, const as_snapshot *snap, const int *devices, size_t n_devices) {
   as_out(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>memory snapshot: ");
-  as_esc(p, input);
+  cl_html_fput(p->f, input);
   as_out(p, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>Memory snapshot: <span class=\"mono\">", css);
-  as_esc(p, input);
+  cl_html_fput(p->f, input);
   size_t blocks = 0, entries = 0;
   for (size_t i = 0; i < snap->n_segments; i++)
     blocks += snap->segments[i].n_blocks;

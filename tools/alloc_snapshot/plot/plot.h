@@ -36,8 +36,6 @@ typedef struct {
 } page;
 
 void as_out(page *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Text escaped for HTML element content and attribute values. */
-void as_esc(page *p, const char *s);
 /* The snapshot's allocator settings string, quoted and escaped, or "none in the file" (both pages' headers). */
 void as_out_settings(page *p, const as_snapshot *snap);
 /* A byte count in binary units ("4.00 MiB"). */

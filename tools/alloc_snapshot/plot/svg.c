@@ -1,11 +1,12 @@
 /* alloc_snapshot plot: writing the page's HTML and SVG text (plot.h): formatted output, escaping of
- * the texts that come from the input, and byte counts. */
+ * the texts that come from the input (src/common/text.h), and byte counts. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
 
 #include "../cli.h"
 #include "plot.h"
+#include "text.h" /* src/common/: the HTML escaper */
 
 void as_out(page *p, const char *fmt, ...) {
   va_list ap;
@@ -14,39 +15,10 @@ void as_out(page *p, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Text escaped for HTML element content and attribute values; control characters become U+FFFD, so
- * the page stays valid whatever bytes a file name holds. */
-void as_esc(page *p, const char *s) {
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    switch (*c) {
-    case '&':
-      fputs("&amp;", p->f);
-      break;
-    case '<':
-      fputs("&lt;", p->f);
-      break;
-    case '>':
-      fputs("&gt;", p->f);
-      break;
-    case '"':
-      fputs("&quot;", p->f);
-      break;
-    case '\'':
-      fputs("&#39;", p->f);
-      break;
-    default:
-      if (*c < 0x20 || *c == 0x7f)
-        fputs("&#xFFFD;", p->f);
-      else
-        fputc(*c, p->f);
-    }
-  }
-}
-
 void as_out_settings(page *p, const as_snapshot *snap) {
   if (snap->conf != NULL) {
     as_out(p, "<code>\"");
-    as_esc(p, snap->conf);
+    cl_html_fput(p->f, snap->conf);
     as_out(p, "\"</code>");
   } else {
     as_out(p, "none in the file");
