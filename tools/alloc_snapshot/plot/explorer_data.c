@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "intern.h"
+#include "json_writer.h" /* src/common/: the JSON string escaper */
 #include "plot.h"
 
 typedef struct {
@@ -29,18 +30,18 @@ typedef struct {
   bool oom; /* host memory ran out: the page is abandoned */
 } tables;
 
-/* A JSON string in a <script> element: '<', '>' and '&' as \u escapes, so no text from the input can
- * end the element, and control characters escaped as JSON wants. */
+/* The escaper's characters (json_writer.h) into the page, '<', '>' and '&' as \u escapes: inside a
+ * <script> element no text from the input may spell "</script" or "<!--". */
+static void script_sink(void *f, const char *s, size_t n) {
+  if (n == 1 && (*s == '<' || *s == '>' || *s == '&'))
+    fprintf(f, "\\u%04x", (unsigned)(unsigned char)*s);
+  else
+    fwrite(s, 1, n, f);
+}
+
 static void jstr(page *p, const char *s) {
   fputc('"', p->f);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
-      fprintf(p->f, "\\%c", *c);
-    else if (*c < 0x20 || *c == '<' || *c == '>' || *c == '&' || *c == 0x7f)
-      fprintf(p->f, "\\u%04x", *c);
-    else
-      fputc(*c, p->f);
-  }
+  cl_json_escape(s, script_sink, p->f);
   fputc('"', p->f);
 }
 
