@@ -22,6 +22,25 @@ window.addEventListener('load', function () {
   const rows = () => [...$('details').querySelectorAll('tr')].map((tr) => tr.children[0].textContent + ': ' + tr.children[1].textContent);
   const frames = () => [...$('details').querySelectorAll('.frames')].map((f) =>
     f.querySelector('h4').textContent + ' = ' + [...f.querySelectorAll('li')].map((li) => li.textContent).join(' / '));
+  /* a legend's items, and the names in bold that start them */
+  const items = (id) => [...document.querySelectorAll('#' + id + ' li')].map((li) => li.textContent);
+  const names = (id) => [...document.querySelectorAll('#' + id + ' li > b')].map((b) => b.textContent);
+  /* whether a pixel of exactly colour rgb is in columns x0 .. x1 of canvas cv */
+  const colourIn = (cv, x0, x1, rgb) => {
+    const g = cv.getContext('2d');
+    for (let x = Math.max(Math.floor(x0), 0); x <= x1 && x < cv.width; x++) {
+      const d = g.getImageData(x, 0, 1, cv.height).data;
+      for (let y = 0; y < cv.height; y++) if (d[4 * y] === rgb[0] && d[4 * y + 1] === rgb[1] && d[4 * y + 2] === rgb[2]) return true;
+    }
+    return false;
+  };
+  const RESERVED_PEAK_RGB = [0x5b, 0x64, 0x70];
+  /* the peak labels drawn on the timeline: which, and whether any two of them overlap */
+  const labels = () => {
+    const L = ex.st.peakLabels;
+    const apart = L.every((a, i) => L.every((b, j) => i >= j || !(a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h)));
+    return [L.map((b) => b.which), apart ? 'apart' : 'overlapping'];
+  };
   const MAP_END = '3 segments, reserved 6.00 MiB (6291456 B); active_allocated 3 blocks 1.50 MiB (1573376 B); ' +
     'active_pending_free 1 block 512.00 KiB (524288 B); inactive 3 blocks 4.00 MiB (4193792 B)';
   const MAP_12 = '4 segments, reserved 8.00 MiB (8388608 B); active_allocated 4 blocks 3.50 MiB (3670528 B); ' +
@@ -65,15 +84,31 @@ window.addEventListener('load', function () {
       check('peak marker: timeline', ex.st.peakPx.timeline, ex.xToPx(px0));
       if (pe < 0) check('peak marker: at the left edge', [ex.st.peakPx.active, ex.st.peakPx.timeline], [78, 78]);
       check('peak marker: drawn', [lineAt(ac, ex.st.peakPx.active), lineAt(tl, ex.st.peakPx.timeline)], [true, true]);
+      /* the reserved peak, marked as the static page marked it; E.peak_reserved from the snapshot's segments
+       * and the trace's segment entries */
+      const pr = E.peak_reserved.entry, moment = (p) => (p < 0 ? 'before the first trace entry' : 'after entry ' + p + ' ');
+      check('peak reserved: entry and value', [D.peakReservedEntry, D.peakReserved], [pr, E.peak_reserved.bytes]);
+      check('peak reserved marker: timeline', ex.st.peakPx.reserved, ex.xToPx(Math.max(pr, 0)));
+      check('peak reserved marker: drawn', colourIn(tl, ex.st.peakPx.reserved - 2, ex.st.peakPx.reserved + 2, RESERVED_PEAK_RGB), true);
+      check('peak labels: both drawn, apart', labels(), [['reserved', 'allocated'], 'apart']);
+      const legendPeaks = items('timeline-legend').filter((t) => t.startsWith('peak '));
+      check('legend: the peaks, their bytes and moments', [legendPeaks.length,
+        legendPeaks[0].startsWith('peak allocated: ') && legendPeaks[0].includes('(' + E.peak.bytes + ' B) ' + moment(pe)),
+        legendPeaks[1].startsWith('peak reserved: ') && legendPeaks[1].includes('(' + E.peak_reserved.bytes + ' B) ' + moment(pr))],
+      [2, true, true]);
       ex.setAxis('time');
       check('peak marker: wall time, at the peak time', ex.st.peakPx.active, ex.xToPx(E.peak.x_time));
       check('peak marker: wall time, drawn', lineAt(ac, ex.st.peakPx.active), true);
       ex.setAxis('event');
       if (pe >= 14) ex.setRange(0, Math.max(pe - 10, 4)); else ex.setRange(px0 + 5, px0 + 20);
       check('peak marker: none when out of view', [ex.st.peakPx.active, ex.st.peakPx.timeline], [null, null]);
+      const rx = Math.max(pr, 0);
+      if (pr >= 14) ex.setRange(0, Math.max(pr - 10, 4)); else ex.setRange(rx + 5, rx + 20);
+      check('peak reserved marker: none when out of view', ex.st.peakPx.reserved, null);
+      const spanBefore = ex.st.x1 - ex.st.x0; /* the button zooms in to a twentieth, never out */
       button('peak').click();
       check('peak button: the peak in view', ex.st.x0 <= px0 && px0 < ex.st.x1, true);
-      check('peak button: zoomed to a twentieth', +(ex.st.x1 - ex.st.x0).toFixed(6), +(n / 20).toFixed(6));
+      check('peak button: zoomed to a twentieth', +(ex.st.x1 - ex.st.x0).toFixed(6), +Math.min(spanBefore, n / 20).toFixed(6));
       check('peak button: its moment picked', ex.st.k, pe);
       const heading = text(document.querySelector('.plots > h3:nth-of-type(3)'));
       if (pe < 0) check('peak button: segment map heading', heading, 'Segment map before the first trace entry');
@@ -190,6 +225,27 @@ window.addEventListener('load', function () {
       check('oom marker', [...ex.st.D.oom], [[8, 1073741824]]);
       check('initial range', text(document.querySelector('.range')), 'showing entries 0\u201315 of 16');
       check('segment map of the snapshot', text($('segmap-figures')), MAP_END);
+      /* the static page's legends and peak markers, now the explorer's */
+      check('timeline legend: what it names', names('timeline-legend'), ['reserved', 'allocated', 'peak allocated',
+        'peak reserved', 'OOM', 'annotation', 'annotated range', 'picked entry']);
+      check('timeline legend: the peaks, with their moments', items('timeline-legend').slice(2, 5), [
+        'peak allocated: 3.50 MiB (3670528 B) after entry 12 (+120 \u00b5s, time_us 1120)',
+        'peak reserved: 8.00 MiB (8388608 B) after entry 11 (+110 \u00b5s, time_us 1110)', 'OOM: 1 out-of-memory entry']);
+      check('timeline legend: its swatches in the drawn colours', [...document.querySelectorAll('#timeline-legend .ln')].slice(0, 5)
+        .map((e) => getComputedStyle(e).borderTopColor), ['rgb(154, 165, 177)', 'rgb(59, 111, 182)', 'rgb(194, 65, 12)',
+        'rgb(91, 100, 112)', 'rgb(214, 39, 40)']);
+      check('peak reserved marker: at entry 11', ex.st.peakPx.reserved, ex.xToPx(11));
+      check('peak reserved marker: drawn', colourIn(tl, ex.xToPx(11) - 2, ex.xToPx(11) + 2, RESERVED_PEAK_RGB), true);
+      check('peak labels: both drawn, apart', labels(), [['reserved', 'allocated'], 'apart']);
+      ex.setRange(0, 8);
+      check('peak markers: none when out of view', [ex.st.peakPx.reserved, ex.st.peakPx.timeline, labels()[0]], [null, null, []]);
+      ex.setRange(0, 16);
+      check('segment map legend: the states, the strip', names('segmap-legend'),
+        ['active_allocated', 'active_pending_free', 'inactive', 'dark strip']);
+      check('segment map legend: what a state means', items('segmap-legend')[1],
+        'active_pending_free: freed by the program, waiting for its streams\' events before reuse');
+      check('segment map legend: its swatches in the drawn colours', [...document.querySelectorAll('#segmap-legend .sw')].slice(0, 3)
+        .map((e) => getComputedStyle(e).backgroundColor), ['rgb(59, 111, 182)', 'rgb(240, 160, 48)', 'rgb(228, 231, 235)']);
       /* events carry whole pixels: the pointer's x is that of the pixel nearest entry 8 */
       const px8 = Math.round(ex.xToPx(8)), x8 = ex.pxToX(px8);
       ac.dispatchEvent(new WheelEvent('wheel', at(ac, px8, 100, {deltaY: -100})));
@@ -216,6 +272,8 @@ window.addEventListener('load', function () {
       mouse(tl, 'mouseup', ex.xToPx(12.5), 50);
       check('click picks the entry', ex.st.k, 12);
       check('segment map after entry 12', text($('segmap-figures')), MAP_12);
+      check('segment map legend after entry 12: the dashed outline', names('segmap-legend'),
+        ['active_allocated', 'active_pending_free', 'inactive', 'dark strip', 'dashed outline']);
       check('its heading', text(document.querySelector('.plots h3:nth-of-type(3)')), 'Segment map after entry 12 (+120 \u00b5s, time_us 1120)');
       check('hash follows', location.hash, '#t=12&x0=0&x1=16');
       /* hover the band of entry 1's allocation, half way up, at entry 5 */
@@ -246,12 +304,12 @@ window.addEventListener('load', function () {
       const colour = document.querySelector('select[aria-label=colour]');
       colour.value = 'annotation';
       colour.dispatchEvent(new Event('change'));
-      check('colour by annotation', [...document.querySelectorAll('.legend li')].map((li) => li.textContent).sort(),
+      check('colour by annotation', items('colour-legend').sort(),
         ['before the trace (2)', 'fwd (2)', 'no annotation (1)', 'phase two (1)']);
       const legendBy = (c) => {
         colour.value = c;
         colour.dispatchEvent(new Event('change'));
-        return [...document.querySelectorAll('.legend li')].map((li) => li.textContent).sort();
+        return items('colour-legend').sort();
       };
       check('colour by stream', legendBy('stream'), ['stream 0 (5)', 'stream 140000000000000 (1)']);
       check('colour by pool', legendBy('pool'), ['pool (0, 0) large (4)', 'pool (1, 2) small (1)', 'pool unknown (1)']);

@@ -199,6 +199,29 @@ def ring_fixture(path):
         json.dump(snap, f)
 
 
+def twin_fixture(path):
+    """Writes a trace whose two peaks meet: a 64 MiB segment, then one allocation filling it, so that
+    reserved peaks after entry 0 and allocated after entry 1 at the same height, less than a pixel apart
+    (their labels would cover each other), then 400 smaller allocations and frees in the segment."""
+    seg, entries = 0x7f0000000000, []
+
+    def entry(action, size):
+        entries.append({"action": action, "addr": seg, "size": size, "stream": 0, "time_us": 1000 + 7 * len(entries)})
+
+    entry("segment_alloc", 64 * MIB)
+    for i in range(401):
+        size = 64 * MIB if i == 0 else (1 + i % 32) * MIB
+        for action in ("alloc", "free_requested", "free_completed"):
+            entry(action, size)
+    inactive = {"address": seg, "size": 64 * MIB, "requested_size": 0, "state": "inactive", "frames": []}
+    snap = {"segments": [{"device": 0, "address": seg, "total_size": 64 * MIB, "allocated_size": 0, "active_size": 0,
+                          "requested_size": 0, "stream": 0, "segment_type": "large", "segment_pool_id": [0, 0],
+                          "is_expandable": False, "frames": [], "blocks": [inactive]}],
+            "device_traces": [entries], "allocator_settings": {"CACHALOT_ALLOC_CONF": ""}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(snap, f)
+
+
 def frame_text(f):
     """A frame as alloc_snapshot folded writes it: "name (file:line)", "??" for no name, no ":line" for
     line 0, no parenthesis for no file."""
@@ -263,14 +286,14 @@ def expectations(path, tool=None):
     for i in range(-1, n):
         a += delta[i + 1]
         allocated.append(a)  # allocated[i + 1]: after entry i
-    net = sum(e["size"] if e["action"] == "segment_alloc" else -e["size"] for e in trace
-              if e["action"] in ("segment_alloc", "segment_free"))
+    grow, shrink = ("segment_alloc", "segment_map"), ("segment_free", "segment_unmap")
+    net = sum(e["size"] if e["action"] in grow else -e["size"] for e in trace if e["action"] in grow + shrink)
     r = max(0, sum(s["total_size"] for s in segs) - net) if segs else 0
     reserved = [r]
     for e in trace:
-        if e["action"] == "segment_alloc":
+        if e["action"] in grow:
             r += e["size"]
-        elif e["action"] == "segment_free":
+        elif e["action"] in shrink:
             r = max(0, r - e["size"])
         reserved.append(r)
     peak = max(allocated)  # the first state at its maximum; allocated[0], before the first entry, too
@@ -298,6 +321,8 @@ def expectations(path, tool=None):
         q = next((fr for stack, _ in fold[0] for fr in reversed(stack) if " (" in fr), None)
     return {
         "n": n, "peak": {"entry": p, "time_us": trace[p]["time_us"] if p >= 0 else None, "x_time": t_peak, "bytes": peak},
+        # reserved[i + 1]: after entry i; the first state at the maximum, as for allocated
+        "peak_reserved": {"entry": reserved.index(max(reserved)) - 1, "bytes": max(reserved)},
         "zooms": [zoom("event", 0, n), zoom("event", 0, n // 2), zoom("event", n // 3, 2 * n // 3),
                   zoom("event", max(p - 500, 0), min(p + 500, n)), zoom("event", max(p - 20, 0), min(p + 20, n)),
                   zoom("event", max(p - 20, 0), max(p, 4)), zoom("time", 0, span),
@@ -350,6 +375,11 @@ def main():
     ring_fixture(ring)
     ex = expectations(ring, tool)
     results += check_folded("ring", ex, True) + run_page(browser, tool, ring, work, "ring", "peak", expect=ex)
+    # both peaks at one spot: their labels one under the other
+    twin = os.path.join(work, "twin.json")
+    twin_fixture(twin)
+    ex = expectations(twin, tool)
+    results += check_folded("twin", ex, False) + run_page(browser, tool, twin, work, "twin", "peak", expect=ex)
     var = os.path.join(here, "..", "..", "traces", "var_inference.snapshot.json.gz")
     results += run_page(browser, tool, var, work, "var_inference", "peak", expect=expectations(var, tool))
     results += run_page(browser, tool, os.path.join(fixtures, "cachalot_small.json"), work, "two_devices", "smoke", 2)

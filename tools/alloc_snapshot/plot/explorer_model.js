@@ -153,7 +153,7 @@ function totals(D) {
   /* the search starts before the first entry: a trace that mostly frees (a wrapped ring whose blocks
    * were allocated before it) peaks there, as alloc_snapshot folded says; so does an empty trace, whose
    * allocations are the blocks allocated at the snapshot */
-  let pa = base, pr = r, pe = -1;
+  let pa = base, pr = r, pe = -1, pre = -1;
   for (let i = 0; i < n; i++) {
     a += delta[i];
     const act = D.act[i];
@@ -162,13 +162,14 @@ function totals(D) {
     alloc[i] = a;
     reserved[i] = r;
     if (a > pa) { pa = a; pe = i; }
-    if (r > pr) pr = r;
+    if (r > pr) { pr = r; pre = i; }
   }
   D.allocTotal = alloc;
   D.reservedTotal = reserved;
   D.peakAlloc = pa;
   D.peakEntry = pe; /* the first entry after which allocated is at its peak; -1: before the first entry */
   D.peakReserved = pr;
+  D.peakReservedEntry = pre; /* the same for reserved */
 }
 
 /* The allocations live after entry k (-1: before the first entry), largest first, then in allocation

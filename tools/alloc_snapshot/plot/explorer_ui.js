@@ -1,5 +1,5 @@
 /* alloc_snapshot plot's explorer, the interaction: the details panel, the table of the allocations live
- * at the peak, the segment map panel, the controls (zoom, pan, peak, axis, colour, entry slider, device),
+ * at the peak, the segment map panel and its legend, the controls (zoom, pan, peak, axis, colour, entry slider, device),
  * mouse and keys, the URL hash, and the window.explorer object that tests drive. */
 
 function entryText(i) {
@@ -193,8 +193,24 @@ function renderMap() {
     g.strokeRect(LABEL_W + 0.5, y + 0.5, bar - 1, ROW_H - 1);
     g.setLineDash([]);
   });
+  mapLegend(map);
   ui.slider.value = String(st.k);
   ui.sliderText.textContent = st.k >= D.n ? 'snapshot' : st.k < 0 ? 'before entry 0' : 'entry ' + st.k;
+}
+/* What the map's colours and marks mean; the strip and the dashed outline only where the map has them. */
+const STATE_MEANING = ['in use by the program', 'freed by the program, waiting for its streams\' events before reuse',
+  'free: cached in the segment, reusable'];
+function mapLegend(map) {
+  const D = st.D, item = (style, name, text) => el('li', {}, el('span', {class: 'sw', style}), el('b', {text: name}), ': ' + text);
+  const items = STATE.map((s, i) => item('background:' + STATE_COLOUR[i], s, STATE_MEANING[i] +
+    (i === 2 && !map.exact ? '; here also what was not allocated at this entry (the split is not in the trace)' : '')));
+  if (map.segs.some((s) => s.blocks.some((b) => b.alloc !== undefined && b.state !== 2 && D.A.start[b.alloc] < 0)))
+    items.push(item('background:' + STATE_COLOUR[0] + ';box-shadow:inset 0 -3px rgba(0,0,0,0.25)', 'dark strip',
+      'allocated before the trace began: its alloc time and frames are unknown'));
+  if (map.segs.some((s) => s.known === false))
+    items.push(item('background:#fff;border:1px dashed #c00', 'dashed outline',
+      'a segment the trace frees after this entry: its pool is unknown'));
+  ui.mapLegend.replaceChildren(...items);
 }
 function mapHit(ev) {
   const r = ui.map.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
@@ -304,7 +320,8 @@ function build() {
   ui.sliderText = el('span', {class: 'mono'});
   ui.range = el('span', {class: 'range mono'});
   ui.tl = el('canvas', {id: 'timeline'}); ui.ac = el('canvas', {id: 'active'});
-  ui.acNote = el('p', {class: 'note'}); ui.legend = el('ul', {class: 'legend'});
+  ui.acNote = el('p', {class: 'note'}); ui.legend = el('ul', {class: 'legend', id: 'colour-legend'});
+  ui.tlLegend = el('ul', {class: 'legend', id: 'timeline-legend'}); ui.mapLegend = el('ul', {class: 'legend', id: 'segmap-legend'});
   ui.details = el('div', {id: 'details'}, el('p', {class: 'note', text: 'Hover or click an allocation, or a block of the segment map.'}));
   ui.map = el('canvas', {id: 'segmap'}); ui.mapWhen = el('h3'); ui.mapFig = el('p', {id: 'segmap-figures', class: 'mono'});
   ui.mapNote = el('p', {class: 'note'}); ui.summary = el('p', {id: 'summary', class: 'meta'});
@@ -328,9 +345,9 @@ function build() {
   ui.tlTitle = el('h3', {text: 'Allocated and reserved'});
   ui.acTitle = el('h3', {text: 'Active memory: each allocation from alloc to free'});
   app.replaceChildren(ui.summary, bar, el('div', {class: 'main'}, el('div', {class: 'plots'},
-    ui.tlTitle, ui.tl, ui.peak, ui.acTitle,
+    ui.tlTitle, ui.tl, ui.tlLegend, ui.peak, ui.acTitle,
     ui.ac, ui.acNote, ui.legend, ui.mapWhen, el('div', {class: 'slider'}, 'entry ', ui.slider, ' ', ui.sliderText), ui.mapFig, ui.mapNote,
-    el('div', {class: 'mapbox'}, ui.map)), ui.details));
+    ui.mapLegend, el('div', {class: 'mapbox'}, ui.map)), ui.details));
   wire(ui.tl); wire(ui.ac);
   ui.dev.onchange = () => selectDevice(+ui.dev.value);
   ui.axis.onchange = () => setAxis(ui.axis.value);
@@ -368,7 +385,8 @@ function selectDevice(i) {
       ' made before the trace began' : '') +
     (D.n ? '' : '; the trace is empty (memory history was not recorded): only the segment map and the blocks ' +
       'allocated at the snapshot are shown') + '.';
-  ui.tl.hidden = ui.ac.hidden = ui.tlTitle.hidden = ui.acTitle.hidden = !D.n;
+  ui.tl.hidden = ui.ac.hidden = ui.tlTitle.hidden = ui.acTitle.hidden = ui.tlLegend.hidden = !D.n;
+  timelineLegend();
   ui.peakBtn.disabled = !D.n || !D.peakAlloc;
   render();
   renderMap();

@@ -1,13 +1,15 @@
 /* alloc_snapshot plot's explorer, the view: the page's controls, the totals timeline and the
- * active-memory view (canvas, one column per pixel, only the visible range) with the peak marked, the
- * details panel and the segment map at a chosen entry. State in the URL hash (#t=ENTRY|end&sel=ENTRY&
+ * active-memory view (canvas, one column per pixel, only the visible range) with the peaks marked, their
+ * legends, the details panel and the segment map at a chosen entry. State in the URL hash (#t=ENTRY|end&sel=ENTRY&
  * x0=&x1=&axis=time&color=pool&dev=N) so a view can be reopened or screenshotted. window.explorer is
  * what tests drive. */
 
 const T0 = performance.now();
 const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7',
   '#9c755f', '#8cd17d', '#499894', '#d37295'];
-const STATE_COLOUR = ['#3b6fb6', '#f0a030', '#e4e7eb'], PEAK_COLOUR = '#c2410c';
+const STATE_COLOUR = ['#3b6fb6', '#f0a030', '#e4e7eb'], PEAK_COLOUR = '#c2410c', PEAK_RESERVED_COLOUR = '#5b6470';
+const RESERVED_COLOUR = '#9aa5b1', ALLOC_COLOUR = '#3b6fb6', OOM_COLOUR = '#d62728', NAME_COLOUR = '#7b3fa0';
+const RANGE_FILL = 'rgba(176,122,161,0.13)';
 const MARGIN_L = 78, MARGIN_R = 12, LIMIT = 1500, ROW_H = 14, ROW_GAP = 3, LABEL_W = 290;
 
 function fmtSize(b) {
@@ -148,22 +150,22 @@ function markers(g, top, bottom, labels) {
   for (const r of D.ranges) {
     const a = xToPx(st.axis === 'time' ? r.t0 - D.time[0] : r.e0), b = r.t1 === Infinity ? R :
       xToPx(st.axis === 'time' ? r.t1 - D.time[0] : r.e1);
-    g.fillStyle = 'rgba(176,122,161,0.13)';
+    g.fillStyle = RANGE_FILL;
     g.fillRect(a, top, Math.max(b - a, 1), bottom - top);
     if (labels) { g.fillStyle = '#7a4d6e'; g.fillText(r.name, Math.max(a, L) + 3, top + 11); }
   }
   for (const [i, name] of D.names) {
     const px = x(i);
     if (px < L || px > R) continue;
-    g.strokeStyle = '#7b3fa0'; g.setLineDash([3, 3]);
+    g.strokeStyle = NAME_COLOUR; g.setLineDash([3, 3]);
     g.beginPath(); g.moveTo(px, top); g.lineTo(px, bottom); g.stroke(); g.setLineDash([]);
-    if (labels) { g.fillStyle = '#7b3fa0'; g.fillText(name, px + 3, top + 24); }
+    if (labels) { g.fillStyle = NAME_COLOUR; g.fillText(name, px + 3, top + 24); }
   }
   for (const [i] of D.oom) {
     const px = x(i);
-    g.strokeStyle = '#d62728'; g.lineWidth = 2;
+    g.strokeStyle = OOM_COLOUR; g.lineWidth = 2;
     g.beginPath(); g.moveTo(px, top); g.lineTo(px, bottom); g.stroke(); g.lineWidth = 1;
-    if (labels) { g.fillStyle = '#d62728'; g.fillText('OOM', px + 3, top + 37); }
+    if (labels) { g.fillStyle = OOM_COLOUR; g.fillText('OOM', px + 3, top + 37); }
   }
   if (st.k < D.n) {
     const px = x(st.k);
@@ -173,7 +175,7 @@ function markers(g, top, bottom, labels) {
 }
 function drawTimeline({lo, hi}) {
   const D = st.D, h = 170, top = 8, bottom = h - 22, W = lo.length, g = sizeCanvas(ui.tl, h);
-  const series = [[D.reservedTotal, '#9aa5b1', D.reservedBefore], [D.allocTotal, '#3b6fb6', D.allocBefore]];
+  const series = [[D.reservedTotal, RESERVED_COLOUR, D.reservedBefore], [D.allocTotal, ALLOC_COLOUR, D.allocBefore]];
   let max = 1;
   const cmax = series.map(([arr, , before]) => {
     const out = new Float64Array(W);
@@ -197,31 +199,49 @@ function drawTimeline({lo, hi}) {
     g.stroke(); g.lineWidth = 1;
   });
   markers(g, top, bottom, true);
-  st.peakPx.timeline = peakMarker(g, top, bottom, bottom - (bottom - top) * D.peakAlloc / max);
+  /* reserved first: where both peaks are at one entry, the allocated one is drawn over it */
+  const yOf = (v) => bottom - (bottom - top) * v / max;
+  st.peakLabels = [];
+  st.peakPx.reserved = peakMarker(g, top, bottom, 'reserved', yOf(D.peakReserved), st.peakLabels);
+  st.peakPx.timeline = peakMarker(g, top, bottom, 'allocated', yOf(D.peakAlloc), st.peakLabels);
   g.fillStyle = '#4b5360'; g.textAlign = 'left';
   g.fillText(axisText(st.x0), MARGIN_L, h - 6);
   g.textAlign = 'right';
   g.fillText(axisText(st.x1), MARGIN_L + plotW(), h - 6);
 }
-/* The peak of allocated memory: a line at its entry (before the first entry: at the trace's left edge),
- * a dot on the allocated line at yDot (-1: none) and its value. Returns the line's pixel x, null when
- * the peak is out of view. */
-function peakMarker(g, top, bottom, yDot) {
-  const D = st.D, p = D.peakEntry;
-  if (!D.n || !D.peakAlloc) return null;
+/* The two peaks, as the timeline marks them: allocated (what the program holds) and reserved (what the
+ * allocator holds of the device), each after the first entry that reaches it (-1: before the first entry). */
+const PEAKS = {
+  allocated: {entry: (D) => D.peakEntry, bytes: (D) => D.peakAlloc, colour: PEAK_COLOUR, dash: [4, 2]},
+  reserved: {entry: (D) => D.peakReservedEntry, bytes: (D) => D.peakReserved, colour: PEAK_RESERVED_COLOUR, dash: [2, 3]}};
+/* A peak's moment in the axis' terms: "at entry 12", "at +1.250 ms", "before entry 0". */
+function peakMoment(p) {
+  if (p < 0) return 'before entry 0';
+  return 'at ' + (st.axis === 'time' ? '+' + fmtUs(st.D.time[p] - st.D.time[0]) : 'entry ' + p);
+}
+/* A peak (PEAKS[which]): a line at its entry (before the first entry: at the trace's left edge), a dot
+ * at yDot (-1: none) and its label, moved down a line while it would overlap one in `labels` (the boxes
+ * drawn so far, where its own is added). Returns the line's pixel x, null when the peak is out of view. */
+function peakMarker(g, top, bottom, which, yDot, labels) {
+  const D = st.D, P = PEAKS[which], p = P.entry(D), bytes = P.bytes(D);
+  if (!D.n || !bytes) return null;
   const px = xToPx(xOf(p)), L = MARGIN_L, R = MARGIN_L + plotW();
   if (px < L || px >= R) return null;
-  const x = Math.floor(px) + 0.5, text = 'peak ' + fmtSize(D.peakAlloc);
+  const x = Math.floor(px) + 0.5, text = 'peak ' + which + ' ' + fmtSize(bytes) + ' ' + peakMoment(p);
   g.save();
-  g.strokeStyle = g.fillStyle = PEAK_COLOUR; g.lineWidth = 1.5; g.setLineDash([4, 2]);
+  g.strokeStyle = g.fillStyle = P.colour; g.lineWidth = 1.5; g.setLineDash(P.dash);
   g.beginPath(); g.moveTo(x, top); g.lineTo(x, bottom); g.stroke(); g.setLineDash([]);
   g.beginPath(); g.moveTo(x - 5, top); g.lineTo(x + 5, top); g.lineTo(x, top + 7); g.fill();
   if (yDot >= 0) { g.beginPath(); g.arc(x, yDot, 3.5, 0, 2 * Math.PI); g.fill(); }
   g.font = 'bold 11px system-ui, sans-serif';
-  const w = g.measureText(text).width + 8, left = x + 8 + w > R ? x - 8 - w : x + 8, y = yDot >= 0 ? Math.max(yDot - 20, top) : top + 4;
+  const w = g.measureText(text).width + 8, left = x + 8 + w > R ? x - 8 - w : x + 8;
+  let y = yDot >= 0 ? Math.max(yDot - 20, top) : top + 4;
+  const overlaps = (b) => left < b.x + b.w && b.x < left + w && y < b.y + b.h && b.y < y + 15;
+  for (let k = 0; k < 4 && labels.some(overlaps); k++) y += 17;
   g.fillStyle = 'rgba(255,255,255,0.88)'; g.fillRect(left, y, w, 15);
-  g.fillStyle = PEAK_COLOUR; g.textAlign = 'left'; g.fillText(text, left + 4, y + 11);
+  g.fillStyle = P.colour; g.textAlign = 'left'; g.fillText(text, left + 4, y + 11);
   g.restore();
+  labels.push({which, x: left, y, w, h: 15});
   return px;
 }
 const axisText = (x) => (st.axis === 'time' ? '+' + fmtUs(Math.round(x)) : 'entry ' + Math.floor(x));
@@ -267,7 +287,7 @@ function drawActive({lo, hi}) {
     g.strokeStyle = '#fff'; g.lineWidth = 0.6; g.stroke(); g.lineWidth = 1;
   }
   markers(g, top, bottom, false);
-  st.peakPx.active = peakMarker(g, top, bottom, -1);
+  st.peakPx.active = peakMarker(g, top, bottom, 'allocated', -1, []);
   ui.acNote.textContent = lay.nBig + ' allocation' + (lay.nBig === 1 ? '' : 's') + ' drawn as bands' +
     (lay.nSmall ? '; ' + lay.nSmall + ' smaller than ' + fmtSize(lay.thr) + ' summed in the grey band' : '') +
     '; colour by ' + st.color + '; hover or click a band for its details.';
@@ -279,4 +299,26 @@ function legend(runs) {
   for (const [id] of runs) { const k = colourKey(id); keys.set(k, (keys.get(k) || 0) + 1); }
   ui.legend.replaceChildren(...[...keys].slice(0, 16).map(([k, n]) =>
     el('li', {}, el('span', {class: 'sw', style: 'background:' + colourOf(k)}), k + ' (' + n + ')')));
+}
+/* What the timeline's lines and markers mean; the peaks with their values and moments, there even where
+ * a marker is out of view; OOM, annotation and range markers only where the trace has them. */
+function timelineLegend() {
+  const D = st.D, item = (swatch, name, text) => el('li', {}, swatch, el('b', {text: name}), ': ' + text);
+  const line = (colour, dashed) => el('span', {class: dashed ? 'ln dash' : 'ln', style: 'color:' + colour});
+  const items = [
+    item(line(RESERVED_COLOUR), 'reserved', 'segment_alloc \u2212 segment_free and segment_map \u2212 segment_unmap, ' +
+      'from what the snapshot\'s segments held before the first entry (what the allocator holds of the device)'),
+    item(line(ALLOC_COLOUR), 'allocated', 'the sizes of live allocations, from alloc to free_requested, those made ' +
+      'before the trace began included (what the program holds)')];
+  for (const which of ['allocated', 'reserved']) {
+    const P = PEAKS[which], p = P.entry(D);
+    if (P.bytes(D)) items.push(item(line(P.colour, true), 'peak ' + which, fmtExact(P.bytes(D)) + ' ' +
+      (p < 0 ? 'before the first trace entry' : 'after ' + entryText(p))));
+  }
+  if (D.oom.size) items.push(item(line(OOM_COLOUR), 'OOM', D.oom.size + ' out-of-memory entr' + (D.oom.size === 1 ? 'y' : 'ies')));
+  if (D.names.size) items.push(item(line(NAME_COLOUR, true), 'annotation', 'a user_defined entry, with its name'));
+  if (D.ranges.length) items.push(item(el('span', {class: 'sw', style: 'background:' + RANGE_FILL}), 'annotated range',
+    'an external_annotations START/END pair, with its name'));
+  items.push(item(line('#111'), 'picked entry', 'the segment map\'s moment (click a timeline or move the slider)'));
+  ui.tlLegend.replaceChildren(...items);
 }
