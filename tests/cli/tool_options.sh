@@ -81,7 +81,7 @@ stdout_only alloc_bench_svg_cmd '^<svg ' "$bench" svg bench.csv -
 expect alloc_bench_two_stdout 2 '' "only one of them may be '-'" "${run_bench[@]}" --csv - --json -
 stdout_only replay_o '^\{"segments":' "$snap" replay trace_small.json -o -
 stdout_only convert_out '^\{"segments":' "$snap" convert --to json cachalot_small.json -
-stdout_only plot_o '</html>' "$snap" plot --static cachalot_small.json -o -
+stdout_only plot_o '</html>' "$snap" plot cachalot_small.json -o -
 stdout_only folded_o '^device 0;' "$snap" folded folded_stacks.json -o -
 stdout_only folded_default '^device 0;' "$snap" folded folded_stacks.json
 # A standard output that cannot be written (/dev/full): exit 1, and the reason said once.

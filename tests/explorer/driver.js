@@ -1,8 +1,8 @@
 /* The explorer's test driver (tests/explorer/run.py appends it to pages of alloc_snapshot plot): it
  * drives the page with real DOM events (wheel, drag, keys, clicks, hover) and checks exact state against
  * tests/explorer/explorer.json, then writes PASS / FAIL lines between BEGIN and END into the DOM for
- * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'peak', 'notrace', 'smoke' or 'empty');
- * in 'peak' mode window.__expect holds what run.py computed from the snapshot itself. */
+ * run.py to read. The mode is run.py's: window.__mode ('full', 'hash', 'pending', 'peak', 'peaks', 'notrace', 'smoke' or 'empty');
+ * in 'peak' and 'peaks' modes window.__expect holds what run.py computed from the snapshot itself. */
 window.addEventListener('load', function () {
   const out = [];
   const check = (name, got, want) => {
@@ -55,7 +55,9 @@ window.addEventListener('load', function () {
         'The snapshot holds no segments and no trace entries: nothing to draw.');
     } else if (mode === 'smoke') {
       check('devices in the selector', document.querySelectorAll('select[aria-label=device] option').length, window.__devices);
-    } else if (mode === 'peak') {
+    } else if (mode === 'peak' || mode === 'peaks') {
+      /* 'peaks': the peaks, their markers and legend only (a trace with more live allocations at its peak
+       * than the table lists) */
       const E = window.__expect, D = ex.st.D, n = E.n;
       /* first the axes, with what the page has had from the start (so that this fails on a page
        * without the rest): the scale's max is the value the axis shows at its top */
@@ -117,72 +119,74 @@ window.addEventListener('load', function () {
       check('peak: the table says when', text(document.querySelector('#peak p.note')).includes('(' + E.peak.bytes + ' B) allocated ' +
         (pe < 0 ? 'before the first trace entry' : 'after entry ' + pe + ' ')), true);
       button('reset').click();
-      /* the table, open from the start */
-      const trs = () => [...document.querySelectorAll('#peak-table tbody tr')];
-      const live = () => trs().map((tr) => [+tr.children[0].dataset.bytes, tr.children[2].textContent]);
-      const stacks = () => trs().map((tr) => tr.querySelector('td.fr').title);
-      const first = document.querySelector('#peak-table tbody tr');
-      check('table: its first rows in the window as the page opens', !!first && first.getBoundingClientRect().bottom <= window.innerHeight, true);
-      check('table: the allocations live at the peak, largest first', live(), E.live);
-      check('table: they add up to the peak', live().reduce((s, r) => s + r[0], 0), E.peak.bytes);
-      check('table: their stacks', stacks(), E.frames);
-      const th = (t) => [...document.querySelectorAll('#peak-table th')].find((h) => h.textContent.startsWith(t));
-      th('size').click();
-      check('sort: size ascending', live().map((r) => r[0]), E.live.map((r) => r[0]).sort((a, b) => a - b));
-      check('sort: its heading says so', th('size').getAttribute('aria-sort'), 'ascending');
-      th('frames').click();
-      const byText = E.frames.slice().sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-      check('sort: by frame text', stacks(), byText);
-      th('frames').click();
-      check('sort: by frame text, reversed', stacks(), byText.slice().reverse());
-      th('size').click();
-      check('sort: size, largest first again', live(), E.live);
-      const find = document.querySelector('#peak input[type=search]');
-      find.value = E.search.q;
-      find.dispatchEvent(new Event('input', {bubbles: true}));
-      check('search: rows whose frames hold "' + E.search.q + '"', trs().length, E.search.count);
-      check('search: every one does', stacks().every((t) => t.toLowerCase().includes(E.search.q.toLowerCase())), true);
-      if (E.folded) {
-        /* a frame as alloc_snapshot folded wrote it for this snapshot, "name (file:line)" */
-        find.value = E.folded.q;
+      if (mode === 'peak') {
+        /* the table, open from the start */
+        const trs = () => [...document.querySelectorAll('#peak-table tbody tr')];
+        const live = () => trs().map((tr) => [+tr.children[0].dataset.bytes, tr.children[2].textContent]);
+        const stacks = () => trs().map((tr) => tr.querySelector('td.fr').title);
+        const first = document.querySelector('#peak-table tbody tr');
+        check('table: its first rows in the window as the page opens', !!first && first.getBoundingClientRect().bottom <= window.innerHeight, true);
+        check('table: the allocations live at the peak, largest first', live(), E.live);
+        check('table: they add up to the peak', live().reduce((s, r) => s + r[0], 0), E.peak.bytes);
+        check('table: their stacks', stacks(), E.frames);
+        const th = (t) => [...document.querySelectorAll('#peak-table th')].find((h) => h.textContent.startsWith(t));
+        th('size').click();
+        check('sort: size ascending', live().map((r) => r[0]), E.live.map((r) => r[0]).sort((a, b) => a - b));
+        check('sort: its heading says so', th('size').getAttribute('aria-sort'), 'ascending');
+        th('frames').click();
+        const byText = E.frames.slice().sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+        check('sort: by frame text', stacks(), byText);
+        th('frames').click();
+        check('sort: by frame text, reversed', stacks(), byText.slice().reverse());
+        th('size').click();
+        check('sort: size, largest first again', live(), E.live);
+        const find = document.querySelector('#peak input[type=search]');
+        find.value = E.search.q;
         find.dispatchEvent(new Event('input', {bubbles: true}));
-        check('search: a frame copied from folded output, "' + E.folded.q + '"', trs().length, E.folded.count);
-        check('search: the folded frame found at all', trs().length > 0, true);
-        find.value = E.folded.q.toUpperCase();
+        check('search: rows whose frames hold "' + E.search.q + '"', trs().length, E.search.count);
+        check('search: every one does', stacks().every((t) => t.toLowerCase().includes(E.search.q.toLowerCase())), true);
+        if (E.folded) {
+          /* a frame as alloc_snapshot folded wrote it for this snapshot, "name (file:line)" */
+          find.value = E.folded.q;
+          find.dispatchEvent(new Event('input', {bubbles: true}));
+          check('search: a frame copied from folded output, "' + E.folded.q + '"', trs().length, E.folded.count);
+          check('search: the folded frame found at all', trs().length > 0, true);
+          find.value = E.folded.q.toUpperCase();
+          find.dispatchEvent(new Event('input', {bubbles: true}));
+          check('search: the folded frame, upper case', trs().length, E.folded.count);
+        }
+        find.value = '';
         find.dispatchEvent(new Event('input', {bubbles: true}));
-        check('search: the folded frame, upper case', trs().length, E.folded.count);
-      }
-      find.value = '';
-      find.dispatchEvent(new Event('input', {bubbles: true}));
-      check('search: cleared', trs().length, E.live.length);
-      /* a row selects its band, the state clicking the band gives; zoomed in, the state after the peak
-       * entry spans several columns: every row's band is drawn there, away from its edges */
-      ex.setRange(pe - 10, pe + 10);
-      const row = trs()[0], id = +row.dataset.id, hex = row.children[2].textContent;
-      const sel = () => [ex.st.sel, text($('details').querySelector('h3')), trs().filter((tr) => tr.classList.contains('sel')).map((tr) => +tr.dataset.id)];
-      row.click();
-      check('row click: selects', sel(), [id, 'Allocation ' + hex, [id]]);
-      check('row click: hash', /[#&]sel=/.test(location.hash) === (ex.st.D.A.start[id] >= 0), true);
-      /* before the first entry: the first column, the only one that stands for that state */
-      const c = pe < 0 ? 0 : Math.floor((ex.xToPx(pe) + ex.xToPx(pe + 1)) / 2) - 78, r = ex.st.lay.bands[c];
-      let base = -1;
-      for (let j = 0; j < r.length; j += 2) if (r[j] === id) base = r[j + 1];
-      const {top, bottom, max} = ex.st.yScale, yMid = bottom - (bottom - top) * (base + D.A.size[id] / 2) / max;
-      const px = ac.getContext('2d').getImageData(c + 78, Math.round(yMid), 1, 1).data;
-      if (pe >= 0) check('row click: its band drawn selected (#111)', base >= 0 && [px[0], px[1], px[2]], [17, 17, 17]);
-      else check('row click: its band drawn in the first column', base >= 0, true);
-      mouse(ac, 'mousedown', c + 78, yMid);
-      mouse(ac, 'mouseup', c + 78, yMid);
-      check('band click on it: unselects, row too', sel()[0] === -1 && sel()[2].length === 0, true);
-      mouse(ac, 'mousedown', c + 78, yMid);
-      mouse(ac, 'mouseup', c + 78, yMid);
-      check('band click: the same state as the row click', sel(), [id, 'Allocation ' + hex, [id]]);
-      const multi = trs().find((tr) => tr.querySelector('button.more'));
-      if (multi) {
-        const n0 = multi.querySelectorAll('td.fr > div').length, frames = multi.querySelector('td.fr').title.split('\n').length;
-        multi.querySelector('button.more').click();
-        check('frames: expand shows the whole stack', [n0, multi.querySelectorAll('td.fr > div').length], [1, frames]);
-        check('frames: expanding does not select', ex.st.sel, id);
+        check('search: cleared', trs().length, E.live.length);
+        /* a row selects its band, the state clicking the band gives; zoomed in, the state after the peak
+         * entry spans several columns: every row's band is drawn there, away from its edges */
+        ex.setRange(pe - 10, pe + 10);
+        const row = trs()[0], id = +row.dataset.id, hex = row.children[2].textContent;
+        const sel = () => [ex.st.sel, text($('details').querySelector('h3')), trs().filter((tr) => tr.classList.contains('sel')).map((tr) => +tr.dataset.id)];
+        row.click();
+        check('row click: selects', sel(), [id, 'Allocation ' + hex, [id]]);
+        check('row click: hash', /[#&]sel=/.test(location.hash) === (ex.st.D.A.start[id] >= 0), true);
+        /* before the first entry: the first column, the only one that stands for that state */
+        const c = pe < 0 ? 0 : Math.floor((ex.xToPx(pe) + ex.xToPx(pe + 1)) / 2) - 78, r = ex.st.lay.bands[c];
+        let base = -1;
+        for (let j = 0; j < r.length; j += 2) if (r[j] === id) base = r[j + 1];
+        const {top, bottom, max} = ex.st.yScale, yMid = bottom - (bottom - top) * (base + D.A.size[id] / 2) / max;
+        const px = ac.getContext('2d').getImageData(c + 78, Math.round(yMid), 1, 1).data;
+        if (pe >= 0) check('row click: its band drawn selected (#111)', base >= 0 && [px[0], px[1], px[2]], [17, 17, 17]);
+        else check('row click: its band drawn in the first column', base >= 0, true);
+        mouse(ac, 'mousedown', c + 78, yMid);
+        mouse(ac, 'mouseup', c + 78, yMid);
+        check('band click on it: unselects, row too', sel()[0] === -1 && sel()[2].length === 0, true);
+        mouse(ac, 'mousedown', c + 78, yMid);
+        mouse(ac, 'mouseup', c + 78, yMid);
+        check('band click: the same state as the row click', sel(), [id, 'Allocation ' + hex, [id]]);
+        const multi = trs().find((tr) => tr.querySelector('button.more'));
+        if (multi) {
+          const n0 = multi.querySelectorAll('td.fr > div').length, frames = multi.querySelector('td.fr').title.split('\n').length;
+          multi.querySelector('button.more').click();
+          check('frames: expand shows the whole stack', [n0, multi.querySelectorAll('td.fr > div').length], [1, frames]);
+          check('frames: expanding does not select', ex.st.sel, id);
+        }
       }
     } else if (mode === 'notrace') {
       /* no trace entries: the table lists the blocks allocated at the snapshot (what alloc_snapshot folded

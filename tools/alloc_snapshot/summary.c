@@ -7,7 +7,7 @@
 
 #include "cli.h"
 
-as_group_key as_segment_key(const as_segment *s) {
+static as_group_key segment_key(const as_segment *s) {
   return (as_group_key){.device = s->device, .pool_id = {s->pool_id[0], s->pool_id[1]}, .small = s->small,
                         .stream = s->stream};
 }
@@ -54,7 +54,7 @@ double as_fragmentation(const as_group *g) {
 
 static int cmp_key_then_address(const void *pa, const void *pb) {
   const as_segment *a = *(const as_segment *const *)pa, *b = *(const as_segment *const *)pb;
-  as_group_key ka = as_segment_key(a), kb = as_segment_key(b);
+  as_group_key ka = segment_key(a), kb = segment_key(b);
   int c = as_key_cmp(&ka, &kb);
   return c ? c : CMP(a->address, b->address);
 }
@@ -94,7 +94,7 @@ int as_group_segments(const as_snapshot *s, as_group **out, size_t *n) {
   qsort(v, s->n_segments, sizeof *v, cmp_key_then_address);
   size_t ng = 0;
   for (size_t i = 0; i < s->n_segments; i++) {
-    as_group_key k = as_segment_key(v[i]);
+    as_group_key k = segment_key(v[i]);
     if (ng == 0 || as_key_cmp(&groups[ng - 1].key, &k) != 0)
       groups[ng++].key = k;
     as_group_add(&groups[ng - 1], v[i]);

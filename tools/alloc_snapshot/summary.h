@@ -29,7 +29,6 @@ typedef struct {
   uint64_t largest_free;   /* the largest inactive block */
 } as_group;
 
-as_group_key as_segment_key(const as_segment *s);
 int as_key_cmp(const as_group_key *a, const as_group_key *b);
 /* Adds one segment to a group's totals. */
 void as_group_add(as_group *g, const as_segment *s);
