@@ -229,6 +229,10 @@ window.addEventListener('load', function () {
       check('oom marker', [...ex.st.D.oom], [[8, 1073741824]]);
       check('initial range', text(document.querySelector('.range')), 'showing entries 0\u201315 of 16');
       check('segment map of the snapshot', text($('segmap-figures')), MAP_END);
+      /* the page's byte counts are src/common/text.c's binary style: the strings of tests/unit/test_text.c */
+      check('fmtSize: the strings of cl_format_bytes', [0, 1023, 1024, 1000000, 1048575, 1048576, 1152, 1408, 1664,
+        7.5 * 2 ** 30, 2 ** 60].map(ex.fmtSize), ['0 B', '1023 B', '1.00 KiB', '976.56 KiB', '1024.00 KiB', '1.00 MiB',
+        '1.12 KiB', '1.38 KiB', '1.62 KiB', '7.50 GiB', '1.00 EiB']);
       /* the static page's legends and peak markers, now the explorer's */
       check('timeline legend: what it names', names('timeline-legend'), ['reserved', 'allocated', 'peak allocated',
         'peak reserved', 'OOM', 'annotation', 'annotated range', 'picked entry']);

@@ -4,7 +4,9 @@
  * The PyTorch style is checked against the OOM path's own formatter as it was before it moved here
  * (torch_reference below, copied from oom.c at 2973e9b), at every power of two and its neighbours and at
  * a million random sizes, so that the message stays byte-identical; the binary style likewise against
- * alloc_snapshot's as_fmt_size of then. Exact strings pin the boundaries. */
+ * alloc_snapshot's as_fmt_size of then. Exact strings pin the boundaries; the explorer page's fmtSize
+ * (JavaScript, tools/alloc_snapshot/plot/explorer_view.js) is pinned to the same binary-style strings by
+ * tests/explorer/driver.js. */
 #include "helpers.h"
 
 #include "common/text.h"
@@ -86,6 +88,9 @@ static void test_bytes_boundaries(void **state) {
       {1024, CL_BYTES_BINARY, "1.00 KiB"},
       {1000000, CL_BYTES_BINARY, "976.56 KiB"},
       {1048575, CL_BYTES_BINARY, "1024.00 KiB"}, /* rounded up, but below a MiB */
+      {1152, CL_BYTES_BINARY, "1.12 KiB"},       /* exact ties (1.125, 1.375, 1.625): half to even */
+      {1408, CL_BYTES_BINARY, "1.38 KiB"},
+      {1664, CL_BYTES_BINARY, "1.62 KiB"},
       {1048576, CL_BYTES_BINARY, "1.00 MiB"},
       {7 * (uint64_t)GiB + GiB / 2, CL_BYTES_BINARY, "7.50 GiB"},
       {(uint64_t)GiB << 30, CL_BYTES_BINARY, "1.00 EiB"},

@@ -414,6 +414,6 @@ else {
 }
 const T2 = performance.now();
 window.explorer = {S, st, ui, render, renderMap, setEntry, setRange, setAxis, zoomAt, entryAtPx, xToPx, xOf, pxToX,
-  showAllocation, goPeak, segmentsAt, mapFigures, timing: {parse: T1 - T0, firstDraw: T2 - T0, sinceNavigation: T2}};
+  showAllocation, goPeak, segmentsAt, mapFigures, fmtSize, timing: {parse: T1 - T0, firstDraw: T2 - T0, sinceNavigation: T2}};
 document.getElementById('timing').textContent = 'Drawn ' + Math.round(T2) + ' ms after the page was opened (' +
   Math.round(T1 - T0) + ' ms to read and walk the trace, ' + Math.round(T2 - T1) + ' ms to draw).';

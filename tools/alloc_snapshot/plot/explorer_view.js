@@ -12,12 +12,21 @@ const RESERVED_COLOUR = '#9aa5b1', ALLOC_COLOUR = '#3b6fb6', OOM_COLOUR = '#d627
 const RANGE_FILL = 'rgba(176,122,161,0.13)';
 const MARGIN_L = 78, MARGIN_R = 12, LIMIT = 1500, ROW_H = 14, ROW_GAP = 3, LABEL_W = 290;
 
+/* A byte count as src/common/text.c writes it for the tools (cl_format_bytes, CL_BYTES_BINARY), so that
+ * the page and alloc_snapshot's other output agree: "1023 B", then two decimals in the largest unit that
+ * keeps the value at or above 1, rounded as C's printf rounds the exact value: half to even on a tie,
+ * where toFixed rounds half up (1152 B is "1.12 KiB", not "1.13"). The explorer suite pins it to the
+ * strings of the C unit test (tests/unit/test_text.c). */
 function fmtSize(b) {
   if (b < 1024) return b + ' B';
   const units = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'];
   let v = b / 1024, u = 0;
   while (v >= 1024 && u + 1 < units.length) { v /= 1024; u++; }
-  return v.toFixed(2) + ' ' + units[u];
+  if (!Number.isSafeInteger(b)) return v.toFixed(2) + ' ' + units[u];
+  const d = 1024n ** BigInt(u + 1), x = BigInt(b) * 100n, r2 = 2n * (x % d);
+  let q = x / d;
+  if (r2 > d || (r2 === d && q % 2n === 1n)) q++;
+  return q / 100n + '.' + String(q % 100n).padStart(2, '0') + ' ' + units[u];
 }
 const fmtExact = (b) => fmtSize(b) + (b >= 1024 ? ' (' + b + ' B)' : '');
 function fmtUs(us) {
