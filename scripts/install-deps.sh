@@ -5,9 +5,10 @@
 set -eu
 # The build: compilers, Meson, the headers and libraries the library, tools and tests use.
 pkgs="meson ninja-build pkg-config gcc clang libclang-rt-14-dev uthash-dev libcmocka-dev libcjson-dev zlib1g-dev"
-# libdw (named frames of recorded stacks) and what linking it statically needs (pkg-config --static:
-# libelf, zlib, liblzma, libbz2, which has no .pc file of its own)
-pkgs="$pkgs libdw-dev libelf-dev liblzma-dev libbz2-dev"
+# libdw1: the library opens libdw.so.1 at run time to name the frames of recorded stacks with files and
+# lines, which the snapshot and install tests expect where it opens; libdw-dev only for its headers, which
+# a test build compiles src/stats/symbolize.c's own declarations of libdw against. Nothing links libdw.
+pkgs="$pkgs libdw1 libdw-dev"
 # The Python package (pip, meson-python) and the scripts' helpers; sudo so that the README's install
 # commands run as written on a machine where only root exists
 pkgs="$pkgs python3 python3-venv python3-mesonpy locales sudo"

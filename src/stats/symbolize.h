@@ -21,8 +21,13 @@ cl_symbolizer *cl_symbolizer_new(void);
  * the line of the call. The result lives as long as the symbolizer. */
 cl_frame_info cl_symbolize(cl_symbolizer *s, void *addr);
 void cl_symbolizer_free(cl_symbolizer *s);
-/* Whether this build reads debug info with libdw (-Dlibdw), or only the dynamic symbols (dladdr). */
+/* Whether frames are named through libdw in this process (debug info: files and lines), or only from the
+ * dynamic symbols (dladdr): libdw when the build has its loader (-Dlibdw) and libdw.so.1 was opened with
+ * every function bound. Opens it the first time, as the first symbolization does. */
 bool cl_symbolize_has_libdw(void);
+/* For the tests of the fallback: the library opened in place of libdw.so.1 (NULL: none). Only before the
+ * first symbolization of the process, which reads it once. */
+void cl_symbolize_libdw_soname(const char *soname);
 /* A C++ name demangled into a malloc'ed string, or NULL (not mangled, or no demangler in the process). */
 char *cl_demangle(const char *name);
 

@@ -6,9 +6,16 @@
 # cachalot_demo.c and the line of its cachalot_malloc call). Its stats are in MiB. alloc_snapshot folded
 # reads the file back.
 #   demo_snapshot.sh CACHALOT_DEMO ALLOC_SNAPSHOT SOURCE_OF_THE_DEMO libdw|dladdr
+# (libdw: the library has libdw's loader; the frames are then libdw's where libdw.so.1 opens here, and
+# dladdr's where libdw1 is not installed, as on the GPU machine)
 set -u -o pipefail
 demo=$(realpath "$1") snap=$(realpath "$2") source=$(realpath "$3") symbolizer=$4
 . "$(dirname "$0")/checks.sh"
+if [ "$symbolizer" = libdw ] && command -v python3 >/dev/null &&
+  ! python3 -c 'import ctypes; ctypes.CDLL("libdw.so.1")' 2>/dev/null; then
+  echo "libdw.so.1 does not open here: the frames must be dladdr's"
+  symbolizer=dladdr
+fi
 unset CACHALOT_RECORD_HISTORY CACHALOT_SNAPSHOT_AT_EXIT CACHALOT_SNAPSHOT_ON_OOM CACHALOT_SNAPSHOT_SOCKET
 
 # Without the variables: no snapshot, no allocation held, and the byte stats in MiB.

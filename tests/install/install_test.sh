@@ -3,17 +3,21 @@
 #   1. with `pkg-config --cflags --libs cachalot` against the installed cachalot.pc, headers and library;
 #   2. with `pkg-config --cflags --libs cachalot-static` against libcachalot.a (when the build installs
 #      it; and with `pkg-config --static` of cachalot.pc, every private library linked), then runs that
-#      program with CACHALOT_SNAPSHOT_AT_EXIT set: the snapshot must be written at exit;
+#      program with CACHALOT_SNAPSHOT_AT_EXIT set: the snapshot must be written at exit; and each static
+#      libs line must name exactly what libcachalot.a needs, no more and no less;
 #   3. as a Meson project that takes this source tree as a subproject (dependency('cachalot')): the parent
 #      must get the library and nothing else (no tools, plug-ins, tests, examples), with no -Werror forced
 #      on cachalot's own code.
-# Also: every header of include/cachalot/ is installed and compiles on its own from the installed tree.
-# Usage: install_test.sh BUILD_DIR SOURCE_DIR SCRATCH_DIR [DEPS_DIR]
+# Also: every header of include/cachalot/ is installed and compiles on its own from the installed tree,
+# and libcachalot.so links nothing beyond libc, libpthread, libdl and the CUDA runtime.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR SCRATCH_DIR [DEPS_DIR [libdw|dladdr]]
+#        (libdw, the default: the build has libdw's loader, dladdr: -Dlibdw=disabled)
 #        (exits 77, skipped, without pkg-config or python3)
 set -eu -o pipefail
 command -v pkg-config >/dev/null || { echo "pkg-config not found: skipped"; exit 77; }
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
 deps_dir=${4:-}
+symbolizer=${5:-libdw}
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 scratch=$3
@@ -61,9 +65,66 @@ cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $flags -o "$scra
 libdir=$(dirname "$(find "$dest" -name 'libcachalot.so' | head -1)")
 LD_LIBRARY_PATH=$libdir "$scratch/client"
 
+# The library links nothing beyond libc, libpthread, libdl and the CUDA runtime (libdw, for the frames'
+# files and lines, is opened at run time).
+so=$(find "$dest" -name 'libcachalot.so.*.*.*' -type f | head -1)
+needed=$(readelf -d "$so" | sed -n 's/^.*(NEEDED).*\[\(.*\)\]$/\1/p')
+echo "libcachalot.so needs: ${needed//$'\n'/ }"
+for n in $needed; do
+  case $n in
+    libc.so.* | ld-linux*.so.* | libpthread.so.* | libdl.so.* | libcudart.so.*) ;;
+    *) echo "libcachalot.so links $n: only libc, libpthread, libdl and the CUDA runtime may be linked"; exit 1 ;;
+  esac
+done
+
+# A static libs line says exactly what libcachalot.a needs: every object of the archive (--whole-archive)
+# links with it, so nothing is missing, and each library it names is one the link keeps (--as-needed drops
+# one that no object uses, as glibc 2.34's empty libdl and libpthread), so nothing is extra. The program
+# is then run with stacks recorded: linked with no libdw, its frames name client.c and a line where
+# libdw.so.1 opens here (and the build has the loader), dladdr's names elsewhere.
+exact_static_line() { # LABEL LIBS
+  local label=$1 libs=$2 tok archive kept n args=() names=() whole=0
+  archive=$(find "$dest" -name 'libcachalot.a' | head -1)
+  for tok in $libs; do
+    case $tok in
+      -lcachalot | -l:libcachalot.a) args+=("-Wl,--whole-archive" "$archive" "-Wl,--no-whole-archive"); whole=1 ;;
+      -l:*) echo "$label: $tok: a library by file name other than libcachalot.a"; exit 1 ;;
+      -l*) args+=("$tok"); names+=("${tok#-l}") ;;
+      -L* | -pthread) args+=("$tok") ;;
+      *) echo "$label: $tok is none of -L, -l and -pthread"; exit 1 ;;
+    esac
+  done
+  [ "$whole" = 1 ] || { echo "$label: names no libcachalot"; exit 1; }
+  # shellcheck disable=SC2046
+  cc -std=c11 -g -Wall -Wextra -Werror $(pkgconf --cflags cachalot) "$src/tests/install/client.c" \
+    -Wl,--as-needed "${args[@]}" -o "$scratch/client-exact" ||
+    { echo "$label: libcachalot.a does not link with this line alone"; exit 1; }
+  kept=$(readelf -d "$scratch/client-exact" | sed -n 's/^.*(NEEDED).*\[\(.*\)\]$/\1/p')
+  for n in "${names[@]}"; do
+    grep -qx "lib$n\.so.*" <<<"$kept" || { echo "$label: names -l$n, which no object of libcachalot.a needs"; exit 1; }
+  done
+  if grep -q libdw <<<"$kept"; then echo "$label: the program links libdw"; exit 1; fi
+  rm -f "$scratch/exact.json"
+  CACHALOT_RECORD_HISTORY=100,stacks CACHALOT_SNAPSHOT_AT_EXIT="$scratch/exact.json" \
+    "$scratch/client-exact" --leave-live 2>/dev/null || { echo "$label: the program failed"; exit 1; }
+  python3 - "$scratch/exact.json" "$label" "$symbolizer" <<'PY'
+import ctypes, json, sys
+try:
+    ctypes.CDLL("libdw.so.1")
+    libdw = sys.argv[3] == "libdw"
+except OSError:
+    libdw = False
+frames = [f for e in json.load(open(sys.argv[1]))["device_traces"][0] if e["action"] == "alloc" for f in e["frames"]]
+mains = [f for f in frames if f["name"] == "main" and f["filename"].endswith("client.c") and f["line"] > 0]
+assert frames, "no frames recorded"
+assert bool(mains) == libdw, "expected the frames of %s: %s" % ("libdw" if libdw else "dladdr", frames)
+print("%s: links alone, needs no more; its frames by %s" % (sys.argv[2], "libdw, main at client.c:%d" % mains[0]["line"]
+                                                          if libdw else "dladdr"))
+PY
+}
+
 # Static: cachalot-static.pc links libcachalot.a (-l:libcachalot.a, although libcachalot.so lies beside it)
-# with what the archive needs; and `pkg-config --static` of cachalot.pc, which brings every private library
-# of the chain (libdw's libelf, zlib, liblzma, libbz2: what scripts/install-deps.sh must install), links.
+# with what the archive needs; and `pkg-config --static` of cachalot.pc, with -lcachalot, links too.
 if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
   static_flags=$(pkgconf --cflags --libs cachalot-static)
   echo "pkg-config --cflags --libs cachalot-static: $static_flags"
@@ -77,6 +138,8 @@ if [ -n "$(find "$dest" -name 'libcachalot.a' | head -1)" ]; then
   # shellcheck disable=SC2086
   cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/client.c" $all_static -o "$scratch/client-private" ||
     { echo "linking with every private library of pkg-config --static failed"; exit 1; }
+  exact_static_line "pkg-config --static --libs cachalot" "$(pkgconf --static --libs cachalot)"
+  exact_static_line "pkg-config --libs cachalot-static" "$(pkgconf --libs cachalot-static)"
   env -u LD_LIBRARY_PATH "$scratch/client-static"
   # The snapshot at exit (src/process/export.c) from the statically linked program, %p expanded to its pid.
   rm -f "$scratch"/exit-*.json

@@ -569,8 +569,28 @@ static void test_annotate(void **state) {
   env_free(&e);
 }
 
+/* The symbolizer this process must have: libdw where the library has its loader and libdw.so.1 opens here
+ * (found by this test on its own, not through the loader), dladdr where TEST_LIBDW_SONAME put a library
+ * that is absent or lacks libdw's functions in its place (tests/meson.build). */
+static void test_symbolizer_expected(void **state) {
+  (void)state;
+  bool want = TEST_HAVE_LIBDW_LOADER && !getenv("TEST_LIBDW_SONAME");
+  void *lib = want ? dlopen("libdw.so.1", RTLD_LAZY | RTLD_LOCAL) : NULL;
+  want = want && lib && dlsym(lib, "dwfl_module_addrinfo");
+  if (lib)
+    dlclose(lib);
+  if (cl_symbolize_has_libdw() != want)
+    fail_msg("the symbolizer is %s, expected %s", cl_symbolize_has_libdw() ? "libdw" : "dladdr",
+             want ? "libdw" : "dladdr");
+  print_message("symbolizer: %s\n", want ? "libdw" : "dladdr");
+}
+
 int main(void) {
+  /* before anything is symbolized: the loader reads the name once */
+  if (getenv("TEST_LIBDW_SONAME"))
+    cl_symbolize_libdw_soname(getenv("TEST_LIBDW_SONAME"));
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_symbolizer_expected),
       cmocka_unit_test(test_history_off_by_default),
       cmocka_unit_test(test_ring_wraps_oldest_first),
       cmocka_unit_test(test_oom_entry_keys),
