@@ -115,6 +115,28 @@ t segments_stream 0 segments cachalot_small.json --stream 140000000000000
 t segments_pool_stream 0 segments cachalot_small.json --pool 0,0 --stream 0 --device 0
 t segments_none 0 segments cachalot_small.json --device 7
 t segments_torch 0 segments torch_small.json.gz
+# The segments are written again through cl_json: a string that is not UTF-8 comes out as U+FFFD (the text
+# is JSON a strict reader takes), numbers keep their values (-0 its sign; an integer past 2^53 is the double
+# the parser made of it), and a segment as deep as the writer takes (31 levels, the segment's own object
+# the first) is printed, one level more refused with its place rather than called a lack of memory.
+seg=$(printf '{"segments":[{"device":0,"address":0,"total_size":2097152,"blocks":[],"note":"x\377y","n":[')
+printf '%s' "$seg" '0.5,-0,1e300,9007199254740993]}]}' >segments_not_utf8.json
+t segments_not_utf8 0 segments segments_not_utf8.json
+if command -v python3 >/dev/null; then
+  "$tool" segments segments_not_utf8.json | python3 -c 'import json, sys
+s = json.loads(sys.stdin.buffer.read().decode("utf-8"))[0]
+sys.exit(s["note"] != "x\ufffdy" or s["n"] != [0.5, -0.0, 1e300, 9007199254740992])' &&
+    passed=$((passed + 1)) || {
+    echo "FAIL segments_not_utf8_parse: not strict JSON, or other values"
+    failed=$((failed + 1))
+  }
+fi
+# nest K: a segment whose "deep" member is K arrays, one inside the other
+nest() { printf '%s9],"deep":%s0%s}]}' "$seg" "$(printf "%$1s" | sed 's/ /[/g')" "$(printf "%$1s" | sed 's/ /]/g')"; }
+nest 30 >segments_deep.json
+nest 31 >segments_too_deep.json
+t segments_deep 0 segments segments_deep.json
+t segments_too_deep 1 segments segments_too_deep.json
 
 # --- diff ---
 t diff 0 diff cachalot_small.json cachalot_after.json
@@ -569,6 +591,27 @@ t usage_diff_bad_match 2 diff --match size job_r0.json job_r1.json
 t summary_ranks 0 summary job_r3.json job_r1.json job_r2.json.gz job_r0.json
 t summary_ranks_bytes 0 summary --bytes job_r0.json job_r1.json job_r2.json.gz job_r3.json
 t summary_ranks_json 0 summary --json job_r2.json.gz job_r0.json job_notrace.json
+# Until summary --json was written with cl_json (one line), cJSON_Print wrote it tab-indented; that text is
+# kept as golden/summary_ranks_json.cjson: the two must be the same JSON value, members in the same order.
+# A file name that is not UTF-8 (a byte 0xff) is written as U+FFFD: the output stays JSON a strict reader
+# takes (cJSON wrote the byte as it was).
+cp job_r0.json "$(printf 'job_\377r7.json')"
+cp job_notrace.json "$(printf 'n\377.json')"
+t summary_json_not_utf8 0 summary --json "$(printf 'job_\377r7.json')" "$(printf 'n\377.json')"
+if command -v python3 >/dev/null; then
+  python3 -c 'import json, sys
+load = lambda path: json.load(open(path, encoding="utf-8"), object_pairs_hook=list)
+sys.exit(load(sys.argv[1]) != load(sys.argv[2]))' "$dir/golden/summary_ranks_json.out" \
+    "$dir/golden/summary_ranks_json.cjson" && passed=$((passed + 1)) ||
+    fail summary_ranks_json_same "golden/summary_ranks_json.out is not the JSON value of summary_ranks_json.cjson"
+  "$tool" summary --json "$(printf 'job_\377r7.json')" "$(printf 'n\377.json')" | python3 -c 'import json, sys
+r = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+sys.exit([(x["rank"], x["file"]) for x in r["ranks"]] != [(7, "job_\ufffdr7.json"), ("n\ufffd", "n\ufffd.json")] or
+         r["worst"]["file"] != "job_\ufffdr7.json")' && passed=$((passed + 1)) ||
+    fail summary_json_not_utf8_parse "summary --json with a name that is not UTF-8: not strict JSON, or other names"
+else
+  echo "skip summary_ranks_json_same, summary_json_not_utf8_parse: no python3"
+fi
 t summary_no_trace 0 summary --bytes job_notrace.json job_r0.json
 t summary_one 0 summary job_r3.json
 # show with several files prints the same table (its golden is summary_ranks'), --top is for one file
@@ -664,7 +707,7 @@ fi
 # The lines add up to the peak that summary finds (its peak_requested) for every file with a trace.
 for f in folded_stacks.json job_r0.json job_r1.json job_r2.json.gz job_r3.json torch_small.json.gz trace_small.json; do
   sum=$("$tool" folded "$f" 2>/dev/null | awk '{ n += $NF } END { print n + 0 }')
-  peak=$("$tool" summary --json "$f" | sed -n 's/^[[:space:]]*"peak_requested":[[:space:]]*\([0-9]*\),$/\1/p' | head -1)
+  peak=$("$tool" summary --json "$f" | grep -o '"peak_requested":[0-9]*' | head -1 | cut -d: -f2)
   [ -n "$peak" ] && [ "$sum" = "$peak" ] && passed=$((passed + 1)) ||
     fail "folded_total_${f%%.*}" "the stacks add up to $sum B, summary's peak_requested is $peak"
 done

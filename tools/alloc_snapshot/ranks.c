@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json_writer.h" /* src/common/ */
 #include "../common/snapshot_reader.h"
 #include "../common/trace_walk.h"
 
@@ -293,63 +294,91 @@ static bool print_skew(const rank_row *rows, size_t n, bool exact) {
 }
 
 /* A rank in JSON: its number, or the file's name where it has none. */
-static void add_rank(cJSON *o, const char *key, const rank_row *r) {
+static void put_rank(cl_json *j, const char *key, const rank_row *r) {
+  cl_json_key(j, key);
   if (r->numbered)
-    cJSON_AddNumberToObject(o, key, (double)r->rank);
+    cl_json_uint(j, r->rank);
   else
-    cJSON_AddStringToObject(o, key, r->name);
+    cl_json_string(j, r->name);
 }
 
-/* --json: the rows, the skew and the worst rank (numbers below 2^53 are exact); false on host OOM. */
-static bool print_json(const rank_row *rows, size_t n) {
-  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "ranks");
-  bool ok = root != NULL && arr != NULL;
-  for (size_t i = 0; ok && i < n; i++) {
-    const rank_row *r = &rows[i];
-    cJSON *o = cJSON_CreateObject();
-    ok = o != NULL && cJSON_AddItemToArray(arr, o);
-    if (!ok)
-      break;
-    add_rank(o, "rank", r);
-    cJSON_AddStringToObject(o, "file", strcmp(r->path, "-") == 0 ? "<stdin>" : r->path);
-    cJSON_AddStringToObject(o, "peaks", r->from_trace ? "trace" : "current");
-    for (int p = 0; p < 3; p++)
-      cJSON_AddNumberToObject(o, peak_names[p], (double)r->peak[p]);
-    cJSON_AddNumberToObject(o, "allocated", (double)r->cur[P_ALLOC]);
-    cJSON_AddNumberToObject(o, "reserved", (double)r->cur[P_RESERVED]);
-    cJSON_AddNumberToObject(o, "segments", (double)r->segments);
-    cJSON_AddNumberToObject(o, "ooms", (double)r->ooms);
-  }
-  if (ok && n > 0) {
-    cJSON *skew = cJSON_AddObjectToObject(root, "skew");
-    for (int p = 0; skew != NULL && p < 3; p++) {
-      size_t lo, hi;
-      extremes(rows, n, p, &lo, &hi);
-      cJSON *o = cJSON_AddObjectToObject(skew, peak_names[p]);
-      if (o == NULL)
-        break;
-      cJSON_AddNumberToObject(o, "min", (double)rows[lo].peak[p]);
-      add_rank(o, "min_rank", &rows[lo]);
-      cJSON_AddNumberToObject(o, "max", (double)rows[hi].peak[p]);
-      add_rank(o, "max_rank", &rows[hi]);
-    }
+static void put_uint(cl_json *j, const char *key, uint64_t v) {
+  cl_json_key(j, key);
+  cl_json_uint(j, v);
+}
+
+static void put_file(cl_json *j, const rank_row *r) {
+  cl_json_key(j, "file");
+  cl_json_string(j, strcmp(r->path, "-") == 0 ? "<stdin>" : r->path);
+}
+
+static void put_row(cl_json *j, const rank_row *r) {
+  cl_json_begin_object(j);
+  put_rank(j, "rank", r);
+  put_file(j, r);
+  cl_json_key(j, "peaks");
+  cl_json_string(j, r->from_trace ? "trace" : "current");
+  for (int p = 0; p < 3; p++)
+    put_uint(j, peak_names[p], r->peak[p]);
+  put_uint(j, "allocated", r->cur[P_ALLOC]);
+  put_uint(j, "reserved", r->cur[P_RESERVED]);
+  put_uint(j, "segments", r->segments);
+  put_uint(j, "ooms", r->ooms);
+  cl_json_end_object(j);
+}
+
+/* The skew and the worst rank, members of the object j is in; false on host OOM. */
+static bool put_skew(cl_json *j, const rank_row *rows, size_t n) {
+  double median;
+  if (!median_reserved(rows, n, &median))
+    return false;
+  cl_json_key(j, "skew");
+  cl_json_begin_object(j);
+  for (int p = 0; p < 3; p++) {
     size_t lo, hi;
-    extremes(rows, n, P_RESERVED, &lo, &hi);
-    double median;
-    cJSON *worst = cJSON_AddObjectToObject(root, "worst");
-    ok = worst != NULL && median_reserved(rows, n, &median);
-    if (ok) {
-      add_rank(worst, "rank", &rows[hi]);
-      cJSON_AddStringToObject(worst, "file", strcmp(rows[hi].path, "-") == 0 ? "<stdin>" : rows[hi].path);
-      cJSON_AddNumberToObject(worst, "peak_reserved", (double)rows[hi].peak[P_RESERVED]);
-      cJSON_AddNumberToObject(worst, "median_peak_reserved", median);
-    }
+    extremes(rows, n, p, &lo, &hi);
+    cl_json_key(j, peak_names[p]);
+    cl_json_begin_object(j);
+    put_uint(j, "min", rows[lo].peak[p]);
+    put_rank(j, "min_rank", &rows[lo]);
+    put_uint(j, "max", rows[hi].peak[p]);
+    put_rank(j, "max_rank", &rows[hi]);
+    cl_json_end_object(j);
   }
-  char *text = ok ? cJSON_Print(root) : NULL;
+  cl_json_end_object(j);
+  size_t lo, hi;
+  extremes(rows, n, P_RESERVED, &lo, &hi);
+  cl_json_key(j, "worst");
+  cl_json_begin_object(j);
+  put_rank(j, "rank", &rows[hi]);
+  put_file(j, &rows[hi]);
+  put_uint(j, "peak_reserved", rows[hi].peak[P_RESERVED]);
+  cl_json_key(j, "median_peak_reserved"); /* an integer or half of one: written as such */
+  cl_json_double(j, median);
+  cl_json_end_object(j);
+  return true;
+}
+
+/* --json: the rows, the skew and the worst rank as one object on one line (bytes exact); false on host
+ * OOM. */
+static bool print_json(const rank_row *rows, size_t n) {
+  cl_json j;
+  cl_json_init(&j);
+  cl_json_begin_object(&j);
+  cl_json_key(&j, "ranks");
+  cl_json_begin_array(&j);
+  for (size_t i = 0; i < n; i++)
+    put_row(&j, &rows[i]);
+  cl_json_end_array(&j);
+  if (n > 0 && !put_skew(&j, rows, n)) {
+    cl_json_discard(&j);
+    return false;
+  }
+  cl_json_end_object(&j);
+  char *text = cl_json_finish(&j);
   if (text != NULL)
     puts(text);
   free(text);
-  cJSON_Delete(root);
   return text != NULL;
 }
 

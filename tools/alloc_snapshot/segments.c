@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../common/json_copy.h"
 #include "../common/snapshot_reader.h"
 
 static const char help[] =
@@ -84,7 +85,15 @@ int as_cmd_segments(int argc, char **argv) {
     if ((by_device && (uint64_t)seg->device != device) || (by_stream && seg->stream != stream) ||
         (by_pool && (seg->pool_id[0] != pool[0] || seg->pool_id[1] != pool[1])))
       continue;
-    char *text = cJSON_PrintUnformatted(seg->json);
+    cl_json j;
+    cl_json_init(&j);
+    if (!tool_json_copy(&j, seg->json)) {
+      cl_json_discard(&j);
+      status = as_failure("segments", "%s: segments[%zu]: nested deeper than the %d levels the JSON writer takes",
+                          strcmp(argv[optind], "-") == 0 ? "<stdin>" : argv[optind], i, CL_JSON_MAX_DEPTH - 1);
+      break;
+    }
+    char *text = cl_json_finish(&j);
     if (text == NULL) {
       status = as_failure("segments", "out of host memory");
       break;
