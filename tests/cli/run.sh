@@ -98,6 +98,9 @@ t usage_replay_bad_capacity 2 replay trace_small.json --capacity 12X
 t usage_replay_capacity_cuda 2 replay trace_small.json --backend cuda --capacity 1G
 t usage_replay_bad_conf 2 replay trace_small.json --conf bogus_key:1
 t usage_replay_two_stdout 2 replay trace_small.json -o - --stats-json
+t usage_replay_passes_zero 2 replay trace_small.json --passes 0
+t usage_replay_passes_many 2 replay trace_small.json --passes 1001
+t usage_replay_passes_word 2 replay trace_small.json --passes six
 
 # --- show ---
 t show_cachalot 0 show cachalot_small.json
@@ -158,6 +161,13 @@ t replay_out_gz_show 0 show out.json.gz --top 1
 t replay_out_stdout 0 replay trace_small.json -o -
 # preset:low_fragmentation: the snapshot's allocator_settings show the keys it set
 t replay_preset_settings 0 replay trace_small.json --conf preset:low_fragmentation -o -
+# Six passes in a row on one allocator (what a pass leaves live is freed before the next): the steady state
+# beside the first pass. kv_generate is where they part: with the preset 1.042 once, 1.101 over six.
+t replay_passes 0 replay trace_small.json --passes 6
+cp "$dir/../../traces/kv_generate.snapshot.json.gz" "$work/"
+t replay_passes_kv 0 replay kv_generate.snapshot.json.gz --passes 6 --conf preset:low_fragmentation
+t replay_passes_out 0 replay trace_small.json --passes 2 -o out2.json
+t replay_passes_out_show 0 show out2.json
 t replay_no_trace 1 replay no_trace.json
 
 # The cuda backend: fails cleanly (1) without a GPU or CUDA, replays (0) with one; never crashes. Its

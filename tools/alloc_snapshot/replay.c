@@ -3,6 +3,7 @@
  * peak: the fragmentation figure of docs/benchmarks.md (reserved peak / requested peak). */
 #include <cachalot/cachalot.h>
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 
 static const char help[] =
     "usage: alloc_snapshot replay TRACE [--backend sim|cuda] [--conf STR] [--capacity BYTES]\n"
-    "                             [-o SNAPSHOT] [--stats-json]\n"
+    "                             [--passes N] [-o SNAPSHOT] [--stats-json]\n"
     "\n"
     "Replays the trace of a snapshot (device_traces; cachalot's or PyTorch's JSON, gzip'ed or not)\n"
     "through cachalot, in time order over all devices: each 'alloc' entry allocates its size on its\n"
@@ -37,12 +38,19 @@ static const char help[] =
     "ratio, device allocations and frees, and the recording allocator's own reserved peak when the\n"
     "trace has its segment_alloc/segment_free entries; then the replay's wall time.\n"
     "\n"
+    "With --passes N the trace is replayed N times in a row on the same allocator, as a program runs the\n"
+    "same step again: what a pass leaves live (allocated in the trace, never freed in it) is freed before\n"
+    "the next pass. The summary then gives each device's figures over all N passes, and those of the\n"
+    "first pass alone (its reserved peak, its ratio, its device allocations and frees) beside them: the\n"
+    "steady state against a single replay. The counts above the devices are over all passes.\n"
+    "\n"
     "options:\n"
     "  --backend sim|cuda  the simulated device (default) or the GPUs through CUDA\n"
     "  --conf STR          a CACHALOT_ALLOC_CONF string (default \"\": the defaults; the environment is\n"
     "                      not read, so a replay is reproducible)\n"
     "  --capacity BYTES    memory of each simulated device (default 80G; suffixes K, M, G, T are powers\n"
     "                      of 1024); sim backend only\n"
+    "  --passes N          replays the trace N times in a row (default 1; at most 1000)\n"
     "  -o SNAPSHOT         writes cachalot's snapshot after the replay (with the replay's own trace);\n"
     "                      gzip'ed when the name ends in .gz; '-' is standard output\n"
     "  --stats-json        prints cachalot's memory_stats JSON after the replay to standard output (one\n"
@@ -56,6 +64,7 @@ static const char help[] =
 /* ---- the replay ---- */
 
 enum { MAX_STREAMS = 4096 }; /* simulated streams live as long as the backend: a bound for bad traces */
+enum { MAX_PASSES = 1000 };
 
 /* The tag of a live allocation whose cachalot_malloc failed as out of memory: its free is skipped. */
 enum { FAILED_ALLOC = 1 };
@@ -71,6 +80,13 @@ typedef struct {
   uint64_t *req_cur, *req_peak;
   /* counts */
   uint64_t allocs, frees, unknown_frees, failed_frees, implicit_frees, ooms, skipped;
+  /* --passes: how many, what the passes' ends freed, and each device's figures after the first */
+  unsigned passes;
+  uint64_t pass_end_frees;
+  struct first_pass {
+    uint64_t reserved_peak, requested_peak;
+    int64_t device_allocs, device_frees;
+  } *first;
 } replay;
 
 static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) {
@@ -163,16 +179,50 @@ static int do_step(replay *r, const tw_step *step) {
   return 0;
 }
 
-/* Runs every device's trace in the walk's order (trace_walk.h). */
+/* Frees what a pass left live, before the next pass: the program's next step allocates it again. */
+static int end_pass(replay *r, tw_walk *w) {
+  size_t pos = 0;
+  for (const tw_live *l; (l = tw_map_next(&w->live, &pos)) != NULL;) {
+    if (l->tag == FAILED_ALLOC)
+      continue;
+    cachalot_status st = cachalot_free(r->a, l->ptr);
+    if (st != CACHALOT_OK)
+      return as_failure("replay", "device %d: freeing addr 0x%" PRIx64 " at the end of a pass failed: %s: %s",
+                        l->device, l->key, cachalot_status_name(st), cachalot_last_error());
+    r->req_cur[l->device] -= l->size;
+    r->pass_end_frees++;
+  }
+  return 0;
+}
+
+/* The first pass's figures of each device, for the summary of a replay of several. */
+static void note_first_pass(replay *r) {
+  for (int d = 0; d < r->n_devices; d++) {
+    cachalot_device_stats st;
+    if (cachalot_memory_stats(r->a, d, &st) != CACHALOT_OK)
+      continue;
+    r->first[d] = (struct first_pass){(uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, r->req_peak[d],
+                                      st.num_device_alloc, st.num_device_free};
+  }
+}
+
+/* Runs every device's trace in the walk's order (trace_walk.h), r->passes times. */
 static int run_traces(replay *r, const as_snapshot *s) {
-  tw_walk w;
-  if (tw_begin(&w, s->traces, (size_t)r->n_devices) != 0)
-    return as_failure("replay", "out of host memory");
-  int rc = 0, more;
-  tw_step step;
-  while (rc == 0 && (more = tw_next(&w, &step)) != 0)
-    rc = more < 0 ? as_failure("replay", "out of host memory") : do_step(r, &step);
-  tw_end(&w);
+  int rc = 0;
+  for (unsigned pass = 0; rc == 0 && pass < r->passes; pass++) {
+    tw_walk w;
+    if (tw_begin(&w, s->traces, (size_t)r->n_devices) != 0)
+      return as_failure("replay", "out of host memory");
+    int more;
+    tw_step step;
+    while (rc == 0 && (more = tw_next(&w, &step)) != 0)
+      rc = more < 0 ? as_failure("replay", "out of host memory") : do_step(r, &step);
+    if (rc == 0 && pass == 0 && r->passes > 1)
+      note_first_pass(r);
+    if (rc == 0 && pass + 1 < r->passes)
+      rc = end_pass(r, &w);
+    tw_end(&w);
+  }
   return rc;
 }
 
@@ -228,6 +278,9 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
   if (r->implicit_frees)
     fprintf(out, "implicit frees:   %" PRIu64 " (addr allocated again while live)\n", r->implicit_frees);
   fprintf(out, "OOMs:             %" PRIu64 " (their frees skipped: %" PRIu64 ")\n", r->ooms, r->failed_frees);
+  if (r->passes > 1)
+    fprintf(out, "passes:           %u (frees of what a pass left live, before the next: %" PRIu64 ")\n", r->passes,
+            r->pass_end_frees);
   for (int d = 0; d < r->n_devices; d++) {
     cachalot_device_stats st;
     if (cachalot_memory_stats(r->a, d, &st) != CACHALOT_OK)
@@ -236,7 +289,18 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
     fprintf(out, "device %d:\n", d);
     fprintf(out, "  peak requested:   %s (%" PRIu64 " B)\n", as_fmt_size(sz, requested, false), requested);
     fprintf(out, "  peak reserved:    %s (%" PRIu64 " B)\n", as_fmt_size(sz, reserved, false), reserved);
-    print_ratio(out, "  reserved/requested peak ratio:", reserved, requested);
+    if (r->passes > 1) {
+      const struct first_pass *f = &r->first[d];
+      char label[64];
+      snprintf(label, sizeof label, "  reserved/requested peak ratio, %u passes:", r->passes);
+      print_ratio(out, label, reserved, requested);
+      print_ratio(out, "  reserved/requested peak ratio, first pass:", f->reserved_peak, f->requested_peak);
+      fprintf(out, "  first pass:       peak reserved %s (%" PRIu64 " B), %" PRId64 " device allocs, %" PRId64
+                   " device frees\n",
+              as_fmt_size(sz, f->reserved_peak, false), f->reserved_peak, f->device_allocs, f->device_frees);
+    } else {
+      print_ratio(out, "  reserved/requested peak ratio:", reserved, requested);
+    }
     fprintf(out, "  device allocs:    %" PRId64 "\n", st.num_device_alloc);
     fprintf(out, "  device frees:     %" PRId64 "\n", st.num_device_free);
     fprintf(out, "  alloc retries:    %" PRId64 "\n", st.num_alloc_retries);
@@ -284,6 +348,7 @@ enum { GO_ON = -1 }; /* what the steps below return when the command goes on */
 typedef struct {
   const char *backend, *conf, *out_path, *path;
   uint64_t capacity;
+  unsigned passes;
   bool sim, stats_json, snapshot_to_stdout;
 } replay_args;
 
@@ -293,6 +358,7 @@ static int parse_args(int argc, char **argv, replay_args *a) {
                                            {"conf", required_argument, NULL, 'c'},
                                            {"capacity", required_argument, NULL, 'C'},
                                            {"stats-json", no_argument, NULL, 'j'},
+                                           {"passes", required_argument, NULL, 'P'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
   bool capacity_given = false;
@@ -321,6 +387,15 @@ static int parse_args(int argc, char **argv, replay_args *a) {
     case 'j':
       a->stats_json = true;
       break;
+    case 'P': {
+      char *end = NULL;
+      errno = 0;
+      unsigned long n = strtoul(optarg, &end, 10);
+      if (optarg[0] < '0' || optarg[0] > '9' || *end || errno || n < 1 || n > MAX_PASSES)
+        return as_usage_error("replay", "--passes wants a count from 1 to %d, not '%s'", MAX_PASSES, optarg);
+      a->passes = (unsigned)n;
+      break;
+    }
     default:
       return AS_EXIT_USAGE;
     }
@@ -412,13 +487,15 @@ static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
   if (a->out_path != NULL) {
     /* Room for the replay's own entries (alloc, free_requested, free_completed, segment_*) so the written
      * snapshot holds its whole trace. */
-    size_t max_entries = entries > (SIZE_MAX - 4096) / 2 ? SIZE_MAX / 2 : entries * 2 + 4096;
+    size_t max_entries = entries > (SIZE_MAX - 4096) / 2 / a->passes ? SIZE_MAX / 2 : entries * 2 * a->passes + 4096;
     if (cachalot_record_history(r->a, true, max_entries) != CACHALOT_OK)
       return as_failure("replay", "cannot record history: %s", cachalot_last_error());
   }
+  r->passes = a->passes;
   r->req_cur = calloc((size_t)r->n_devices, sizeof *r->req_cur);
   r->req_peak = calloc((size_t)r->n_devices, sizeof *r->req_peak);
-  if (r->req_cur == NULL || r->req_peak == NULL || !tw_map_init(&r->streams, 16))
+  r->first = calloc((size_t)r->n_devices, sizeof *r->first);
+  if (r->req_cur == NULL || r->req_peak == NULL || r->first == NULL || !tw_map_init(&r->streams, 16))
     return as_failure("replay", "out of host memory");
   return GO_ON;
 }
@@ -442,7 +519,7 @@ static int run_and_report(replay *r, const replay_args *a, const as_snapshot *s)
 }
 
 int as_cmd_replay(int argc, char **argv) {
-  replay_args a = {.backend = "sim", .conf = "", .capacity = (uint64_t)80 << 30};
+  replay_args a = {.backend = "sim", .conf = "", .capacity = (uint64_t)80 << 30, .passes = 1};
   int rc = parse_args(argc, argv, &a);
   if (rc != GO_ON)
     return rc;
@@ -459,6 +536,7 @@ int as_cmd_replay(int argc, char **argv) {
   tw_map_free(&r.streams);
   free(r.req_cur);
   free(r.req_peak);
+  free(r.first);
   as_snapshot_free(&s);
   return as_finish_stdout("replay", rc);
 }
