@@ -96,37 +96,6 @@ static bool capture_filter(cachalot_stream s, void *ctx) {
   return capturing && id == mine;
 }
 
-/* The routing of g's device to pool `id` and g's use of the pool, as cachalot_begin_allocate_to_pool,
- * _end_allocate_to_pool and cachalot_release_pool do them (their messages too): the pool room's functions
- * on the entered device, since nothing inside the library calls an entry point. */
-static cachalot_status route_begin(cachalot_graph *g, cachalot_mempool_id id) {
-  cl_device *d = NULL;
-  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_begin_allocate_to_pool", &d);
-  if (rc != CACHALOT_OK)
-    return rc;
-  rc = cl_route_begin_locked(d, id, capture_filter, g, "cachalot_begin_allocate_to_pool");
-  cl_leave_exclusive(d);
-  return rc;
-}
-static cachalot_status route_end(cachalot_graph *g, cachalot_mempool_id id) {
-  cl_device *d = NULL;
-  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_end_allocate_to_pool", &d);
-  if (rc != CACHALOT_OK)
-    return rc;
-  rc = cl_route_end_locked(d, id);
-  cl_leave_exclusive(d);
-  return rc;
-}
-static cachalot_status pool_release(cachalot_graph *g, cachalot_mempool_id id) {
-  cl_device *d = NULL;
-  cachalot_status rc = cl_enter_device(g->allocator, g->device, "cachalot_release_pool", &d);
-  if (rc != CACHALOT_OK)
-    return rc;
-  rc = cl_pool_release_use_locked(d, id);
-  cl_leave_exclusive(d);
-  return rc;
-}
-
 cachalot_status cl_graph_create(cachalot_allocator *a, int device, bool keep_graph, cachalot_graph **out) {
   if (out)
     *out = NULL;
@@ -188,7 +157,7 @@ cachalot_status cl_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cac
   for (int i = 0; i < g->n_hooks; i++)
     g->hooks[i].h.capture_begin(g->hooks[i].h.ctx);
   atomic_store_explicit(&g->capture_id, 0, memory_order_release);
-  cachalot_status rc = route_begin(g, id);
+  cachalot_status rc = cl_route_begin(a, g->device, id, capture_filter, g);
   if (rc != CACHALOT_OK) {
     saved_error e;
     save_error(&e);
@@ -219,7 +188,7 @@ cachalot_status cl_graph_capture_begin(cachalot_graph *g, cachalot_stream s, cac
     /* Undo the routing and the pool use, so a failed begin leaves nothing held. */
     saved_error e;
     save_error(&e);
-    if (route_end(g, id) != CACHALOT_OK || pool_release(g, id) != CACHALOT_OK)
+    if (cl_route_end(a, g->device, id) != CACHALOT_OK || cl_pool_release_use(a, g->device, id) != CACHALOT_OK)
       cl_warn("cachalot_graph_capture_begin: undoing the pool routing failed: %s", cl_error_message());
     hooks_capture_end(g, false);
     rc = restore_error(rc, &e);
@@ -249,7 +218,7 @@ cachalot_status cl_graph_capture_end(cachalot_graph *g) {
   save_error(&e);
   /* Routing stops whatever the capture's outcome: otherwise later allocations on a stream that happens to
    * capture again with a recycled id could land in this pool. */
-  cachalot_status end_rc = route_end(g, g->pool);
+  cachalot_status end_rc = cl_route_end(a, g->device, g->pool);
   atomic_store_explicit(&g->capture_id, 0, memory_order_release);
   hooks_capture_end(g, rc == CACHALOT_OK);
   if (rc != CACHALOT_OK) {
@@ -343,7 +312,7 @@ static void graph_reset(cachalot_graph *g) {
     size_t n = 0;
     if (b->ops->capture_end(b, g->device, g->stream, &junk, &n) == CACHALOT_OK && junk)
       b->ops->graph_destroy(b, junk);
-    if (route_end(g, g->pool) != CACHALOT_OK)
+    if (cl_route_end(a, g->device, g->pool) != CACHALOT_OK)
       cl_warn("cachalot_graph_reset: ending the pool routing failed: %s", cl_error_message());
     atomic_store_explicit(&g->capture_id, 0, memory_order_release);
     hooks_capture_end(g, false);
@@ -358,7 +327,7 @@ static void graph_reset(cachalot_graph *g) {
   }
   if (g->pool_held) {
     /* Exactly once per capture_begin: the pool's blocks become reusable once nothing holds it. */
-    if (pool_release(g, g->pool) != CACHALOT_OK)
+    if (cl_pool_release_use(a, g->device, g->pool) != CACHALOT_OK)
       cl_warn("cachalot_graph_reset: releasing the pool failed: %s", cl_error_message());
     g->pool_held = false;
   }

@@ -156,8 +156,8 @@ cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cach
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
-                                                cachalot_stream_filter filter, void *ctx) {
+cachalot_status cl_route_begin(cachalot_allocator *a, int device, cachalot_mempool_id id, cachalot_stream_filter filter,
+                               void *ctx) {
   static const char who[] = "cachalot_begin_allocate_to_pool";
   cachalot_status rc = cl_check_device_arg(a, device, who);
   if (rc != CACHALOT_OK)
@@ -171,6 +171,11 @@ cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int devic
   rc = cl_route_begin_locked(d, id, filter, ctx, who);
   cl_leave_exclusive(d);
   return rc;
+}
+
+cachalot_status cachalot_begin_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id,
+                                                cachalot_stream_filter filter, void *ctx) {
+  return cl_route_begin(a, device, id, filter, ctx);
 }
 
 cachalot_status cachalot_pool_incref(cachalot_allocator *a, int device, cachalot_mempool_id id) {
@@ -203,7 +208,7 @@ cachalot_status cl_route_end_locked(cl_device *d, cachalot_mempool_id id) {
                  CL_POOL_ID_ARGS(id));
 }
 
-cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+cachalot_status cl_route_end(cachalot_allocator *a, int device, cachalot_mempool_id id) {
   cl_device *d = NULL;
   cachalot_status rc = cl_enter_device(a, device, "cachalot_end_allocate_to_pool", &d);
   if (rc != CACHALOT_OK)
@@ -211,6 +216,10 @@ cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device,
   rc = cl_route_end_locked(d, id);
   cl_leave_exclusive(d);
   return rc;
+}
+
+cachalot_status cachalot_end_allocate_to_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  return cl_route_end(a, device, id);
 }
 
 cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id) {
@@ -224,7 +233,7 @@ cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id)
   return CACHALOT_OK;
 }
 
-cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+cachalot_status cl_pool_release_use(cachalot_allocator *a, int device, cachalot_mempool_id id) {
   cl_device *d = NULL;
   cachalot_status rc = cl_enter_device(a, device, "cachalot_release_pool", &d);
   if (rc != CACHALOT_OK)
@@ -232,6 +241,10 @@ cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalo
   rc = cl_pool_release_use_locked(d, id);
   cl_leave_exclusive(d);
   return rc;
+}
+
+cachalot_status cachalot_release_pool(cachalot_allocator *a, int device, cachalot_mempool_id id) {
+  return cl_pool_release_use(a, device, id);
 }
 
 /* Private pool `id` of `device`, in use (use count > 0), its device entered into exclusive mode; else

@@ -44,6 +44,12 @@ cachalot_status cl_route_begin_locked(cl_device *d, cachalot_mempool_id id, cach
 /* cachalot_end_allocate_to_pool's and cachalot_release_pool's work, on an entered device. */
 cachalot_status cl_route_end_locked(cl_device *d, cachalot_mempool_id id);
 cachalot_status cl_pool_release_use_locked(cl_device *d, cachalot_mempool_id id);
+/* cachalot_begin_allocate_to_pool, _end_allocate_to_pool and cachalot_release_pool (shells over these),
+ * for the rooms above that act on a pool with the same checks and messages (graph.c). */
+cachalot_status cl_route_begin(cachalot_allocator *a, int device, cachalot_mempool_id id, cachalot_stream_filter filter,
+                               void *ctx);
+cachalot_status cl_route_end(cachalot_allocator *a, int device, cachalot_mempool_id id);
+cachalot_status cl_pool_release_use(cachalot_allocator *a, int device, cachalot_mempool_id id);
 /* Frees the private pools that are freeable and have no segment left. */
 void cl_pools_collect_locked(cl_device *d);
 /* Frees every private pool (destroy). */
