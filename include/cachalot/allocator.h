@@ -50,7 +50,7 @@ CACHALOT_API const char *const *cachalot_config_keys(void);
 typedef struct {
   size_t max_split_size;                /* bytes; SIZE_MAX: unlimited */
   double garbage_collection_threshold;  /* 0: off */
-  bool expandable_segments, expandable_compact;
+  bool expandable_segments, expandable_compact, expandable_plan;
   size_t expandable_page;               /* bytes: the large kind's page (expandable_page_mb) */
   bool release_lock_on_cudamalloc;
   bool pinned_use_cuda_host_register;

@@ -40,6 +40,7 @@ static void apply_config_locked(cl_device *d, const cl_config *c) {
     d->total_known = false;
   }
   atomic_store_explicit(&d->detect, c->detect_captures, memory_order_relaxed);
+  cl_plan_configure_locked(d);
   d->stats.max_split_size = c->max_split_size == SIZE_MAX ? -1 : (int64_t)c->max_split_size;
   if (old_split != c->max_split_size)
     recount_oversize_locked(d);
@@ -58,6 +59,7 @@ static void free_device(cl_device *d) {
     HASH_DEL(d->events, se);
     free(se);
   }
+  cl_plan_destroy_locked(d);
   /* unmaps the runs; they are freed below with the other segments */
   const size_t kept_pages = cl_expandable_destroy_locked(d);
   size_t kept = kept_pages, kept_segments = 0;
@@ -294,6 +296,7 @@ cachalot_status cachalot_get_settings(cachalot_allocator *a, cachalot_settings *
   out->garbage_collection_threshold = c.gc_threshold;
   out->expandable_segments = c.expandable_segments;
   out->expandable_compact = c.expandable_compact;
+  out->expandable_plan = c.expandable_plan;
   out->expandable_page = c.expandable_page;
   out->release_lock_on_cudamalloc = c.release_lock_on_cudamalloc;
   out->pinned_use_cuda_host_register = c.pinned_use_host_register;

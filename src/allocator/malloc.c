@@ -20,6 +20,31 @@ CL_INLINE bool fits(const cl_config *c, const cl_block *b, size_t size) {
   return b->size - size < c->max_non_split_rounding; /* nor an oversize one a block far larger than itself */
 }
 
+/* Best fit among the free blocks outside the plan's ranges (expandable_plan): a block the online policy
+ * puts there would stand in the way of the planned ones every step after. The blocks passed over go back;
+ * past PLAN_SKIPS of them the range's block is taken after all (it is safe, only not planned). */
+enum { PLAN_SKIPS = 64 };
+static cl_block *fit_outside_plan(cl_device *d, cl_fit *f, bool small, size_t size) {
+  cl_block *skipped[PLAN_SKIPS], *b;
+  size_t n = 0;
+  unsigned cls;
+  cl_block **link, *pred;
+  while ((b = cl_fit_lower_bound_at(f, small, size, &cls, &link, &pred)) && fits(&d->cfg, b, size) &&
+         cl_plan_holds(b) && n < PLAN_SKIPS) {
+    cl_fit_remove_at(f, cls, link, b);
+    skipped[n++] = b;
+  }
+  if (b && !fits(&d->cfg, b, size))
+    b = NULL;
+  if (b)
+    cl_fit_remove_at(f, cls, link, b);
+  while (n > 0) {
+    cl_block *x = skipped[--n];
+    cl_fit_insert(f, cl_fit_class(small, x->size), x);
+  }
+  return b;
+}
+
 static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size) {
   CL_ASSERT_EXCLUSIVE(d);
   if (d->fraction >= 0 && d->cfg.gc_threshold > 0)
@@ -31,12 +56,25 @@ static cl_block *get_free_block_locked(cl_device *d, cl_pool *p, cachalot_stream
   unsigned cls;
   cl_block **link, *pred;
   cl_block *b = cl_fit_lower_bound_at(f, small, size, &cls, &link, &pred);
+  if (CL_UNLIKELY(d->plan) && b && fits(&d->cfg, b, size) && cl_plan_holds(b))
+    return fit_outside_plan(d, f, small, size);
   if (!b || !fits(&d->cfg, b, size))
     return NULL;
   cl_fit_remove_at(f, cls, link, b);
   return b;
 }
 
+
+/* malloc step 3, with expandable_plan: the plan's block where it has one for this malloc of the default
+ * pool, else best fit. */
+static cl_block *planned_or_best_fit_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t rounded) {
+  cl_block *b = NULL;
+  if (d->step && cl_pool_is_default(d, p)) {
+    cl_plan_before_malloc_locked(d);
+    b = cl_plan_take_locked(d, s, small, rounded);
+  }
+  return b ? b : get_free_block_locked(d, p, s, small, rounded);
+}
 
 /* The last resort of a default-pool malloc that found no memory: a cached free block of a pool marked
  * use_on_oom, on the same stream, as PyTorch's allocator takes one (no new segment for it). *pool becomes
@@ -462,7 +500,7 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
   if (d->n_deferred && d->cfg.capture_reuse && cl_capturing(d))
     cl_capture_reuse_locked(d, s);
 
-  cl_block *b = get_free_block_locked(d, p, s, small, rounded);
+  cl_block *b = planned_or_best_fit_locked(d, p, s, small, rounded);
   if (!b) {
     cl_release_list rel = {0};
     bool host_oom = false;
@@ -499,6 +537,8 @@ static __attribute__((noinline)) cachalot_status malloc_slow(cl_device *d, size_
     }
   }
   cl_block *a = hand_out(d, CL_EXCLUSIVE, b, small, 0, NULL, NULL, rounded, size);
+  if (a && d->step) /* expandable_plan: the tracker numbers the default pool's blocks */
+    cl_plan_note_malloc_locked(d, a, rounded, s);
   if (a) /* its stream's next calls on the warm path */
     cl_lane_arm_locked(d, a->seg->lane);
   if (a && cl_pool_is_default(d, p))

@@ -33,6 +33,19 @@ cachalot_status cachalot_memory_stats(cachalot_allocator *a, int device, cachalo
   return CACHALOT_OK;
 }
 
+cachalot_status cachalot_plan_stats_get(cachalot_allocator *a, int device, cachalot_plan_stats *out) {
+  if (!out)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "cachalot_plan_stats_get: out is NULL");
+  memset(out, 0, sizeof *out);
+  cl_device *d = NULL;
+  cachalot_status rc = cl_enter_device(a, device, "cachalot_plan_stats_get", &d);
+  if (rc != CACHALOT_OK)
+    return rc;
+  cl_plan_stats_locked(d, out);
+  cl_leave_exclusive(d);
+  return CACHALOT_OK;
+}
+
 cachalot_status cachalot_reset_peak_stats(cachalot_allocator *a, int device) {
   cl_device *d = NULL;
   cachalot_status rc = cl_enter_device(a, device, "cachalot_reset_peak_stats", &d);

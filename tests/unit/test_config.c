@@ -137,15 +137,24 @@ static void test_preset(void **state) {
   cl_config c = parse_defaults("preset:low_fragmentation");
   assert_true(c.expandable_segments);
   assert_true(c.expandable_compact);
+  assert_true(c.expandable_plan);
   assert_true(c.release_lock_on_cudamalloc);
   assert_true(c.max_split_size == SIZE_MAX);
   assert_true(c.expandable_page == 2 * MIB);
-  assert_int_equal(c.keys_set,
-                   CL_KEY_PRESET | CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT | CL_KEY_EXPANDABLE_PAGE);
+  assert_int_equal(c.keys_set, CL_KEY_PRESET | CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT |
+                                   CL_KEY_EXPANDABLE_PLAN | CL_KEY_EXPANDABLE_PAGE);
   c = parse_defaults("preset:low_fragmentation,expandable_compact:False");
   assert_true(c.expandable_segments);
   assert_false(c.expandable_compact);
+  assert_true(c.expandable_plan);
   assert_true(c.expandable_page == 2 * MIB);
+  c = parse_defaults("preset:low_fragmentation,expandable_plan:False");
+  assert_true(c.expandable_compact);
+  assert_false(c.expandable_plan);
+  c = parse_defaults("expandable_plan:True");
+  assert_true(c.expandable_plan);
+  assert_false(c.expandable_segments);
+  assert_int_equal(c.keys_set, CL_KEY_EXPANDABLE_PLAN);
   c = parse_defaults("preset:low_fragmentation,expandable_page_mb:20");
   assert_true(c.expandable_compact);
   assert_true(c.expandable_page == 20 * MIB);
@@ -640,10 +649,11 @@ static void test_public_check_and_keys(void **state) {
     assert_null(strstr(cachalot_last_error(), unknown));
     assert_non_null(strstr(cachalot_last_error(), k[n]));
   }
-  assert_int_equal(n, 14);
+  assert_int_equal(n, 15);
   assert_string_equal(k[0], "max_split_size_mb");
   assert_string_equal(k[12], "preset");
   assert_string_equal(k[13], "graph_capture_record_stream_reuse");
+  assert_string_equal(k[14], "expandable_plan");
   assert_int_equal(cachalot_check_config("max_split_size_mb:40,preset:low_fragmentation"), CACHALOT_OK);
   assert_int_equal(cachalot_check_config(""), CACHALOT_OK);
   assert_int_equal(cachalot_check_config("backend:native"), CACHALOT_ERROR_CONFIG);

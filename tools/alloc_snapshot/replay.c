@@ -304,6 +304,14 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
     fprintf(out, "  device allocs:    %" PRId64 "\n", st.num_device_alloc);
     fprintf(out, "  device frees:     %" PRId64 "\n", st.num_device_free);
     fprintf(out, "  alloc retries:    %" PRId64 "\n", st.num_alloc_retries);
+    cachalot_plan_stats ps;
+    if (cachalot_plan_stats_get(r->a, d, &ps) == CACHALOT_OK && ps.periods_found)
+      fprintf(out,
+              "  step plan:        %" PRId64 " periods found, %" PRId64 " plans formed, %" PRId64 " dropped; %" PRId64
+              " mallocs served, %" PRId64 " missed, %" PRId64 " unplanned; %" PRId64 " clean laps, %" PRId64
+              " device calls in force; footprint %" PRId64 " B\n",
+              ps.periods_found, ps.plans_formed, ps.plans_dropped, ps.served, ps.missed, ps.unplanned, ps.laps_clean,
+              ps.device_calls_in_force, ps.footprint);
     uint64_t recorded;
     if ((size_t)d < s->n_devices && trace_reserved_peak(&s->traces[d], &recorded)) {
       fprintf(out, "  recorded allocator's reserved peak (segment entries): %s (%" PRIu64 " B)\n",

@@ -244,6 +244,11 @@ static cachalot_status parse_expandable_compact(lexer *lx, const tok *v, cl_conf
   return parse_bool("expandable_compact", v, &c->expandable_compact);
 }
 
+static cachalot_status parse_expandable_plan(lexer *lx, const tok *v, cl_config *c) {
+  (void)lx;
+  return parse_bool("expandable_plan", v, &c->expandable_plan);
+}
+
 static cachalot_status parse_expandable_page(lexer *lx, const tok *v, cl_config *c) {
   (void)lx;
   uint64_t mb = 0;
@@ -288,8 +293,9 @@ static cachalot_status parse_preset(lexer *lx, const tok *v, cl_config *c) {
   }
   c->expandable_segments = true;
   c->expandable_compact = true;
+  c->expandable_plan = true;
   c->expandable_page = 2 * MIB;
-  c->keys_set |= CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT | CL_KEY_EXPANDABLE_PAGE;
+  c->keys_set |= CL_KEY_EXPANDABLE | CL_KEY_EXPANDABLE_COMPACT | CL_KEY_EXPANDABLE_PLAN | CL_KEY_EXPANDABLE_PAGE;
   return CACHALOT_OK;
 }
 
@@ -443,7 +449,8 @@ typedef cachalot_status (*value_parser)(lexer *lx, const tok *v, cl_config *c);
   X("pinned_use_cuda_host_register", CL_KEY_PINNED_REGISTER, parse_pinned_register)                      \
   X("pinned_num_register_threads", CL_KEY_PINNED_THREADS, parse_pinned_threads)                          \
   X("preset", CL_KEY_PRESET, parse_preset)                                                               \
-  X("graph_capture_record_stream_reuse", CL_KEY_CAPTURE_REUSE, parse_capture_reuse)
+  X("graph_capture_record_stream_reuse", CL_KEY_CAPTURE_REUSE, parse_capture_reuse)                     \
+  X("expandable_plan", CL_KEY_EXPANDABLE_PLAN, parse_expandable_plan)
 
 #define KEY_ENTRY(name, bit, parse) {name, bit, parse},
 #define KEY_NAME(name, bit, parse) name,

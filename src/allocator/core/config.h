@@ -29,6 +29,7 @@ enum {
   CL_KEY_PINNED_REGISTER = 1u << 11,
   CL_KEY_PINNED_THREADS = 1u << 12,
   CL_KEY_CAPTURE_REUSE = 1u << 13,
+  CL_KEY_EXPANDABLE_PLAN = 1u << 14,
 };
 
 typedef struct cl_config {
@@ -51,6 +52,8 @@ typedef struct cl_config {
   bool expandable_compact;       /* cachalot's own key, default false: with expandable segments, a growth
                                     that would set a new reserved peak above the requested peak + 1/64
                                     first unmaps whole free pages elsewhere (expandable.c) */
+  bool expandable_plan;          /* cachalot's own key, default false: with expandable segments, a step that
+                                    repeats is found and its blocks placed by a plan (expandable/plan.c) */
   size_t expandable_page;        /* cachalot's own key expandable_page_mb, default 20 MiB (PyTorch's): the
                                     page of the large kind's expandable segments, mapped and unmapped
                                     whole; smaller pages leave fewer free bytes mapped beside live blocks

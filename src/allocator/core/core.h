@@ -10,6 +10,7 @@
 #include "history.h"
 #include "lanes.h"
 #include "lookup.h"
+#include "step.h"
 #include "types.h"
 
 /* --- segments --- */

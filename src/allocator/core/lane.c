@@ -225,7 +225,8 @@ void cl_leave_exclusive(cl_device *d) {
   }
   const bool gc = d->fraction >= 0 && d->cfg.gc_threshold > 0;
   const bool traced = d->trace.cap != 0; /* the warm paths record then, but no stacks and no contexts */
-  const bool fast_free = (!traced || (!d->trace.frames && !d->owner->ctx_ops.retain)) && !d->block_ctx;
+  /* the step tracker (expandable_plan) sees every malloc and free of the default pool: in exclusive mode */
+  const bool fast_free = (!traced || (!d->trace.frames && !d->owner->ctx_ops.retain)) && !d->block_ctx && !d->step;
   /* a route is asked per call (its filter) which pool a stream's malloc goes to */
   const bool fast_malloc = fast_free && d->n_routes == 0;
   const bool poll = d->n_pending_events != 0 || d->n_deferred != 0;

@@ -7,6 +7,10 @@
 void cl_free_block_locked(cl_device *d, cl_block *b) {
   CL_ASSERT_EXCLUSIVE(d);
   const uintptr_t ptr = b->ptr;
+  if (d->step && b->step_seq) { /* its free completes now: the tracker's event */
+    cl_step_free(d->step, b->step_seq, b->size);
+    b->step_seq = 0;
+  }
   *cl_seg_slot(b->seg, b->ptr) = NULL;
   const merge_plan m = plan_merge(b);
   free_block(d, CL_EXCLUSIVE, b, b->seg->small, &m);

@@ -71,6 +71,8 @@ typedef struct cl_bins cl_bins;
 typedef struct cl_device cl_device;
 typedef struct cl_autocap cl_autocap;
 typedef struct cl_vrange cl_vrange;
+typedef struct cl_step cl_step;
+typedef struct cl_plan cl_plan;
 
 /* A block. Invariants: ptr and size are multiples of 512, size > 0; prev/next are the address
  * neighbours inside the same segment (prev->ptr + prev->size == ptr); two FREE neighbours never stand
@@ -100,6 +102,7 @@ typedef struct cl_block {
   uint64_t gc_base;          /* the pool's lookup counter when the block became free (its age base) */
   cachalot_stream *uses;     /* record_stream streams other than seg->stream (heap array) */
   uint32_t n_uses, cap_uses;
+  uint64_t step_seq;         /* the step tracker's number for it (expandable_plan, default pool), else 0 */
 } cl_block;
 _Static_assert(offsetof(cl_block, requested) == 64, "the fields walks read fill the first cache line");
 
@@ -231,6 +234,8 @@ struct cl_vrange {
   cl_bins *bins;   /* whose vr[small] this is */
   bool small;
   cl_vrange *next; /* the device's vranges */
+  uintptr_t plan_lo, plan_hi; /* the range the step plan in force keeps here (expandable/plan.c), else empty:
+                                 online placement and growth keep out of it */
 };
 
 /* A pool: the default pool of a device ({0,0}) or a private one (PyTorch's private pools). `lookups[kind]`
@@ -562,6 +567,8 @@ struct cl_device {
                                      free passes history.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
+  cl_step *step;               /* with expandable_plan: the step tracker (core/step.c), and the plan */
+  cl_plan *plan;               /* made from what it finds (expandable/plan.c); NULL without */
   /* In the cache line before room, which nothing else uses: the warm paths that record history write it
    * with every entry. */
   cl_trace_clock trace_clock;

@@ -150,12 +150,13 @@ static cachalot_status vrange_get_locked(cl_device *d, cl_bins *bins, bool small
   return CACHALOT_OK;
 }
 
-/* Where a growth goes: `map` bytes at `at`, after run `a` (NULL: at the reservation's start) and
- * reaching run `b` (NULL: not reaching the next run). */
+/* Where a growth goes: `map` bytes at `at`, extending run `a` (NULL: a new run, placed after run `after`,
+ * NULL at the reservation's start) and reaching run `b` (NULL: not reaching the next run). */
 typedef struct {
   cl_segment *a, *b;
   uintptr_t at;
   size_t map;
+  cl_segment *after;
 } growth;
 
 /* The lowest gap of vr where, with the free tail of the run before it (and the free head of the run
@@ -173,15 +174,21 @@ static bool find_gap(const cl_vrange *vr, size_t size, bool least, growth *g) {
     if (gap && tail + gap >= size) {
       /* Nothing to map when the tail is large enough alone: best fit passed it over as oversize, but any
        * pages mapped here would join it, so it is handed out as it is (PyTorch does the same). */
-      c = (growth){prev, NULL, lo, tail >= size ? 0 : cl_round_up(size - tail, vr->page)};
+      c = (growth){prev, NULL, lo, tail >= size ? 0 : cl_round_up(size - tail, vr->page), prev};
       if (c.map == gap)
         c.b = run;
     } else if (gap && run && tail + gap + head >= size) {
-      c = (growth){prev, run, lo, gap};
+      c = (growth){prev, run, lo, gap, prev};
     } else if (run) {
       continue;
     } else {
       return found;
+    }
+    /* the plan's ranges are the plan's: online growth neither maps them nor joins their blocks */
+    if (CL_UNLIKELY(vr->plan_hi) && cl_vrange_planned(vr, lo - tail, c.b ? hi + head : lo + (c.map ? c.map : tail))) {
+      if (!run)
+        return found;
+      continue;
     }
     if (!found || c.map < g->map)
       *g = c;
@@ -402,7 +409,7 @@ static void grow_run_locked(cl_device *d, cl_vrange *vr, cl_segment *seg, cl_blo
     blk->prev = blk->next = NULL;
     blk->state = CL_FREE;
     seg->head = seg->tail = blk;
-    cl_exp_run_insert(vr, NULL, seg);
+    cl_exp_run_insert(vr, g->after, seg);
     cl_segment_link_locked(d, seg);
   } else if (blk == seg->tail) { /* the free tail grows */
     cl_free_index_remove_locked(d, blk);
@@ -427,29 +434,16 @@ static void grow_run_locked(cl_device *d, cl_vrange *vr, cl_segment *seg, cl_blo
     merge_runs_locked(d, seg, blk, g->b);
 }
 
-cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
-                                 bool is_retry, cl_block **out, bool *host_oom) {
+/* Maps g's pages and books them (the metadata first, so that a host allocation failure never strands
+ * device memory): on success *out is the free block that holds them, in no index. A failure that leaves
+ * some pages mapped books those as a free block in its index and returns the failure with *out NULL. */
+static cachalot_status grow_locked(cl_device *d, cl_vrange *vr, cl_pool *p, cachalot_stream s, cl_lane *lane,
+                                   bool small, growth g, cl_block **out, bool *host_oom) {
   CL_ASSERT_EXCLUSIVE(d);
   *out = NULL;
-  *host_oom = false;
-  cachalot_device_stats *st = &d->stats;
-  cl_lane *lane;
-  cl_vrange *vr;
-  cachalot_status rc = expand_setup_locked(d, p, s, small, is_retry, &lane, &vr, host_oom);
+  cachalot_status rc = cl_fraction_admit_locked(d, g.map);
   if (rc != CACHALOT_OK)
     return rc;
-  growth g;
-  if ((rc = plan_growth_locked(d, vr, size, &g)) != CACHALOT_OK)
-    return rc;
-  if (g.map == 0) { /* the run's free tail holds it */
-    *out = g.a->tail;
-    cl_free_index_remove_locked(d, *out);
-    return CACHALOT_OK;
-  }
-  if ((rc = cl_fraction_admit_locked(d, g.map)) != CACHALOT_OK)
-    return rc;
-
-  /* Metadata first, so that a host allocation failure never strands device memory. */
   cl_segment *seg = g.a ? g.a : cl_exp_segment_new_locked(d);
   const bool fresh = !g.a;
   cl_block *blk = fresh || g.a->tail->state != CL_FREE ? cl_block_new_locked(d) : g.a->tail;
@@ -477,13 +471,84 @@ cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bo
   }
 
   grow_run_locked(d, vr, seg, blk, &g, small);
-  cl_stat_array_add(st->reserved_bytes, small, (int64_t)g.map);
-  st->num_device_alloc++;
+  cl_stat_array_add(d->stats.reserved_bytes, small, (int64_t)g.map);
+  d->stats.num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
   if (rc != CACHALOT_OK) {
     cl_free_index_insert_locked(d, blk);
     return rc;
   }
   *out = blk;
+  return CACHALOT_OK;
+}
+
+cachalot_status cl_expand_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, size_t size,
+                                 bool is_retry, cl_block **out, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
+  *out = NULL;
+  *host_oom = false;
+  cl_lane *lane;
+  cl_vrange *vr;
+  cachalot_status rc = expand_setup_locked(d, p, s, small, is_retry, &lane, &vr, host_oom);
+  if (rc != CACHALOT_OK)
+    return rc;
+  growth g;
+  if ((rc = plan_growth_locked(d, vr, size, &g)) != CACHALOT_OK)
+    return rc;
+  if (g.map == 0) { /* the run's free tail holds it */
+    *out = g.a->tail;
+    cl_free_index_remove_locked(d, *out);
+    return CACHALOT_OK;
+  }
+  return grow_locked(d, vr, p, s, lane, small, g, out, host_oom);
+}
+
+/* The first piece of [lo, hi) that no run maps, as a growth; false when the runs map all of it. */
+static bool unmapped_piece(const cl_vrange *vr, uintptr_t lo, uintptr_t hi, growth *g) {
+  for (cl_segment *prev = NULL, *run = vr->runs;; prev = run, run = run->run_next) {
+    const uintptr_t glo = prev ? prev->ptr + prev->size : vr->base, ghi = run ? run->ptr : vr->base + vr->size;
+    const uintptr_t x = glo > lo ? glo : lo, y = ghi < hi ? ghi : hi;
+    if (x < y) {
+      *g = (growth){x == glo ? prev : NULL, y == ghi ? run : NULL, x, y - x, prev};
+      return true;
+    }
+    if (!run || run->ptr >= hi)
+      return false;
+  }
+}
+
+cachalot_status cl_expand_range_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, uintptr_t lo,
+                                       uintptr_t hi, bool *host_oom) {
+  CL_ASSERT_EXCLUSIVE(d);
+  *host_oom = false;
+  cl_lane *lane;
+  cl_vrange *vr;
+  cachalot_status rc = expand_setup_locked(d, p, s, small, false, &lane, &vr, host_oom);
+  if (rc != CACHALOT_OK)
+    return rc;
+  lo = vr->base + (lo - vr->base) / vr->page * vr->page;
+  hi = vr->base + cl_round_up(hi - vr->base, vr->page);
+  if (lo < vr->base || hi > vr->base + vr->size || lo >= hi)
+    return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "the range to map is outside the expandable segment's reservation");
+  const cachalot_device_stats *st = &d->stats;
+  bool compacted = false;
+  growth g;
+  while (unmapped_piece(vr, lo, hi, &g)) {
+    const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g.map;
+    /* A plan's range is mapped once and kept: unmapping free pages elsewhere so that it sets no new peak
+     * at all (not only none above compaction's bound, which is there to stop trading) costs no trading. */
+    const int64_t peak = st->reserved_bytes[CACHALOT_STAT_ALL].peak;
+    if (d->cfg.expandable_compact && !compacted && !cl_capturing(d) && (int64_t)after > peak) {
+      const size_t over = after - (size_t)peak;
+      compact_locked(d, over < g.map ? over : g.map, g.a ? g.a->tail : NULL, g.b ? g.b->head : NULL);
+      compacted = true; /* once a piece: the runs changed, so the piece is found again */
+      continue;
+    }
+    cl_block *blk;
+    if ((rc = grow_locked(d, vr, p, s, lane, small, g, &blk, host_oom)) != CACHALOT_OK)
+      return rc;
+    cl_free_index_insert_locked(d, blk);
+    compacted = false;
+  }
   return CACHALOT_OK;
 }

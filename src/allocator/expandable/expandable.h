@@ -24,6 +24,35 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, size_t limit, b
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);
 /* Gives back the reservations of `bins`, which hold no run any more (its pool goes). */
 void cl_vranges_release_locked(cl_device *d, cl_bins *bins);
+/* Maps every page of [lo, hi) (widened to whole pages) of the (pool, stream, kind) reservation that no run
+ * maps yet, joining the runs it reaches; what it maps goes to the free index. Compacts first as growth does. */
+cachalot_status cl_expand_range_locked(cl_device *d, cl_pool *p, cachalot_stream s, bool small, uintptr_t lo,
+                                       uintptr_t hi, bool *host_oom);
+
+/* --- plan.c: the step plan (expandable_plan) --- */
+/* Makes or ends the device's step tracker and plan as its config asks (expandable_segments and
+ * expandable_plan); without host memory for them there is simply no plan. */
+void cl_plan_configure_locked(cl_device *d);
+void cl_plan_destroy_locked(cl_device *d);
+/* Before a default-pool malloc (d->step set): forms a plan from a period just found, or drops one the
+ * program has stopped following. */
+void cl_plan_before_malloc_locked(cl_device *d);
+/* The planned FREE block (in no index) starting where the plan puts a default-pool malloc of `rounded`
+ * bytes on stream s, when the tracker expects this malloc and the planned range is free (its missing
+ * pages mapped); NULL otherwise, and the online policy serves it. */
+cl_block *cl_plan_take_locked(cl_device *d, cachalot_stream s, bool small, size_t rounded);
+/* Numbers block a, just handed out by the default pool on stream s for `rounded` bytes, for the tracker. */
+void cl_plan_note_malloc_locked(cl_device *d, cl_block *a, size_t rounded, cachalot_stream s);
+/* Whether [lo, hi) of vr meets the range the plan in force keeps there. */
+static inline bool cl_vrange_planned(const cl_vrange *vr, uintptr_t lo, uintptr_t hi) {
+  return lo < vr->plan_hi && vr->plan_lo < hi;
+}
+/* Whether free block b lies in part in a range of the plan in force (best fit passes it over). */
+static inline bool cl_plan_holds(const cl_block *b) {
+  return b->seg->expandable && cl_vrange_planned(b->seg->vr, b->ptr, b->ptr + b->size);
+}
+void cl_plan_stats_locked(cl_device *d, cachalot_plan_stats *out);
+
 /* destroy: unmaps every run and releases every reservation; returns the bytes that stayed mapped. */
 size_t cl_expandable_destroy_locked(cl_device *d);
 
