@@ -95,8 +95,9 @@ static void detect(cl_step *st, uint64_t i) {
     st->cand[kept++] = st->cand[c];
   }
   st->n_cand = kept;
+  /* (a walk of CL_STEP_CHAIN at most: a layer's pattern repeating inside the step makes a long chain) */
   uint64_t at1 = e->prev;
-  for (int k = 0; k < CL_STEP_CANDIDATES && at1; k++) {
+  for (int k = 0; k < CL_STEP_CHAIN && at1 && st->n_cand < CL_STEP_CANDIDATES; k++) {
     const uint64_t j = at1 - 1, d = i - j;
     if (d > CL_STEP_MAX_PERIOD)
       break;
@@ -116,13 +117,15 @@ static void detect(cl_step *st, uint64_t i) {
 /* Following the period: event i (whose W events hash to h, when i + 1 >= W) is the expected one, or
  * the tracker looks for where it is in the period again. */
 static void follow(cl_step *st, uint64_t i, uint64_t h) {
-  const uint64_t sym = at(st, i)->sym;
-  if (st->synced && st->sym[st->pos] == sym) {
+  const cl_step_event *e = at(st, i);
+  st->lost++;
+  if (st->synced && st->sym[st->pos] == e->sym) {
     if (++st->pos == st->period) {
       st->pos = 0;
       st->lap++;
     }
-    st->lost = 0;
+    if (e->size) /* a malloc: frees alone can match a step whose sizes all changed */
+      st->lost = 0;
     st->matched++;
     return;
   }
@@ -130,7 +133,6 @@ static void follow(cl_step *st, uint64_t i, uint64_t h) {
   if (st->synced)
     st->lost_since++;
   st->synced = false;
-  st->lost++;
   if (i + 1 < CL_STEP_W)
     return;
   const struct cl_step_gram *g = &st->pgrams[h & st->pgrams_mask];
@@ -139,7 +141,6 @@ static void follow(cl_step *st, uint64_t i, uint64_t h) {
     if (st->pos == 0)
       st->lap++;
     st->synced = true;
-    st->lost = 0;
     st->matched = CL_STEP_W;
   }
 }

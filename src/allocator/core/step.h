@@ -22,6 +22,7 @@ enum {
   CL_STEP_RING = 1u << 15,    /* events remembered: a period of up to (RING - W) / 2 events is found */
   CL_STEP_W = 16,             /* events a candidate starts from */
   CL_STEP_CANDIDATES = 8,     /* periods tried at once */
+  CL_STEP_CHAIN = 64,         /* earlier occurrences of the last W events looked at, per event */
   CL_STEP_MAX_PERIOD = (CL_STEP_RING - CL_STEP_W) / 2,
   /* shorter repeats (a layer's pattern, a loop of a few tensors) are left to the online policy, which
    * leaves no holes in them anyway; and on the traces they are parts of steps that do not repeat */
@@ -57,7 +58,7 @@ typedef struct cl_step {
   size_t pgrams_mask;
   uint64_t pos, lap;
   bool synced;
-  uint64_t lost;                   /* events since the last one that matched */
+  uint64_t lost;                   /* events since the last malloc that matched */
   uint64_t lost_since;             /* times the period was lost while followed */
   uint64_t matched;                /* events matched in a row: positions are given from a whole period on */
   uint64_t found;                  /* periods found so far */
@@ -87,7 +88,9 @@ bool cl_step_life(const cl_step *st, uint64_t k, uint64_t *life);
 bool cl_step_follow(cl_step *st);
 /* Drops the period (followed or not): detection starts over. */
 void cl_step_forget(cl_step *st);
-/* Whether a followed period has been lost for a whole period of events (the plan should go). */
-static inline bool cl_step_gone(const cl_step *st) { return st->sym && st->lost > st->period + CL_STEP_W; }
+/* Whether a followed period has had no malloc of its own for two whole periods of events: the plan should
+ * go. (One period is too short: a deviation as long as a step, an evaluation step, would drop a plan that
+ * the program comes back to.) */
+static inline bool cl_step_gone(const cl_step *st) { return st->sym && st->lost > 2 * st->period + CL_STEP_W; }
 
 #endif

@@ -1,0 +1,353 @@
+/* The step plan (expandable_plan, set by preset:low_fragmentation) on the simulated device: a training
+ * loop's step found without any call from the program, planned, and served from then on with no page
+ * mapped or unmapped; a step that deviates (an evaluation step) served by the online policy and the plan
+ * taken up again; a lasting change of shape that drops the plan and forms a new one; two streams;
+ * record_stream'd blocks whose frees complete late; a capture in the middle. Exact bytes throughout, and
+ * cachalot_check after every call (the helpers run it). */
+#include "helpers.h"
+
+#include "allocator/internal.h"
+
+#define PRESET "preset:low_fragmentation"
+#define PAGE (2 * MiB)
+
+enum { ACTS = 36 };
+
+static const size_t SIZES[6] = {2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB, 6 * MiB, 7 * MiB};
+/* One step's activations: 6 x (2 + 3 + ... + 7) MiB. */
+#define ACT_BYTES ((size_t)6 * 27 * MiB)
+#define CARRY (6 * MiB)
+
+typedef struct {
+  void *act[ACTS];
+  void *carry; /* a buffer each step keeps to the next one (gradients kept for the next step, a prefetch) */
+} step_ptrs;
+
+/* One step of a training loop on stream s (the odd activations on stream `odd`): ACTS activations (sizes
+ * times `scale`), then the buffer kept
+ * to the next step (the previous step's freed first), then the activations freed newest first: 74 events,
+ * 73 in the first step. With `side`, the fourth activation is used by that stream too, and its free
+ * completes only when `side` does, at the end of the step. */
+static void step_on(env *e, cachalot_stream s, cachalot_stream odd, step_ptrs *p, size_t scale, cachalot_stream side) {
+  for (int i = 0; i < ACTS; i++)
+    p->act[i] = ALLOC(e->a, 0, SIZES[i % 6] * scale, i % 2 ? odd : s);
+  if (side) {
+    RECORD(e->a, p->act[3], side);
+    OK(cachalot_sim_launch(e->b, side));
+  }
+  if (p->carry)
+    FREE(e->a, p->carry);
+  p->carry = ALLOC(e->a, 0, CARRY, s);
+  for (int i = ACTS - 1; i >= 0; i--)
+    FREE(e->a, p->act[i]);
+  if (side)
+    COMPLETE(e, side);
+}
+static void step(env *e, cachalot_stream s, step_ptrs *p, size_t scale, cachalot_stream side) {
+  step_on(e, s, s, p, scale, side);
+}
+
+static cachalot_plan_stats plan_of(cachalot_allocator *a) {
+  cachalot_plan_stats ps;
+  OK(cachalot_plan_stats_get(a, 0, &ps));
+  return ps;
+}
+
+static int64_t device_calls(cachalot_allocator *a) {
+  const cachalot_device_stats st = STATS(a, 0);
+  return st.num_device_alloc + st.num_device_free;
+}
+
+/* Runs one step and checks the plan's counters and the device calls so far. */
+static void step_expect_(env *e, step_ptrs *p, int64_t found, int64_t served, int64_t clean, int64_t calls,
+                         const char *file, int line) {
+  step(e, NULL, p, 1, NULL);
+  const cachalot_plan_stats ps = plan_of(e->a);
+  eq_i64_(ps.periods_found, found, "periods found", file, line);
+  eq_i64_(ps.plans_formed, found, "plans formed", file, line);
+  eq_i64_(ps.served, served, "mallocs served", file, line);
+  eq_i64_(ps.missed, 0, "mallocs missed", file, line);
+  eq_i64_(ps.laps_clean, clean, "clean laps", file, line);
+  eq_i64_(ps.in_force, clean > 0, "in force", file, line);
+  eq_i64_(device_calls(e->a), calls, "device calls", file, line);
+}
+#define STEP_EXPECT(e, p, found, served, clean, calls)                                                          \
+  step_expect_((e), (p), (found), (served), (clean), (calls), __FILE__, __LINE__)
+
+/* The period (74 events) is found in the fourth step, once a whole period has matched the one before;
+ * the plan serves from the fifth, mapping its range as the blocks come (and unmapping the online policy's
+ * free pages so that reserved memory stays at its peak); the sixth maps nothing, and the plan is in force
+ * from the seventh. From then on each step hands out its 37 blocks at the planned places (the same two
+ * places by the step's parity), maps and unmaps nothing, and holds exactly the weights and the plan's
+ * range: 30 MiB + the live-bytes bound of the step, 168 MiB. */
+static void plan_formed_and_served(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  void *w[3];
+  for (int i = 0; i < 3; i++)
+    w[i] = ALLOC(e.a, 0, 10 * MiB, NULL);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 3; k++)
+    STEP_EXPECT(&e, &p, 0, 0, 0, 40);
+  STEP_EXPECT(&e, &p, 1, 0, 0, 40);
+  cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.period, 2 * ACTS + 2);
+  EQ(ps.footprint, ACT_BYTES + CARRY); /* every activation and one buffer: the live-bytes bound */
+  const int64_t peak = 30 * MiB + ACT_BYTES + CARRY;
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, peak);
+  STEP_EXPECT(&e, &p, 1, 37, 0, 114);
+  STEP_EXPECT(&e, &p, 1, 74, 0, 114);
+  STEP_EXPECT(&e, &p, 1, 111, 1, 114);
+  void *even[ACTS + 1], *odd[ACTS + 1];
+  for (int k = 0; k < 6; k++) {
+    STEP_EXPECT(&e, &p, 1, 148 + 37 * k, 2 + k, 114);
+    void **v = k % 2 ? odd : even;
+    if (k >= 2) { /* each block where the same block was two steps before */
+      for (int i = 0; i < ACTS; i++)
+        EQ(p.act[i], v[i]);
+      EQ(p.carry, v[ACTS]);
+    }
+    memcpy(v, p.act, sizeof p.act);
+    v[ACTS] = p.carry;
+  }
+  ps = plan_of(e.a);
+  EQ(ps.unplanned, 0);
+  EQ(ps.device_calls_in_force, 0);
+  const cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, peak); /* the weights' pages and the plan's range */
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].peak, peak);
+  EXPECT_RESERVED_IS_USED(&e, 0);
+  FREE(e.a, p.carry);
+  for (int i = 0; i < 3; i++)
+    FREE(e.a, w[i]);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* The two places of each block of the step (by the step's parity) once the plan is in force. */
+typedef struct {
+  void *at[2][ACTS + 1];
+} places;
+
+static places learn_places(env *e, step_ptrs *p) {
+  places pl;
+  for (int k = 0; k < 2; k++) {
+    step(e, NULL, p, 1, NULL);
+    memcpy(pl.at[k], p->act, sizeof p->act);
+    pl.at[k][ACTS] = p->carry;
+  }
+  return pl;
+}
+
+/* Whether every block of the step just run sits at one of its two places, the same parity for all. */
+static void expect_at_places(const places *pl, const step_ptrs *p) {
+  const int k = p->act[0] == pl->at[0][0] ? 0 : 1;
+  for (int i = 0; i < ACTS; i++)
+    EQ(p->act[i], pl->at[k][i]);
+  EQ(p->carry, pl->at[k][ACTS]);
+}
+
+/* An evaluation step (ten 9 MiB blocks, none of the step's sizes) in the middle: the plan goes out of
+ * force at its first malloc, which the online policy serves outside the plan's range (mapping 2 MiB more
+ * than the peak so far: the range is the plan's); the next step takes the period up again, the one after
+ * serves again once a whole period has matched, and the plan is back in force two steps later, every
+ * block at its old place and no device call since. Nothing was dropped: the plan is the same one. */
+static void plan_deviation_recovers(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  const places pl = learn_places(&e, &p);
+  EQ(plan_of(e.a).served, 185);
+  void *ev[10];
+  for (int i = 0; i < 10; i++)
+    ev[i] = ALLOC(e.a, 0, 9 * MiB, NULL);
+  for (int i = 0; i < 10; i++)
+    FREE(e.a, ev[i]);
+  cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.in_force, 0);
+  EQ(ps.served, 185);
+  EQ(ps.missed, 0);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY + 2 * MiB);
+  static const int64_t served[5] = {185, 186, 223, 260, 297};
+  for (int k = 0; k < 5; k++) {
+    step(&e, NULL, &p, 1, NULL);
+    ps = plan_of(e.a);
+    EQ(ps.served, served[k]);
+    EQ(ps.missed, 0);
+    EQ(ps.in_force, k == 4);
+    if (k >= 2)
+      expect_at_places(&pl, &p);
+  }
+  const int64_t calls = device_calls(e.a);
+  for (int k = 0; k < 2; k++) {
+    step(&e, NULL, &p, 1, NULL);
+    expect_at_places(&pl, &p);
+  }
+  ps = plan_of(e.a);
+  EQ(ps.plans_formed, 1);
+  EQ(ps.plans_dropped, 0);
+  EQ(ps.device_calls_in_force, 0);
+  EQ(device_calls(e.a), calls);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY + 2 * MiB);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* The shape changes for good (every size doubles): no malloc follows the plan, which is dropped once two
+ * whole periods of events have passed without one (in the third step); the new period is found in the
+ * fourth, served from the fifth and in force from the seventh, with a range of the new step's live-bytes
+ * bound, and no device call after the fifth. */
+static void plan_dropped_and_formed_again(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  static const int64_t dropped[8] = {0, 0, 1, 1, 1, 1, 1, 1}, formed[8] = {1, 1, 1, 2, 2, 2, 2, 2},
+                       served[8] = {111, 111, 111, 111, 148, 185, 222, 259};
+  int64_t calls = 0;
+  for (int k = 0; k < 8; k++) {
+    step(&e, NULL, &p, 2, NULL);
+    const cachalot_plan_stats ps = plan_of(e.a);
+    EQ(ps.plans_dropped, dropped[k]);
+    EQ(ps.plans_formed, formed[k]);
+    (void)served;
+    EQ(ps.missed, 0);
+    EQ(ps.in_force, k >= 6);
+    EQ(ps.footprint, k == 2 ? 0 : k < 2 ? (int64_t)(ACT_BYTES + CARRY) : (int64_t)(2 * ACT_BYTES + CARRY));
+    if (k == 4)
+      calls = device_calls(e.a);
+    if (k > 4)
+      EQ(device_calls(e.a), calls);
+  }
+  /* the doubled step's peak (and the buffer of the step before it, freed in its middle) */
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, 2 * ACT_BYTES + CARRY + 4 * MiB);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* One activation of each step is used by a side stream (record_stream) and its free completes only when
+ * that stream does, at the end of the step, after the other frees: its life is its completion's, and the
+ * plan places it so. Same schedule as without: found in the fourth step, in force from the seventh, no
+ * device call from the fifth on, nothing missed. */
+static void plan_record_stream(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  cachalot_stream side = STREAM(e.b, 0);
+  step_ptrs p = {{0}, NULL};
+  int64_t calls = 0;
+  for (int k = 0; k < 10; k++) {
+    step(&e, NULL, &p, 1, side);
+    const cachalot_plan_stats ps = plan_of(e.a);
+    EQ(ps.periods_found, k >= 3);
+    EQ(ps.served, k >= 4 ? 37 * (k - 3) : 0);
+    EQ(ps.missed, 0);
+    EQ(ps.in_force, k >= 6);
+    if (k == 4)
+      calls = device_calls(e.a);
+    if (k > 4)
+      EQ(device_calls(e.a), calls);
+  }
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* The step on two streams, the odd activations on a second one: one range on each stream's reservation,
+ * each block served in its own stream's, and the same schedule as on one stream. */
+static void plan_two_streams(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  cachalot_stream s2 = STREAM(e.b, 0);
+  step_ptrs p = {{0}, NULL};
+  int64_t calls = 0;
+  for (int k = 0; k < 10; k++) {
+    step_on(&e, NULL, s2, &p, 1, NULL);
+    const cachalot_plan_stats ps = plan_of(e.a);
+    EQ(ps.periods_found, k >= 3);
+    EQ(ps.served, k >= 4 ? 37 * (k - 3) : 0);
+    EQ(ps.missed, 0);
+    EQ(ps.in_force, k >= 6);
+    if (k >= 3) /* the first stream's activations and the buffer (72 + 6 MiB), the second's (90 MiB) */
+      EQ(ps.footprint, ACT_BYTES + CARRY);
+    if (k == 4)
+      calls = device_calls(e.a);
+    if (k > 4)
+      EQ(device_calls(e.a), calls);
+    for (int i = 0; i < ACTS; i++) {
+      const cl_segment *seg = cl_page_get(&e.a->pages, (uintptr_t)p.act[i]);
+      assert_non_null(seg);
+      EQ(seg->stream == (i % 2 ? s2 : NULL), 1);
+    }
+  }
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* A graph captured in the middle of a step, on a stream of its own: its mallocs go to its private pool,
+ * which the tracker does not see, so the step stays in force; the only device calls are the pool's. */
+static void plan_capture_in_the_middle(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  cachalot_stream cs = STREAM(e.b, 0);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  const int64_t calls = device_calls(e.a), served = plan_of(e.a).served;
+  for (int i = 0; i < ACTS / 2; i++)
+    p.act[i] = ALLOC(e.a, 0, SIZES[i % 6], NULL);
+  cachalot_graph *g = NULL;
+  OK(cachalot_graph_create(e.a, 0, false, &g));
+  OK(cachalot_graph_capture_begin(g, cs, (cachalot_mempool_id){0, 0}, CACHALOT_CAPTURE_GLOBAL));
+  void *x = ALLOC(e.a, 0, 3 * MiB, cs), *y = ALLOC(e.a, 0, 700 * KiB, cs);
+  OK(cachalot_sim_launch(e.b, cs));
+  FREE(e.a, x);
+  OK(cachalot_graph_capture_end(g));
+  for (int i = ACTS / 2; i < ACTS; i++)
+    p.act[i] = ALLOC(e.a, 0, SIZES[i % 6], NULL);
+  FREE(e.a, p.carry);
+  p.carry = ALLOC(e.a, 0, CARRY, NULL);
+  for (int i = ACTS - 1; i >= 0; i--)
+    FREE(e.a, p.act[i]);
+  for (int k = 0; k < 2; k++)
+    step(&e, NULL, &p, 1, NULL);
+  const cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.served - served, 3 * 37);
+  EQ(ps.missed, 0);
+  EQ(ps.in_force, 1);
+  EQ(ps.device_calls_in_force, 2); /* the pool's: a page of each kind */
+  EQ(device_calls(e.a), calls + 2);
+  FREE(e.a, y);
+  OK(cachalot_graph_reset(g));
+  cachalot_graph_destroy(g);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(plan_formed_and_served),
+      cmocka_unit_test(plan_deviation_recovers),
+      cmocka_unit_test(plan_dropped_and_formed_again),
+      cmocka_unit_test(plan_record_stream),
+      cmocka_unit_test(plan_two_streams),
+      cmocka_unit_test(plan_capture_in_the_middle),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
