@@ -457,6 +457,8 @@ CL_NO_COVERAGE static cachalot_status check_device_locked(cl_device *d) {
   cachalot_status rc;
   if ((rc = check_segments_locked(d, &c)) != CACHALOT_OK)
     return rc;
+  if ((rc = cl_plan_check_locked(d)) != CACHALOT_OK)
+    return rc;
   if ((rc = check_vranges(d, c.n_runs)) != CACHALOT_OK)
     return rc;
   if (c.n_segments != d->n_segments)

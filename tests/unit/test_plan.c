@@ -340,6 +340,195 @@ static void plan_capture_in_the_middle(void **state) {
   env_free(&e);
 }
 
+/* A block kept past the life the plan gave it (an activation held for a later step) stands where the
+ * same block of the step after next is planned: that malloc finds its range taken, and the online policy
+ * serves it, outside the plan's range and over no live block; every other block is served as planned,
+ * and once the held block goes the plan serves that one at its place again. */
+static void plan_miss_when_a_block_outlives_its_plan(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  const places pl = learn_places(&e, &p);
+  const int64_t served = plan_of(e.a).served;
+  /* a step that keeps its sixth activation */
+  for (int i = 0; i < ACTS; i++)
+    p.act[i] = ALLOC(e.a, 0, SIZES[i % 6], NULL);
+  FREE(e.a, p.carry);
+  p.carry = ALLOC(e.a, 0, CARRY, NULL);
+  void *held = p.act[5];
+  for (int i = ACTS - 1; i >= 0; i--)
+    if (i != 5)
+      FREE(e.a, p.act[i]);
+  expect_at_places(&pl, &p);
+  const int parity = held == pl.at[0][5] ? 0 : 1;
+  /* the frees went another way: the plan serves again once a whole period matches, then meets the held
+   * block in the first step of its parity */
+  int k = 0;
+  while (plan_of(e.a).missed == 0 && k++ < 6)
+    step(&e, NULL, &p, 1, NULL);
+  cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.missed, 1);
+  EQ(ps.in_force, 0);
+  EQ(p.act[5] != pl.at[parity][5], 1);
+  for (int i = 0; i < ACTS; i++)
+    if (i != 5)
+      EQ(p.act[i], pl.at[parity][i]);
+  EQ(p.carry, pl.at[parity][ACTS]);
+  EQ(k, 3); /* the step the frees went another way in, the one that matches again, then the held parity */
+  /* the kept step's 37, the last malloc of the step a whole period matched again in, 36 of the third */
+  EQ(ps.served - served, 37 + 1 + 36);
+  FREE(e.a, held); /* a free the period does not have here: the plan is followed again a step later */
+  for (k = 0; k < 5; k++)
+    step(&e, NULL, &p, 1, NULL);
+  expect_at_places(&pl, &p);
+  ps = plan_of(e.a);
+  EQ(ps.missed, 1);
+  EQ(ps.in_force, 1);
+  EQ(ps.plans_dropped, 0);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* empty_cache with nothing live gives the stream's reservation back, and the plan's range with it: the
+ * next malloc drops the plan (nothing may be placed by a range that is gone), and the steps that follow
+ * find the period again and plan it anew. */
+static void plan_after_empty_cache(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  FREE(e.a, p.carry);
+  p.carry = NULL;
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(e.a->devices[0].vranges == NULL, 1);
+  for (int k = 0; k < 8; k++)
+    step(&e, NULL, &p, 1, NULL);
+  const cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.plans_dropped, 1);
+  EQ(ps.plans_formed, 2);
+  EQ(ps.missed, 0);
+  EQ(ps.in_force, 1);
+  EQ(ps.footprint, ACT_BYTES + CARRY);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
+/* Injected map failures while the plan maps its range: one failure makes that malloc miss (the online
+ * policy serves it, mapping what it needs) and the next step maps the rest; failing every k-th map of a
+ * whole run makes some mallocs fail as out of memory, and still nothing is lost: after the run every byte
+ * goes back and the device holds nothing. */
+static void plan_map_failures(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 4; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).plans_formed, 1);
+  EQ(plan_of(e.a).served, 0);
+  OK(cachalot_sim_fail_device_allocs(e.b, 1));
+  step(&e, NULL, &p, 1, NULL);
+  cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.missed, 1);
+  EQ(ps.served, 36);
+  for (int k = 0; k < 4; k++)
+    step(&e, NULL, &p, 1, NULL);
+  ps = plan_of(e.a);
+  EQ(ps.missed, 1);
+  EQ(ps.in_force, 1);
+  FREE(e.a, p.carry);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  EQ(USED(e.b, 0), 0);
+  env_free(&e);
+
+  int64_t served = 0, missed = 0, all_ooms = 0;
+  for (int every = 2; every <= 9; every++) {
+    env f = ENV(1, 4 * GiB, PRESET);
+    void *live[ACTS + 1] = {0};
+    int64_t ooms = 0;
+    OK(cachalot_sim_fail_every(f.b, every));
+    for (int k = 0; k < 12; k++) {
+      for (int i = 0; i < ACTS; i++) {
+        const cachalot_status rc = cachalot_malloc(f.a, 0, SIZES[i % 6], NULL, &live[i]);
+        if (rc != CACHALOT_OK) {
+          EQ(rc, CACHALOT_ERROR_OUT_OF_MEMORY);
+          EQ(live[i] == NULL, 1);
+          ooms++;
+        }
+        CHECK(f.a);
+      }
+      if (live[ACTS])
+        FREE(f.a, live[ACTS]);
+      if (cachalot_malloc(f.a, 0, CARRY, NULL, &live[ACTS]) != CACHALOT_OK)
+        ooms++;
+      CHECK(f.a);
+      for (int i = ACTS - 1; i >= 0; i--)
+        if (live[i])
+          FREE(f.a, live[i]);
+    }
+    if (live[ACTS])
+      FREE(f.a, live[ACTS]);
+    OK(cachalot_sim_fail_every(f.b, 0));
+    const cachalot_plan_stats q = plan_of(f.a);
+    served += q.served;
+    missed += q.missed;
+    all_ooms += ooms;
+    EQ(STATS(f.a, 0).num_ooms, ooms);
+    EMPTY(f.a);
+    EXPECT_POOLS(f.a, 0, PX0, PX0);
+    EQ(USED(f.b, 0), 0);
+    env_free(&f);
+  }
+  /* the campaign reaches all three: ranges served, ranges whose mapping failed, mallocs that failed */
+  EQ(served > 0 && missed > 0 && all_ooms > 0, 1);
+}
+
+/* cachalot_check covers the plan: a reservation that keeps a range the plan does not have, or a plan whose
+ * range its reservation does not keep, is a broken invariant. */
+static void check_covers_the_plan(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  void *small = ALLOC(e.a, 0, 4 * KiB, NULL); /* the small kind's reservation, which keeps no range */
+  cl_vrange *vr = NULL;
+  for (cl_vrange *v = e.a->devices[0].vranges; v; v = v->next)
+    if (v->plan_hi)
+      vr = v;
+  assert_non_null(vr);
+  const uintptr_t hi = vr->plan_hi;
+  vr->plan_hi -= 2 * MiB;
+  STATUS(cachalot_check(e.a), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "1 reservations keep a range, the plan has 0");
+  vr->plan_hi = hi;
+  CHECK(e.a);
+  cl_vrange *other = NULL;
+  for (cl_vrange *v = e.a->devices[0].vranges; v; v = v->next)
+    if (!v->plan_hi)
+      other = v;
+  assert_non_null(other); /* the small kind's */
+  other->plan_lo = other->base;
+  other->plan_hi = other->base + 2 * MiB;
+  STATUS(cachalot_check(e.a), CACHALOT_ERROR_INVALID_STATE);
+  CONTAINS(cachalot_last_error(), "2 reservations keep a range, the plan has 1");
+  other->plan_lo = other->plan_hi = 0;
+  CHECK(e.a);
+  FREE(e.a, small);
+  FREE(e.a, p.carry);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(plan_formed_and_served),
@@ -348,6 +537,10 @@ int main(void) {
       cmocka_unit_test(plan_record_stream),
       cmocka_unit_test(plan_two_streams),
       cmocka_unit_test(plan_capture_in_the_middle),
+      cmocka_unit_test(plan_miss_when_a_block_outlives_its_plan),
+      cmocka_unit_test(plan_after_empty_cache),
+      cmocka_unit_test(plan_map_failures),
+      cmocka_unit_test(check_covers_the_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

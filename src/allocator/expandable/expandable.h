@@ -52,6 +52,9 @@ static inline bool cl_plan_holds(const cl_block *b) {
   return b->seg->expandable && cl_vrange_planned(b->seg->vr, b->ptr, b->ptr + b->size);
 }
 void cl_plan_stats_locked(cl_device *d, cachalot_plan_stats *out);
+/* cachalot_check's part: the plan's ranges where their reservations keep them, its blocks inside them, the
+ * tracker following the plan's period. */
+cachalot_status cl_plan_check_locked(cl_device *d);
 
 /* destroy: unmaps every run and releases every reservation; returns the bytes that stayed mapped. */
 size_t cl_expandable_destroy_locked(cl_device *d);

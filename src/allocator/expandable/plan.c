@@ -27,19 +27,28 @@
 
 enum { MAX_REGIONS = 16 };
 
-/* The range of one (stream, kind): [base, base + size) in `vr`, `size` whole pages. */
+/* The range of one (stream, kind): [base, base + size) of the default pool's reservation of that stream and
+ * kind, `size` whole pages (0: none). The reservation is found again at each use, not kept: empty_cache
+ * gives back the reservation of a stream left with nothing, and the range then goes with it. */
 typedef struct {
   cachalot_stream stream;
   bool small;
-  cl_vrange *vr;
   uintptr_t base;
   size_t size;
 } region;
+
+/* The reservation that keeps region g's range, or NULL when it is gone (see region). */
+static cl_vrange *region_vr(cl_device *d, const region *g) {
+  cl_bins *bins = g->size ? cl_bins_get_locked(d, &d->default_pool, g->stream, false) : NULL;
+  cl_vrange *vr = bins ? bins->vr[g->small] : NULL;
+  return vr && vr->plan_lo == g->base && vr->plan_hi == g->base + g->size ? vr : NULL;
+}
 
 /* A malloc of the period: its region (-1: left to the online policy) and its offset there by the lap's
  * parity. */
 typedef struct {
   int32_t region;
+  size_t size;
   size_t off[2];
 } slot;
 
@@ -74,8 +83,11 @@ static void count_calls(cl_device *d) {
 static void end_plan(cl_device *d) {
   cl_plan *pl = d->plan;
   count_calls(d);
-  for (size_t r = 0; r < pl->n_regions; r++)
-    pl->regions[r].vr->plan_lo = pl->regions[r].vr->plan_hi = 0;
+  for (size_t r = 0; r < pl->n_regions; r++) {
+    cl_vrange *vr = region_vr(d, &pl->regions[r]);
+    if (vr)
+      vr->plan_lo = vr->plan_hi = 0;
+  }
   free(pl->slots);
   pl->slots = NULL;
   pl->period = 0;
@@ -136,7 +148,7 @@ static int region_of(cl_device *d, cachalot_stream stream, bool small) {
   cl_bins *bins = cl_bins_get_locked(d, &d->default_pool, stream, false);
   if (!bins || !bins->vr[small])
     return -1;
-  pl->regions[pl->n_regions] = (region){stream, small, bins->vr[small], 0, 0};
+  pl->regions[pl->n_regions] = (region){stream, small, 0, 0};
   return (int)pl->n_regions++;
 }
 
@@ -144,18 +156,18 @@ static int region_of(cl_device *d, cachalot_stream stream, bool small) {
 static bool pack_region(cl_device *d, int r, cl_pack_item *items, const uint64_t *ks, size_t n) {
   cl_plan *pl = d->plan;
   region *g = &pl->regions[r];
+  cl_vrange *vr = cl_bins_get_locked(d, &d->default_pool, g->stream, false)->vr[g->small]; /* (region_of) */
   const size_t span = cl_pack(items, 2 * n, 2 * pl->period);
   if (span == SIZE_MAX || span == 0)
     return false;
-  g->size = cl_round_up(span, g->vr->page);
-  if (!top_gap(g->vr, g->size, &g->base)) {
-    g->size = 0;
+  const size_t size = cl_round_up(span, vr->page);
+  if (!top_gap(vr, size, &g->base))
     return false;
-  }
+  g->size = size;
   for (size_t i = 0; i < n; i++)
-    pl->slots[ks[i]] = (slot){r, {items[2 * i].off, items[2 * i + 1].off}};
-  g->vr->plan_lo = g->base;
-  g->vr->plan_hi = g->base + g->size;
+    pl->slots[ks[i]] = (slot){r, items[2 * i].size, {items[2 * i].off, items[2 * i + 1].off}};
+  vr->plan_lo = g->base;
+  vr->plan_hi = g->base + g->size;
   return true;
 }
 
@@ -173,7 +185,7 @@ static void form_locked(cl_device *d) {
   if (!pl->slots || !items || !ks || !reg)
     goto fail;
   for (uint64_t k = 0; k < P; k++) {
-    pl->slots[k] = (slot){-1, {0, 0}};
+    pl->slots[k] = (slot){-1, 0, {0, 0}};
     const cl_step_event *e = cl_step_window(t, k);
     uint64_t life;
     reg[k] = -1;
@@ -334,9 +346,10 @@ cl_block *cl_plan_take_locked(cl_device *d, cachalot_stream s, bool small, size_
   const uintptr_t lo = g->base + sl->off[lap & 1], hi = lo + rounded;
   bool host_oom;
   cl_block *b = NULL;
-  if (g->stream == s && g->small == small && range_free(g->vr, lo, hi) &&
+  cl_vrange *vr = region_vr(d, g);
+  if (vr && g->stream == s && g->small == small && range_free(vr, lo, hi) &&
       cl_expand_range_locked(d, &d->default_pool, s, small, lo, hi, &host_oom) == CACHALOT_OK &&
-      (b = block_at(g->vr, lo)) && b->state == CL_FREE && b->ptr + b->size >= hi) {
+      (b = block_at(vr, lo)) && b->state == CL_FREE && b->ptr + b->size >= hi) {
     cl_free_index_remove_locked(d, b);
     if (b->ptr == lo || split_front(d, b, lo)) {
       pl->st.served++;
@@ -355,11 +368,20 @@ void cl_plan_note_malloc_locked(cl_device *d, cl_block *a, size_t rounded, cacha
   a->step_seq = cl_pool_is_default(d, a->seg->pool) ? cl_step_malloc(d->step, rounded, a->size, s) : 0;
 }
 
+/* Whether a range of the plan went with its reservation (empty_cache gave back a stream's). */
+static bool range_gone(cl_device *d) {
+  const cl_plan *pl = d->plan;
+  for (size_t r = 0; r < pl->n_regions; r++)
+    if (pl->regions[r].size && !region_vr(d, &pl->regions[r]))
+      return true;
+  return false;
+}
+
 void cl_plan_before_malloc_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
   if (cl_step_found(d->step))
     form_locked(d);
-  else if (d->plan->period && cl_step_gone(d->step))
+  else if (d->plan->period && (cl_step_gone(d->step) || range_gone(d)))
     drop_locked(d);
 }
 
@@ -371,4 +393,53 @@ void cl_plan_stats_locked(cl_device *d, cachalot_plan_stats *out) {
   }
   count_calls(d);
   *out = d->plan->st;
+}
+
+/* cl_plan's invariant and the tracker's. */
+cachalot_status cl_plan_check_locked(cl_device *d) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const int dev = d->index;
+  const cl_plan *pl = d->plan;
+  const cl_step *t = d->step;
+  if (!pl != !t || (t && (!d->cfg.expandable_segments || !d->cfg.expandable_plan)))
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: a step plan where the config has none",
+                   dev);
+  size_t planned_vranges = 0;
+  for (const cl_vrange *vr = d->vranges; vr; vr = vr->next)
+    planned_vranges += vr->plan_hi != 0;
+  if (!pl)
+    return planned_vranges ? cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                                     "cachalot_check: device %d: a reservation keeps a range for no plan", dev)
+                           : CACHALOT_OK;
+  if (t->live < 0 || (t->sym && (t->pos >= t->period || !t->pgrams)) || (pl->period && pl->period != t->period) ||
+      (pl->period && !t->sym))
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE, "cachalot_check: device %d: the step tracker does not follow the plan",
+                   dev);
+  size_t kept = 0;
+  for (size_t r = 0; r < pl->n_regions; r++) {
+    const region *g = &pl->regions[r];
+    const cl_vrange *vr = region_vr(d, g); /* (none when empty_cache gave its reservation back) */
+    if (vr && (g->base < vr->base || g->size > vr->base + vr->size - g->base || (g->base - vr->base) % vr->page ||
+               g->size % vr->page || vr->small != g->small || vr->bins->stream != g->stream))
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: the plan's range 0x%llx lies outside its reservation", dev,
+                     (unsigned long long)g->base);
+    kept += vr != NULL;
+  }
+  if (kept != planned_vranges)
+    return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                   "cachalot_check: device %d: %zu reservations keep a range, the plan has %zu", dev, planned_vranges,
+                   kept);
+  for (uint64_t k = 0; k < pl->period; k++) {
+    const slot *sl = &pl->slots[k];
+    if (sl->region < 0)
+      continue;
+    const region *g = (size_t)sl->region < pl->n_regions ? &pl->regions[sl->region] : NULL;
+    if (!g || !g->size || !sl->size || sl->size > g->size || sl->off[0] > g->size - sl->size ||
+        sl->off[1] > g->size - sl->size || sl->off[0] % 512 || sl->off[1] % 512)
+      return cl_fail(CACHALOT_ERROR_INVALID_STATE,
+                     "cachalot_check: device %d: the plan's block %llu lies outside its range", dev,
+                     (unsigned long long)k);
+  }
+  return CACHALOT_OK;
 }
