@@ -37,7 +37,7 @@
     }                                                                                                          \
   } while (0)
 
-enum { SLOTS = 32, STREAMS = 3, MAX_OPS = 200 };
+enum { SLOTS = 32, STREAMS = 3, MAX_OPS = 200, LOOP_LAPS = 12, LOOP_MAX_OPS = 1200 };
 
 static const char *const confs[] = {
     "",
@@ -302,8 +302,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cachalot_allocator *a = NULL;
   if (cachalot_backend_sim(&o, &b) != CACHALOT_OK)
     abort();
-  if (cachalot_create(b, confs[next(&in) % (sizeof confs / sizeof confs[0])], &a) != CACHALOT_OK)
+  /* the config byte's top bit: the operations that follow run LOOP_LAPS times in a row, a program whose
+   * steps repeat (the step plan of expandable_plan forms on them) */
+  const unsigned conf_byte = next(&in);
+  if (cachalot_create(b, confs[(conf_byte & 0x7f) % (sizeof confs / sizeof confs[0])], &a) != CACHALOT_OK)
     abort();
+  const uint8_t *const ops_start = in.p;
+  const size_t max_ops = conf_byte & 0x80 ? LOOP_MAX_OPS : MAX_OPS;
+  int laps = conf_byte & 0x80 ? LOOP_LAPS - 1 : 0;
   memset(ctx_refs, 0, sizeof ctx_refs);
   memset(&host, 0, sizeof host);
   const cachalot_context_ops ops = {ctx_retain, ctx_release};
@@ -321,7 +327,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cachalot_mempool_id pools[8];
   int n_pools = 0, next_pool = 1;
 
-  while (in.p < in.end && op_index < MAX_OPS) {
+  for (;;) {
+    if (in.p >= in.end && laps > 0 && in.end > ops_start) {
+      in.p = ops_start;
+      laps--;
+    }
+    if (in.p >= in.end || op_index >= max_ops)
+      break;
     op_index++;
     const unsigned op = next(&in) % 23;
     if (trace)
@@ -592,7 +604,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(json);
       expect_status(cachalot_reset_peak_stats(a, 0), "reset_peak_stats", CACHALOT_OK, CACHALOT_OK);
       /* (a 0 byte ends the chain at once: inputs from before the host cache read as they did) */
-      for (unsigned h; op_index < MAX_OPS && (h = next(&in) % 12) != 0;) {
+      for (unsigned h; op_index < max_ops && (h = next(&in) % 12) != 0;) {
         consistent(a, b);
         op_index++;
         if (trace)
