@@ -567,14 +567,17 @@ struct cl_device {
                                      free passes history.c */
   pthread_mutex_t auto_lock;   /* guards autos; taken outside exclusive mode */
   cl_autocap *autos;           /* detected captures, routing or done (autocapture.c) */
-  cl_step *step;               /* with expandable_plan: the step tracker (core/step.c), and the plan */
-  cl_plan *plan;               /* made from what it finds (expandable/plan.c); NULL without */
   /* In the cache line before room, which nothing else uses: the warm paths that record history write it
    * with every entry. */
   cl_trace_clock trace_clock;
+  /* With expandable_plan, the step tracker (core/step.c) and the plan made from what it finds
+   * (expandable/plan.c); NULL without. Read in exclusive mode only: here, in that line's padding, so that
+   * the device's size, which the warm paths multiply by, stays what it was. */
+  cl_step *step;
+  cl_plan *plan;
   /* The room pools (see cl_lane_stat), apart from the fields the warm paths read: lanes take from and
    * give back to them under their own lock alone, exclusive mode sets them anew. */
-  char pad_[64 - sizeof(cl_trace_clock)];
+  char pad_[64 - sizeof(cl_trace_clock) - 2 * sizeof(void *)];
   _Atomic int64_t room[CL_LS_N][CACHALOT_STAT_TYPES]; /* [id][all, small, large] */
   _Atomic int64_t room_oversize;
 };
