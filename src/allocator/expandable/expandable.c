@@ -379,7 +379,10 @@ static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t si
   const cachalot_device_stats *st = &d->stats;
   if (!find_gap(vr, size, d->cfg.expandable_compact, g))
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  const size_t bound = compact_bound(st, size);
+  /* where a plan keeps a range (expandable_plan), what repeats is planned and only deviations grow: no
+   * slack above the reserved peak for them */
+  const size_t peak = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].peak;
+  const size_t bound = vr->plan_hi ? peak : compact_bound(st, size);
   const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
   if (d->cfg.expandable_compact && g->map && !cl_capturing(d) && after > bound &&
       (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
