@@ -197,6 +197,8 @@ static void write_settings(cl_json *j, const cl_config *c, const char *raw) {
   cl_json_bool(j, c->expandable_segments);
   cl_json_key(j, "expandable_compact"); /* cachalot's own: what preset:low_fragmentation sets beside it */
   cl_json_bool(j, c->expandable_compact);
+  cl_json_key(j, "expandable_plan"); /* cachalot's own, the preset's too: the step plan */
+  cl_json_bool(j, c->expandable_plan);
   cl_json_key(j, "expandable_page_mb"); /* cachalot's own: the large kind's page */
   cl_json_int(j, (int64_t)(c->expandable_page >> 20));
   cl_json_key(j, "release_lock_on_cudamalloc");
