@@ -148,7 +148,9 @@ static void swap_lanes(cl_device *d, size_t i, size_t j) {
 
 void cl_lane_arm_locked(cl_device *d, cl_lane *ln) {
   CL_ASSERT_EXCLUSIVE(d);
-  if (ln->dormant)
+  /* (with the step tracker no warm path runs: an armed lane would only cost every exclusive mode its
+   * lock and its shares) */
+  if (ln->dormant || d->step)
     return;
   ln->idle = 0;
   if (ln->armed)
@@ -179,10 +181,12 @@ static void go_cold(cl_device *d, cl_lane *ln) {
 
 /* Lanes idle through CL_LANE_IDLE_MAX sections go cold (see cl_lane), down to CL_LANE_ARMED_MIN armed.
  * Their shares are empty: entering exclusive mode folded them, and nothing has changed them since. */
+static size_t armed_min(const cl_device *d) { return d->step ? 0 : CL_LANE_ARMED_MIN; }
 static void cool_idle_lanes(cl_device *d) {
-  for (size_t i = d->n_armed; i-- > 0 && d->n_armed > CL_LANE_ARMED_MIN;) {
+  /* (with the step tracker every lane goes: no warm path runs) */
+  for (size_t i = d->n_armed; i-- > 0 && d->n_armed > armed_min(d);) {
     cl_lane *ln = d->lanes[i];
-    if (ln->idle < CL_LANE_IDLE_MAX)
+    if (ln->idle < CL_LANE_IDLE_MAX && !d->step)
       continue;
     go_cold(d, ln); /* the lane moved to i was looked at already: the loop goes down */
     cl_spin_unlock(&ln->lock);
@@ -194,7 +198,7 @@ static void cool_idle_lanes(cl_device *d) {
  * gets min(room_k, room_all / 2) / lanes, which leaves the pools non-negative (two kinds draw on
  * room_all). */
 void cl_leave_exclusive(cl_device *d) {
-  if (d->n_armed > CL_LANE_ARMED_MIN)
+  if (d->n_armed > armed_min(d))
     cool_idle_lanes(d);
   const size_t L = d->n_armed;
   if (L) {
@@ -400,7 +404,7 @@ bool cl_lane_arm_quick(cl_device *d, cl_lane *ln) {
   if (atomic_load_explicit(&d->warm, memory_order_relaxed) & CL_WARM_STOP)
     return false; /* a thread enters exclusive mode: the call goes there too */
   pthread_mutex_lock(&d->lock);
-  const bool arm = !ln->armed && !ln->dormant;
+  const bool arm = !ln->armed && !ln->dormant && !d->step;
   if (arm) {
 #ifdef CL_DEBUG_LOCKS
     /* The books this reads (the default pool's free indexes) are the mutex holder's. */

@@ -275,14 +275,28 @@ static void note_lap(cl_device *d, uint64_t lap) {
   pl->lap_calls = now;
 }
 
-/* The block of vr that holds address x, or NULL where no run maps it. */
+enum { BACK_ENTRIES = 64 };
+
+/* The block of vr that holds address x, or NULL where no run maps it. From the nearest handed-out block
+ * at or before x in the run's table (a few entries back, as a rule: the plan's blocks lie close), else
+ * from the run's head. */
 static cl_block *block_at(const cl_vrange *vr, uintptr_t x) {
   for (cl_segment *run = vr->runs; run && run->ptr <= x; run = run->run_next) {
     if (x >= run->ptr + run->size)
       continue;
-    for (cl_block *b = run->head; b; b = b->next)
+    cl_block *b = run->head;
+    const size_t i = (x - run->ptr) >> run->at_shift;
+    for (size_t j = i + 1; j-- > 0 && i - j < BACK_ENTRIES;) {
+      cl_block *h = run->at[j];
+      if (h && h->ptr <= x) {
+        b = h;
+        break;
+      }
+    }
+    for (; b; b = b->next)
       if (x < b->ptr + b->size)
         return b;
+    return NULL;
   }
   return NULL;
 }
@@ -345,11 +359,14 @@ cl_block *cl_plan_take_locked(cl_device *d, cachalot_stream s, bool small, size_
   const region *g = &pl->regions[sl->region];
   const uintptr_t lo = g->base + sl->off[lap & 1], hi = lo + rounded;
   bool host_oom;
-  cl_block *b = NULL;
   cl_vrange *vr = region_vr(d, g);
-  if (vr && g->stream == s && g->small == small && range_free(vr, lo, hi) &&
-      cl_expand_range_locked(d, &d->default_pool, s, small, lo, hi, &host_oom) == CACHALOT_OK &&
-      (b = block_at(vr, lo)) && b->state == CL_FREE && b->ptr + b->size >= hi) {
+  cl_block *b = vr && g->stream == s && g->small == small ? block_at(vr, lo) : NULL;
+  /* the steady state: one free block holds the range; else pages missing from it are mapped first */
+  const bool holds = b && b->state == CL_FREE && b->ptr + b->size >= hi;
+  if (!holds && vr && g->stream == s && g->small == small && range_free(vr, lo, hi) &&
+      cl_expand_range_locked(d, &d->default_pool, s, small, lo, hi, &host_oom) == CACHALOT_OK)
+    b = block_at(vr, lo);
+  if (b && b->state == CL_FREE && b->ptr + b->size >= hi) {
     cl_free_index_remove_locked(d, b);
     if (b->ptr == lo || split_front(d, b, lo)) {
       pl->st.served++;
