@@ -494,6 +494,38 @@ static void plan_map_failures(void **state) {
   EQ(served > 0 && missed > 0 && all_ooms > 0, 1);
 }
 
+/* The key turned off and on again at run time (set_settings) while blocks numbered by the first tracker
+ * are live: the new tracker does not count their frees, its bytes live stay exact (cachalot_check), and
+ * it finds the period again. */
+static void plan_key_off_and_on(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  step_ptrs p = {{0}, NULL};
+  for (int k = 0; k < 7; k++)
+    step(&e, NULL, &p, 1, NULL);
+  EQ(plan_of(e.a).in_force, 1);
+  void *kept = ALLOC(e.a, 0, 3 * MiB, NULL);
+  OK(cachalot_set_settings(e.a, "expandable_plan:False"));
+  EQ(plan_of(e.a).plans_formed, 0); /* the counters went with the plan */
+  step(&e, NULL, &p, 1, NULL);
+  OK(cachalot_set_settings(e.a, "expandable_plan:True"));
+  for (int k = 0; k < 8; k++)
+    step(&e, NULL, &p, 1, NULL);
+  const cachalot_plan_stats ps = plan_of(e.a);
+  EQ(ps.plans_formed, 1);
+  EQ(ps.missed, 0);
+  EQ(ps.in_force, 1);
+  /* the new tracker has seen more events than the first had when it numbered `kept`: a number kept from
+   * then would name one of the new tracker's events */
+  EQ(e.a->devices[0].step->n > 73 + 6 * 74 + 1, 1); /* kept was the first tracker's event 518 */
+  FREE(e.a, kept);
+  FREE(e.a, p.carry);
+  EQ(e.a->devices[0].step->live, 0);
+  EMPTY(e.a);
+  EXPECT_POOLS(e.a, 0, PX0, PX0);
+  env_free(&e);
+}
+
 /* cachalot_check covers the plan: a reservation that keeps a range the plan does not have, or a plan whose
  * range its reservation does not keep, is a broken invariant. */
 static void check_covers_the_plan(void **state) {
@@ -542,6 +574,7 @@ int main(void) {
       cmocka_unit_test(plan_miss_when_a_block_outlives_its_plan),
       cmocka_unit_test(plan_after_empty_cache),
       cmocka_unit_test(plan_map_failures),
+      cmocka_unit_test(plan_key_off_and_on),
       cmocka_unit_test(check_covers_the_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

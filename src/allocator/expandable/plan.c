@@ -107,7 +107,12 @@ void cl_plan_configure_locked(cl_device *d) {
       free(d->plan);
       d->step = NULL;
       d->plan = NULL;
+      return;
     }
+    /* a new tracker: numbers an earlier one gave (the key turned off and on again) mean nothing to it */
+    for (cl_segment *seg = d->segments; seg; seg = seg->next)
+      for (cl_block *b = seg->head; b; b = b->next)
+        b->step_seq = 0;
   } else if (!on && d->step) {
     cl_plan_destroy_locked(d);
   }
