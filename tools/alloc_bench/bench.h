@@ -198,6 +198,9 @@ typedef struct {
   int repeats, threads, streams;
   double median_ns, min_ns, max_ns; /* per unit; valid when status == AB_ROW_OK */
   int64_t peak_reserved, peak_allocated, peak_requested, device_allocs; /* -1: unknown */
+  /* The reserved peak after the first pass (the warm-up) alone, beside the whole row's: one replay's
+   * figure beside the steady state's (replay rows; -1: unknown or not a replay row). */
+  int64_t first_reserved;
   char note[AB_ERR_LEN + 128];
 } ab_row;
 

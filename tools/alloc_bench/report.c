@@ -21,6 +21,7 @@ ab_row *ab_results_add(ab_results *r) {
   }
   ab_row *row = &r->rows[r->n++];
   memset(row, 0, sizeof *row);
+  row->first_reserved = -1;
   return row;
 }
 
@@ -68,7 +69,10 @@ static void row_cells(const ab_row *r, char cells[COLS][CELL]) {
   for (int i = 0; i < 3; i++) /* a negative peak was not measured: its cell stays "-" */
     if (peaks[i] >= 0)
       cl_format_bytes(cells[5 + i], (uint64_t)peaks[i], CL_BYTES_BINARY);
-  if (r->peak_reserved >= 0 && r->peak_requested > 0)
+  if (r->peak_reserved >= 0 && r->peak_requested > 0 && r->first_reserved >= 0)
+    snprintf(cells[8], CELL, "%.3f (first pass %.3f)", (double)r->peak_reserved / (double)r->peak_requested,
+             (double)r->first_reserved / (double)r->peak_requested);
+  else if (r->peak_reserved >= 0 && r->peak_requested > 0)
     snprintf(cells[8], CELL, "%.3f", (double)r->peak_reserved / (double)r->peak_requested);
   if (r->device_allocs >= 0)
     snprintf(cells[9], CELL, "%" PRId64, r->device_allocs);
@@ -284,7 +288,7 @@ static int read_row(char **fields, size_t n, const int col[F_COUNT], ab_results 
   for (int s = 0; s < 4; s++)
     if (strcmp(fields[col[F_STATUS]], status_names[s]) == 0)
       r->status = (ab_row_status)s;
-  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = -1;
+  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = r->first_reserved = -1;
   if (r->status != AB_ROW_OK)
     return 0;
   char *end1, *end2, *end3;
@@ -369,6 +373,7 @@ int ab_write_json(const char *path, const ab_results *res, const char *config, c
     json_i64(f, "peak_allocated_bytes", r->peak_allocated);
     json_i64(f, "peak_requested_bytes", r->peak_requested);
     json_i64(f, "device_allocs", r->device_allocs);
+    json_i64(f, "first_pass_peak_reserved_bytes", r->first_reserved);
     fputs(", \"note\": ", f);
     cl_json_fput_string(f, r->note);
     fputc('}', f);

@@ -55,7 +55,7 @@ static ab_row *new_row(ab_results *res, const char *workload, const ab_allocator
   r->repeats = c->repeat;
   r->threads = 1;
   r->streams = 1;
-  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = -1;
+  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = r->first_reserved = -1;
   return r;
 }
 
@@ -139,13 +139,15 @@ static bool open_row(const config *c, int idx, const ab_allocator *vt, int n_str
 }
 
 /* How a one-thread row runs: its streams (the sequence's, stream 0 the one synchronized), whether its
- * frees record (run_rec), and history off (0), on (1) or with stacks (2). */
+ * frees record (run_rec), history off (0), on (1) or with stacks (2), and whether the reserved peak of
+ * its first pass is kept apart (a replay: one replay's figure beside the steady state's). */
 typedef struct {
   int n_streams;
   bool rec;
   int history;
+  bool first_pass;
 } single_how;
-static const single_how PLAIN = {1, false, 0};
+static const single_how PLAIN = {1, false, 0, false};
 
 /* One thread: the pair, cross, history, streams, random and replay workloads. */
 static void run_single_how(ab_results *res, const config *c, int idx, const char *name, const char *unit,
@@ -207,6 +209,9 @@ static void run_single_how(ab_results *res, const config *c, int idx, const char
     }
     if (pass > 0)
       t[pass - 1] = (double)(t1 - t0) / (double)units;
+    ab_stats first = {-1, -1, -1};
+    if (pass == 0 && how.first_pass && vt->stats(a, false, &first, err) == 0 && first.peak_reserved >= 0)
+      r->first_reserved = first.peak_reserved;
   }
   if (r->status == AB_ROW_OK && how.history && vt->history(a, false, false, err) != 0)
     row_error(r, "turning history off", err);
@@ -482,7 +487,7 @@ static void workload_cross(ab_results *res, const config *c) {
     char err[AB_ERR_LEN];
     seq_or_die(ab_seq_cross(&s, 4 << 10, c->ops, kinds[k].every, err), kinds[k].name, err);
     for (int i = 0; i < c->n_alloc; i++)
-      run_single_how(res, c, i, kinds[k].name, "ns/pair", &s, c->ops, NULL, (single_how){2, true, 0});
+      run_single_how(res, c, i, kinds[k].name, "ns/pair", &s, c->ops, NULL, (single_how){2, true, 0, false});
     ab_seq_free(&s);
   }
 }
@@ -495,7 +500,7 @@ static void workload_history(ab_results *res, const config *c) {
   for (int h = 1; h <= 2; h++)
     for (int i = 0; i < c->n_alloc; i++)
       run_single_how(res, c, i, h == 1 ? "history-4KiB" : "history-stacks-4KiB", "ns/pair", &s, c->ops, NULL,
-                     (single_how){1, false, h});
+                     (single_how){1, false, h, false});
   ab_seq_free(&s);
 }
 
@@ -510,7 +515,7 @@ static void workload_streams(ab_results *res, const config *c) {
   snprintf(name, sizeof name, "streams-%" PRIu32, c->stream_requests);
   for (int i = 0; i < c->n_alloc; i++)
     run_single_how(res, c, i, name, "ns/req", &s, c->stream_requests, NULL,
-                   (single_how){(int)c->stream_requests, false, 0});
+                   (single_how){(int)c->stream_requests, false, 0, false});
   ab_seq_free(&s);
 }
 
@@ -585,7 +590,7 @@ static void workload_replay(ab_results *res, const config *c) {
       continue;
     }
     for (int i = 0; i < c->n_alloc; i++)
-      run_single(res, c, i, name, "ns/op", &s, s.n, note);
+      run_single_how(res, c, i, name, "ns/op", &s, s.n, note, (single_how){1, false, 0, true});
     ab_seq_free(&s);
 #else
     for (int i = 0; i < c->n_alloc; i++) {
