@@ -373,6 +373,21 @@ static cachalot_status expand_setup_locked(cl_device *d, cl_pool *p, cachalot_st
   return vrange_get_locked(d, bins, small, vr, host_oom);
 }
 
+/* expandable_compact before growth g: when it would take reserved memory to a new peak and above `bound`,
+ * unmaps up to the excess (at most g's size) of whole free pages elsewhere. The blocks g would join are
+ * kept: unmapping them would only mean mapping more. Whether it compacted (the runs changed then). */
+static bool compact_before_locked(cl_device *d, const growth *g, size_t bound) {
+  CL_ASSERT_EXCLUSIVE(d);
+  const cachalot_device_stats *st = &d->stats;
+  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
+  if (!d->cfg.expandable_compact || !g->map || cl_capturing(d) || after <= bound ||
+      (int64_t)after <= st->reserved_bytes[CACHALOT_STAT_ALL].peak)
+    return false;
+  compact_locked(d, after - bound < g->map ? after - bound : g->map, g->a ? g->a->tail : NULL,
+                 g->b ? g->b->head : NULL);
+  return true;
+}
+
 /* Where the growth goes (*g), after compacting first when expandable_compact asks for it. */
 static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t size, growth *g) {
   CL_ASSERT_EXCLUSIVE(d);
@@ -382,17 +397,9 @@ static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t si
   /* where a plan keeps a range (expandable_plan), what repeats is planned and only deviations grow: no
    * slack above the reserved peak for them */
   const size_t peak = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].peak;
-  const size_t bound = vr->plan_hi ? peak : compact_bound(st, size);
-  const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
-  if (d->cfg.expandable_compact && g->map && !cl_capturing(d) && after > bound &&
-      (int64_t)after > st->reserved_bytes[CACHALOT_STAT_ALL].peak) {
-    /* the blocks this growth would join are kept: unmapping them would only mean mapping more */
-    compact_locked(d, after - bound < g->map ? after - bound : g->map, g->a ? g->a->tail : NULL,
-                   g->b ? g->b->head : NULL);
-    /* the runs changed (a gap may have opened where less is mapped): plan again */
-    if (!find_gap(vr, size, true, g))
-      return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
-  }
+  /* the runs changed after a compaction (a gap may have opened where less is mapped): plan again */
+  if (compact_before_locked(d, g, vr->plan_hi ? peak : compact_bound(st, size)) && !find_gap(vr, size, true, g))
+    return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
   return CACHALOT_OK;
 }
 
@@ -533,18 +540,14 @@ cachalot_status cl_expand_range_locked(cl_device *d, cl_pool *p, cachalot_stream
   hi = vr->base + cl_round_up(hi - vr->base, vr->page);
   if (lo < vr->base || hi > vr->base + vr->size || lo >= hi)
     return cl_fail(CACHALOT_ERROR_INVALID_ARGUMENT, "the range to map is outside the expandable segment's reservation");
-  const cachalot_device_stats *st = &d->stats;
   bool compacted = false;
   growth g;
   while (unmapped_piece(vr, lo, hi, &g)) {
-    const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g.map;
     /* A plan's range is mapped once and kept: unmapping free pages elsewhere so that it sets no new peak
-     * at all (not only none above compaction's bound, which is there to stop trading) costs no trading. */
-    const int64_t peak = st->reserved_bytes[CACHALOT_STAT_ALL].peak;
-    if (d->cfg.expandable_compact && !compacted && !cl_capturing(d) && (int64_t)after > peak) {
-      const size_t over = after - (size_t)peak;
-      compact_locked(d, over < g.map ? over : g.map, g.a ? g.a->tail : NULL, g.b ? g.b->head : NULL);
-      compacted = true; /* once a piece: the runs changed, so the piece is found again */
+     * at all (not only none above compaction's bound, which is there to stop trading) costs no trading.
+     * Once a piece: the runs changed, so the piece is found again. */
+    if (!compacted && compact_before_locked(d, &g, (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].peak)) {
+      compacted = true;
       continue;
     }
     cl_block *blk;
