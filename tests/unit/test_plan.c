@@ -58,6 +58,26 @@ static int64_t device_calls(cachalot_allocator *a) {
   return st.num_device_alloc + st.num_device_free;
 }
 
+/* The opening most tests share: seven steps on the default stream, after which the plan is in force. */
+static void to_force_(env *e, step_ptrs *p, const char *file, int line) {
+  for (int k = 0; k < 7; k++)
+    step(e, NULL, p, 1, NULL);
+  eq_i64_(plan_of(e->a).in_force, 1, "in force", file, line);
+}
+#define TO_FORCE(e, p) to_force_((e), (p), __FILE__, __LINE__)
+
+/* The end every test shares: the step's buffer freed, empty_cache, nothing held by the allocator or on
+ * the device, the allocator gone. */
+static void finish_(env *e, step_ptrs *p, const char *file, int line) {
+  if (p->carry)
+    free_ok_(e->a, p->carry, file, line);
+  empty_ok_(e->a, file, line);
+  expect_pools_(e->a, 0, PX0, PX0, file, line);
+  eq_i64_((int64_t)used_(e->b, 0, file, line), 0, "device memory used", file, line);
+  env_free(e);
+}
+#define FINISH(e, p) finish_((e), (p), __FILE__, __LINE__)
+
 /* Runs one step and checks the plan's counters and the device calls so far. */
 static void step_expect_(env *e, step_ptrs *p, int64_t found, int64_t served, int64_t clean, int64_t calls,
                          const char *file, int line) {
@@ -117,12 +137,9 @@ static void plan_formed_and_served(void **state) {
   EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, peak); /* the weights' pages and the plan's range */
   EQ(st.reserved_bytes[CACHALOT_STAT_ALL].peak, peak);
   EXPECT_RESERVED_IS_USED(&e, 0);
-  FREE(e.a, p.carry);
   for (int i = 0; i < 3; i++)
     FREE(e.a, w[i]);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* The two places of each block of the step (by the step's parity) once the plan is in force. */
@@ -157,9 +174,7 @@ static void plan_deviation_recovers(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   const places pl = learn_places(&e, &p);
   EQ(plan_of(e.a).served, 185);
   void *ev[10];
@@ -195,10 +210,7 @@ static void plan_deviation_recovers(void **state) {
   EQ(ps.device_calls_in_force, 0);
   EQ(device_calls(e.a), calls);
   EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* The shape changes for good (every size doubles): no malloc follows the plan, which is dropped once two
@@ -209,9 +221,7 @@ static void plan_dropped_and_formed_again(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   static const int64_t dropped[8] = {0, 0, 1, 1, 1, 1, 1, 1}, formed[8] = {1, 1, 1, 2, 2, 2, 2, 2},
                        served[8] = {111, 111, 111, 111, 148, 185, 222, 259};
   int64_t calls = 0;
@@ -231,10 +241,7 @@ static void plan_dropped_and_formed_again(void **state) {
   }
   /* the doubled step's live-bytes bound */
   EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, 2 * ACT_BYTES + CARRY);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* One activation of each step is used by a side stream (record_stream) and its free completes only when
@@ -260,10 +267,7 @@ static void plan_record_stream(void **state) {
       EQ(device_calls(e.a), calls);
   }
   EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* The step on two streams, the odd activations on a second one: one range on each stream's reservation,
@@ -293,10 +297,7 @@ static void plan_two_streams(void **state) {
       EQ(seg->stream == (i % 2 ? s2 : NULL), 1);
     }
   }
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* A graph captured in the middle of a step, on a stream of its own: its mallocs go to its private pool,
@@ -306,9 +307,7 @@ static void plan_capture_in_the_middle(void **state) {
   env e = ENV(1, 4 * GiB, PRESET);
   cachalot_stream cs = STREAM(e.b, 0);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   const int64_t calls = device_calls(e.a), served = plan_of(e.a).served;
   for (int i = 0; i < ACTS / 2; i++)
     p.act[i] = ALLOC(e.a, 0, SIZES[i % 6], NULL);
@@ -336,10 +335,7 @@ static void plan_capture_in_the_middle(void **state) {
   FREE(e.a, y);
   OK(cachalot_graph_reset(g));
   cachalot_graph_destroy(g);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* A block kept past the life the plan gave it (an activation held for a later step) stands where the
@@ -350,8 +346,7 @@ static void plan_miss_when_a_block_outlives_its_plan(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
+  TO_FORCE(&e, &p);
   const places pl = learn_places(&e, &p);
   const int64_t served = plan_of(e.a).served;
   /* a step that keeps its sixth activation */
@@ -389,10 +384,7 @@ static void plan_miss_when_a_block_outlives_its_plan(void **state) {
   EQ(ps.missed, 1);
   EQ(ps.in_force, 1);
   EQ(ps.plans_dropped, 0);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* empty_cache with nothing live gives the stream's reservation back, and the plan's range with it: the
@@ -402,9 +394,7 @@ static void plan_after_empty_cache(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   FREE(e.a, p.carry);
   p.carry = NULL;
   EMPTY(e.a);
@@ -418,10 +408,7 @@ static void plan_after_empty_cache(void **state) {
   EQ(ps.missed, 0);
   EQ(ps.in_force, 1);
   EQ(ps.footprint, ACT_BYTES + CARRY);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* Injected map failures while the plan maps its range: one failure makes that malloc miss (the online
@@ -446,11 +433,7 @@ static void plan_map_failures(void **state) {
   ps = plan_of(e.a);
   EQ(ps.missed, 1);
   EQ(ps.in_force, 1);
-  FREE(e.a, p.carry);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  EQ(USED(e.b, 0), 0);
-  env_free(&e);
+  FINISH(&e, &p);
 
   int64_t served = 0, missed = 0, all_ooms = 0;
   for (int every = 2; every <= 9; every++) {
@@ -501,9 +484,7 @@ static void plan_key_off_and_on(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   void *kept = ALLOC(e.a, 0, 3 * MiB, NULL);
   OK(cachalot_set_settings(e.a, "expandable_plan:False"));
   EQ(plan_of(e.a).plans_formed, 0); /* the counters went with the plan */
@@ -520,10 +501,9 @@ static void plan_key_off_and_on(void **state) {
   EQ(e.a->devices[0].step->n > 73 + 6 * 74 + 1, 1); /* kept was the first tracker's event 518 */
   FREE(e.a, kept);
   FREE(e.a, p.carry);
+  p.carry = NULL;
   EQ(e.a->devices[0].step->live, 0);
-  EMPTY(e.a);
-  EXPECT_POOLS(e.a, 0, PX0, PX0);
-  env_free(&e);
+  FINISH(&e, &p);
 }
 
 /* cachalot_check covers the plan: a reservation that keeps a range the plan does not have, or a plan whose
@@ -532,9 +512,7 @@ static void check_covers_the_plan(void **state) {
   (void)state;
   env e = ENV(1, 4 * GiB, PRESET);
   step_ptrs p = {{0}, NULL};
-  for (int k = 0; k < 7; k++)
-    step(&e, NULL, &p, 1, NULL);
-  EQ(plan_of(e.a).in_force, 1);
+  TO_FORCE(&e, &p);
   void *small = ALLOC(e.a, 0, 4 * KiB, NULL); /* the small kind's reservation, which keeps no range */
   cl_vrange *vr = NULL;
   for (cl_vrange *v = e.a->devices[0].vranges; v; v = v->next)
