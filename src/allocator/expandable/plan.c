@@ -186,28 +186,28 @@ static void form_locked(cl_device *d) {
   pl->slots = malloc(P * sizeof *pl->slots);
   cl_pack_item *items = malloc(2 * P * sizeof *items);
   uint64_t *ks = malloc(P * sizeof *ks);
-  int *reg = malloc(P * sizeof *reg);
+  struct {
+    int region; /* -1: left to the online policy */
+    uint64_t life;
+  } *reg = malloc(P * sizeof *reg);
   if (!pl->slots || !items || !ks || !reg)
     goto fail;
   for (uint64_t k = 0; k < P; k++) {
     pl->slots[k] = (slot){-1, 0, {0, 0}};
     const cl_step_event *e = cl_step_window(t, k);
-    uint64_t life;
-    reg[k] = -1;
-    if (e->size && cl_step_life(t, k, &life) && life < 2 * P)
-      reg[k] = region_of(d, e->stream, cl_is_small(e->size));
+    reg[k].region = -1;
+    if (e->size && cl_step_life(t, k, &reg[k].life) && reg[k].life < 2 * P)
+      reg[k].region = region_of(d, e->stream, cl_is_small(e->size));
   }
   pl->period = P;
   for (size_t r = 0; r < pl->n_regions; r++) {
     size_t n = 0;
     for (uint64_t k = 0; k < P; k++) {
-      if (reg[k] != (int)r)
+      if (reg[k].region != (int)r)
         continue;
-      const cl_step_event *e = cl_step_window(t, k);
-      uint64_t life = 0;
-      (void)cl_step_life(t, k, &life);
-      items[2 * n] = (cl_pack_item){e->size, k, life, 0};
-      items[2 * n + 1] = (cl_pack_item){e->size, k + P, life, 0};
+      const size_t size = cl_step_window(t, k)->size;
+      items[2 * n] = (cl_pack_item){size, k, reg[k].life, 0};
+      items[2 * n + 1] = (cl_pack_item){size, k + P, reg[k].life, 0};
       ks[n++] = k;
     }
     if (pack_region(d, (int)r, items, ks, n))
