@@ -541,6 +541,23 @@ static void check_covers_the_plan(void **state) {
   env_free(&e);
 }
 
+/* cachalot_plan_stats_get refuses what it cannot answer, with a message, and is all 0 without the key. */
+static void plan_stats_misuse(void **state) {
+  (void)state;
+  env e = ENV(2, 1 * GiB, "");
+  cachalot_plan_stats ps;
+  STATUS(cachalot_plan_stats_get(e.a, 0, NULL), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "cachalot_plan_stats_get: out is NULL");
+  STATUS(cachalot_plan_stats_get(NULL, 0, &ps), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_plan_stats_get(e.a, 2, &ps), CACHALOT_ERROR_INVALID_ARGUMENT);
+  STATUS(cachalot_plan_stats_get(e.a, -1, &ps), CACHALOT_ERROR_INVALID_ARGUMENT);
+  CONTAINS(cachalot_last_error(), "cachalot_plan_stats_get");
+  memset(&ps, 0xff, sizeof ps);
+  OK(cachalot_plan_stats_get(e.a, 1, &ps));
+  EQ(ps.periods_found + ps.plans_formed + ps.served + ps.period + ps.footprint + ps.in_force, 0);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(plan_formed_and_served),
@@ -554,6 +571,7 @@ int main(void) {
       cmocka_unit_test(plan_map_failures),
       cmocka_unit_test(plan_key_off_and_on),
       cmocka_unit_test(check_covers_the_plan),
+      cmocka_unit_test(plan_stats_misuse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
