@@ -387,6 +387,71 @@ static void plan_miss_when_a_block_outlives_its_plan(void **state) {
   FINISH(&e, &p);
 }
 
+/* A program that starts its steps over (a second run in one process): the step's buffer and the weights
+ * freed, nothing live, the weights made again. At that first malloc the tracker has lost the period: the
+ * plan goes out of force and the free pages the online policy left mapped (the weights' 30 MiB) go back,
+ * so that the new weights are placed by growth as on a first run; the plan's range stays mapped. The steps
+ * that follow find the period again, the plan serves again once a whole period has matched (from the end
+ * of the third step; serving from there, in the middle of a step, costs one page more) and is in force
+ * from the sixth, every block at its old place, with no device call in force. */
+static void plan_program_restarts(void **state) {
+  (void)state;
+  env e = ENV(1, 4 * GiB, PRESET);
+  void *w[3];
+  for (int i = 0; i < 3; i++)
+    w[i] = ALLOC(e.a, 0, 10 * MiB, NULL);
+  step_ptrs p = {{0}, NULL};
+  TO_FORCE(&e, &p);
+  const places pl = learn_places(&e, &p);
+  const int64_t peak = 30 * MiB + ACT_BYTES + CARRY;
+  cachalot_device_stats st = STATS(e.a, 0);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, peak);
+  EQ(st.num_device_alloc, 77);
+  EQ(st.num_device_free, 37);
+  EQ(plan_of(e.a).served, 185);
+  FREE(e.a, p.carry);
+  p.carry = NULL;
+  for (int i = 0; i < 3; i++)
+    FREE(e.a, w[i]);
+  w[0] = ALLOC(e.a, 0, 10 * MiB, NULL);
+  st = STATS(e.a, 0);
+  cachalot_plan_stats ps = plan_of(e.a);
+  EQ(st.reserved_bytes[CACHALOT_STAT_ALL].current, ACT_BYTES + CARRY + 10 * MiB); /* the range, one weight */
+  EQ(st.num_device_free, 38); /* the weights' pages: one hole */
+  EQ(st.num_device_alloc, 78);
+  EQ(ps.in_force, 0);
+  EQ(ps.served, 185);
+  EQ(ps.device_calls_in_force, 0);
+  for (int i = 1; i < 3; i++)
+    w[i] = ALLOC(e.a, 0, 10 * MiB, NULL);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, peak);
+  static const int64_t served[6] = {185, 185, 201, 238, 275, 312};
+  for (int k = 0; k < 6; k++) {
+    step(&e, NULL, &p, 1, NULL);
+    ps = plan_of(e.a);
+    EQ(ps.served, served[k]);
+    EQ(ps.missed, 0);
+    EQ(ps.in_force, k == 5);
+    EQ(ps.device_calls_in_force, 0);
+  }
+  expect_at_places(&pl, &p);
+  const int64_t calls = device_calls(e.a);
+  for (int k = 0; k < 2; k++) {
+    step(&e, NULL, &p, 1, NULL);
+    expect_at_places(&pl, &p);
+  }
+  ps = plan_of(e.a);
+  EQ(ps.plans_formed, 1);
+  EQ(ps.plans_dropped, 0);
+  EQ(ps.in_force, 1);
+  EQ(ps.device_calls_in_force, 0);
+  EQ(device_calls(e.a), calls);
+  EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, peak + PAGE);
+  for (int i = 0; i < 3; i++)
+    FREE(e.a, w[i]);
+  FINISH(&e, &p);
+}
+
 /* empty_cache with nothing live gives the stream's reservation back, and the plan's range with it: the
  * next malloc drops the plan (nothing may be placed by a range that is gone), and the steps that follow
  * find the period again and plan it anew. */
@@ -567,6 +632,7 @@ int main(void) {
       cmocka_unit_test(plan_two_streams),
       cmocka_unit_test(plan_capture_in_the_middle),
       cmocka_unit_test(plan_miss_when_a_block_outlives_its_plan),
+      cmocka_unit_test(plan_program_restarts),
       cmocka_unit_test(plan_after_empty_cache),
       cmocka_unit_test(plan_map_failures),
       cmocka_unit_test(plan_key_off_and_on),

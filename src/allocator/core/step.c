@@ -172,7 +172,7 @@ uint64_t cl_step_malloc(cl_step *st, size_t size, size_t held, cachalot_stream s
 bool cl_step_position(const cl_step *st, size_t size, cachalot_stream stream, uint64_t *pos, uint64_t *lap) {
   /* after a loss, a whole period must match again first: a program that left its step (a first step after
    * a restart, an evaluation) may make the step's sizes for blocks of other lives */
-  if (!st->sym || !st->synced || st->matched < st->period || st->sym[st->pos] != malloc_sym(size, stream))
+  if (!cl_step_following(st) || st->sym[st->pos] != malloc_sym(size, stream))
     return false;
   *pos = st->pos;
   *lap = st->lap;

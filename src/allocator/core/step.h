@@ -74,6 +74,11 @@ uint64_t cl_step_malloc(cl_step *st, size_t size, size_t held, cachalot_stream s
 /* Whether the next event, a malloc of `size` rounded bytes on `stream`, is the followed period's expected
  * one; its position in the period and its lap then (the lap's parity picks one of the plan's two places). */
 bool cl_step_position(const cl_step *st, size_t size, cachalot_stream stream, uint64_t *pos, uint64_t *lap);
+/* Whether the tracker follows its period now, so that it gives positions: synced, and a whole period
+ * matched since the last loss. */
+static inline bool cl_step_following(const cl_step *st) {
+  return st->sym && st->synced && st->matched >= st->period;
+}
 /* Records the free of the block of `held` bytes that cl_step_malloc numbered `seq` completing. */
 void cl_step_free(cl_step *st, uint64_t seq, size_t size);
 /* Whether a period was found by the last event and is not yet followed: the caller plans from
