@@ -1,18 +1,20 @@
-"""What preset:low_fragmentation costs a PyTorch program (issue 20): the same GPU runs with PyTorch's native
-allocator, cachalot's defaults and cachalot's preset, side by side, each in a fresh process.
+"""What preset:low_fragmentation costs a PyTorch program (issues 20 and 33): the same GPU runs with PyTorch's
+native allocator, cachalot's defaults and cachalot's preset, side by side, each in a fresh process.
 
-    python3 tests/gpu/torch_step_time.py [ROUNDS] [WORKLOAD,...]   (the cachalot package installed)
+    python3 tests/gpu/torch_step_time.py [ROUNDS] [WORKLOAD,...] [ALLOCATOR,...]   (the cachalot package
+    installed; ALLOCATOR is native, cachalot or preset, all three by default)
 
-Workloads:
-  lm_train      tests/gpu/record_traces.py's GPT-2-small-shaped language model training (fixed shapes): the
-                median step time of 30 steps after 5 warm-up steps
-  moe_train     tests/gpu/record_traces.py's mixture-of-experts training (token counts vary every step)
-  seg_multires  record_traces.py's segmentation training at a resolution drawn every step
-  var_inference record_traces.py's transformer inference on batches of random shape
-The record_traces workloads run twice in one process: the first run (the allocator warms up: every map
-and unmap of the preset happens there) and the second (the cache is warm) are timed on their own.
+Workloads: every one of tests/gpu/record_traces.py (its docstring says what each runs).
+  lm_train, gpt_train, cnn_train   fixed-shape training: the median step time of 30 steps after 5 warm-up
+                steps (a step plan forms in the warm-up), and the driver calls (maps, unmaps, cudaMalloc,
+                cudaFree) of those 30 steps
+  the others    shapes that change every step: the workload runs twice in one process, the first run (the
+                allocator warms up: most maps and unmaps of the preset happen there) and the second (the
+                cache is warm) timed on their own, each with its driver calls
 Each (workload, allocator) runs ROUNDS times (default 2), the allocators interleaved, so that a drift of
-the machine shows as a spread rather than as a difference. One JSON line per run, then a table of medians.
+the machine shows as a spread rather than as a difference. One JSON line per run, then a table of medians,
+then each workload's preset against cachalot's defaults: the median of the per-round ratios and their
+range.
 """
 import json
 import os
@@ -22,7 +24,24 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = [("native", None), ("cachalot", ""), ("cachalot preset", "preset:low_fragmentation")]
+CONFIGS = [("native", None), ("cachalot", ""), ("preset", "preset:low_fragmentation")]
+
+
+def driver_calls(torch):
+    st = torch.cuda.memory_stats()
+    return st.get("num_device_alloc", 0) + st.get("num_device_free", 0)
+
+
+class StepLog(list):
+    """Step times that also note the driver calls made so far at the end of each step."""
+
+    def __init__(self, torch):
+        super().__init__()
+        self.torch, self.calls = torch, []
+
+    def append(self, t):
+        super().append(t)
+        self.calls.append(driver_calls(self.torch))
 
 
 def child(name, conf):
@@ -39,17 +58,20 @@ def child(name, conf):
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
     timed = {}
-    if name == "lm_train":
-        steps = []
-        record_traces.lm_train(torch, 35, steps)
+    if name in record_traces.STEPPED:
+        steps = StepLog(torch)
+        record_traces.WORKLOADS[name](torch, 35, steps)
         timed["step_ms"] = statistics.median(steps[5:]) * 1e3
+        timed["calls_per_step"] = (steps.calls[-1] - steps.calls[4]) / (len(steps) - 5)
     else:
-        for run in ("first_s", "second_s"):
+        for run in ("first", "second"):
             torch.cuda.synchronize()
+            calls = driver_calls(torch)
             t0 = time.perf_counter()
             record_traces.WORKLOADS[name](torch)
             torch.cuda.synchronize()
-            timed[run] = time.perf_counter() - t0
+            timed[run + "_s"] = time.perf_counter() - t0
+            timed[run + "_calls"] = driver_calls(torch) - calls
     st = torch.cuda.memory_stats()
     timed["reserved_peak_mb"] = st["reserved_bytes.all.peak"] / 2**20
     timed["requested_peak_mb"] = st["requested_bytes.all.peak"] / 2**20
@@ -60,10 +82,12 @@ def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     names = sys.argv[2].split(",") if len(sys.argv) > 2 else ["lm_train", "moe_train", "seg_multires",
                                                               "var_inference"]
+    labels = sys.argv[3].split(",") if len(sys.argv) > 3 else [c[0] for c in CONFIGS]
+    configs = [c for c in CONFIGS if c[0] in labels]
     results, failed = {}, 0
     for name in names:
         for r in range(rounds):
-            for label, conf in CONFIGS:
+            for label, conf in configs:
                 p = subprocess.run([sys.executable, os.path.abspath(__file__), "child", name,
                                     "" if conf is None else "conf=" + conf], capture_output=True, text=True)
                 if p.returncode != 0:
@@ -73,10 +97,11 @@ def main():
                 res = json.loads(p.stdout.strip().splitlines()[-1])
                 print(json.dumps({"workload": name, "allocator": label, "round": r, **res}), flush=True)
                 results.setdefault((name, label), []).append(res)
-    print("%-14s %-16s %10s %10s %10s %10s %8s" % ("workload", "allocator", "step ms", "1st run s", "2nd run s",
-                                                   "reserved", "ratio"))
+    keys = ("step_ms", "calls_per_step", "first_s", "first_calls", "second_s", "second_calls")
+    print("%-18s %-9s" % ("workload", "allocator") + "".join("%13s" % k for k in keys) + "%10s %7s" %
+          ("reserved", "ratio"))
     for name in names:
-        for label, _ in CONFIGS:
+        for label, _ in configs:
             rs = results.get((name, label))
             if not rs:
                 continue
@@ -87,8 +112,17 @@ def main():
 
             res_mb = statistics.median(x["reserved_peak_mb"] for x in rs)
             req_mb = statistics.median(x["requested_peak_mb"] for x in rs)
-            print("%-14s %-16s %10s %10s %10s %8.0f MB %8.3f" % (name, label, med("step_ms"), med("first_s"),
-                                                                  med("second_s"), res_mb, res_mb / req_mb))
+            print("%-18s %-9s" % (name, label) + "".join("%13s" % med(k) for k in keys) +
+                  "%7.0f MB %7.3f" % (res_mb, res_mb / req_mb))
+    # the preset against cachalot's defaults, round by round (the rounds ran side by side)
+    for name in names:
+        base, pre = results.get((name, "cachalot"), []), results.get((name, "preset"), [])
+        for k in ("step_ms", "first_s", "second_s"):
+            ratios = [p[k] / b[k] for b, p in zip(base, pre) if k in b and k in p]
+            if ratios:
+                print("%-18s preset/defaults %-9s median %+.1f%% (%+.1f%% .. %+.1f%%) over %d rounds" %
+                      (name, k, 100 * (statistics.median(ratios) - 1), 100 * (min(ratios) - 1),
+                       100 * (max(ratios) - 1), len(ratios)))
     return 1 if failed else 0
 
 
