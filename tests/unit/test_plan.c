@@ -452,6 +452,69 @@ static void plan_program_restarts(void **state) {
   FINISH(&e, &p);
 }
 
+/* A pass of a program whose shapes never repeat (no period, so no plan): 48 buffers that grow by 640 KiB
+ * at a time in an order drawn from `seed`, each regrowth making the new buffer before freeing the old (a KV
+ * cache grown by torch.cat), 4,800 mallocs; then everything freed. Its reserved peak. */
+static int64_t growing_pass(env *e, uint32_t seed) {
+  OK(cachalot_reset_peak_stats(e->a, 0));
+  void *buf[48];
+  size_t size[48];
+  uint32_t x = seed;
+  for (int i = 0; i < 48; i++) {
+    size[i] = 1 * MiB + (size_t)(i + 1) * 64 * KiB;
+    buf[i] = ALLOC(e->a, 0, size[i], NULL);
+  }
+  for (int k = 0; k < 4800 - 48; k++) {
+    x = x * 1103515245u + 12345u;
+    const int i = (int)((x >> 16) % 48);
+    size[i] = size[i] + 640 * KiB > 24 * MiB ? 1 * MiB + 64 * KiB : size[i] + 640 * KiB;
+    void *grown = ALLOC(e->a, 0, size[i], NULL);
+    FREE(e->a, buf[i]);
+    buf[i] = grown;
+  }
+  for (int i = 0; i < 48; i++)
+    FREE(e->a, buf[i]);
+  EQ(STATS(e->a, 0).allocated_bytes[CACHALOT_STAT_ALL].current, 0);
+  return STATS(e->a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak;
+}
+
+/* Without a plan, a program that frees everything and starts over (thousands of mallocs since it last
+ * did) gets the free pages back at its next malloc, and its next pass is placed and compacted as on a
+ * fresh allocator: the same reserved peak, not the pass before's free pages scattered through it. A loop
+ * of a few mallocs with nothing else live (a benchmark) does not trade pages at every turn. */
+static void restart_without_a_plan(void **state) {
+  (void)state;
+  int64_t fresh[4];
+  for (uint32_t k = 0; k < 4; k++) {
+    env f = ENV(1, 4 * GiB, PRESET);
+    fresh[k] = growing_pass(&f, 1000 + k);
+    step_ptrs none = {{0}, NULL};
+    FINISH(&f, &none);
+  }
+  env e = ENV(1, 4 * GiB, PRESET);
+  EQ(growing_pass(&e, 1000), fresh[0]);
+  for (uint32_t k = 1; k < 4; k++) {
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current > (int64_t)(64 * MiB), 1); /* the free pages cached */
+    void *one = ALLOC(e.a, 0, 10 * MiB, NULL);
+    EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].current, 10 * MiB); /* the rest went back */
+    FREE(e.a, one);
+    EQ(growing_pass(&e, 1000 + k), fresh[k]);
+  }
+  /* a loop with nothing else live: 1,500 mallocs of 4 or 6 MiB drawn at random (no period), freed at once;
+   * no page mapped or unmapped once both sizes have been seen */
+  FREE(e.a, ALLOC(e.a, 0, 6 * MiB, NULL));
+  const int64_t calls = device_calls(e.a);
+  uint32_t x = 7;
+  for (int k = 0; k < 1500; k++) {
+    x = x * 1103515245u + 12345u;
+    FREE(e.a, ALLOC(e.a, 0, (x >> 16) % 2 ? 4 * MiB : 6 * MiB, NULL));
+  }
+  EQ(device_calls(e.a), calls);
+  EQ(plan_of(e.a).periods_found, 0);
+  step_ptrs p = {{0}, NULL};
+  FINISH(&e, &p);
+}
+
 /* empty_cache with nothing live gives the stream's reservation back, and the plan's range with it: the
  * next malloc drops the plan (nothing may be placed by a range that is gone), and the steps that follow
  * find the period again and plan it anew. */
@@ -633,6 +696,7 @@ int main(void) {
       cmocka_unit_test(plan_capture_in_the_middle),
       cmocka_unit_test(plan_miss_when_a_block_outlives_its_plan),
       cmocka_unit_test(plan_program_restarts),
+      cmocka_unit_test(restart_without_a_plan),
       cmocka_unit_test(plan_after_empty_cache),
       cmocka_unit_test(plan_map_failures),
       cmocka_unit_test(plan_key_off_and_on),

@@ -62,6 +62,12 @@ typedef struct cl_step {
   uint64_t lost_since;             /* times the period was lost while followed */
   uint64_t matched;                /* events matched in a row: positions are given from a whole period on */
   uint64_t found;                  /* periods found so far */
+  /* the program's latest restart (everything freed and made again, expandable/plan.c): compaction then
+   * keeps below the reserved peak since it (`peak`, kept by growth) where `restarted`, else below the
+   * reserved bytes' peak */
+  uint64_t restarted_at;           /* the event count at it */
+  bool restarted;                  /* whether it had no plan */
+  int64_t peak;
 } cl_step;
 
 /* A new tracker (NULL on host OOM), and its end. */

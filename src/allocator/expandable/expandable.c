@@ -375,6 +375,13 @@ static cachalot_status expand_setup_locked(cl_device *d, cl_pool *p, cachalot_st
   return vrange_get_locked(d, bins, small, vr, host_oom);
 }
 
+/* The reserved peak that compaction keeps below: since the program's latest restart where the step
+ * tracker saw one with no plan (a run placed again is compacted as the first was, not against the peak of
+ * the run before, under which it would fragment freely), else the reserved bytes' peak. */
+static size_t compact_peak(const cl_device *d) {
+  return (size_t)(d->step && d->step->restarted ? d->step->peak : d->stats.reserved_bytes[CACHALOT_STAT_ALL].peak);
+}
+
 /* expandable_compact before growth g: when it would take reserved memory to a new peak and above `bound`,
  * unmaps up to the excess (at most g's size) of whole free pages elsewhere. The blocks g would join are
  * kept: unmapping them would only mean mapping more. keep_plan keeps the free pages of a plan's ranges
@@ -384,7 +391,7 @@ static bool compact_before_locked(cl_device *d, const growth *g, size_t bound, b
   const cachalot_device_stats *st = &d->stats;
   const size_t after = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].current + g->map;
   if (!d->cfg.expandable_compact || !g->map || cl_capturing(d) || after <= bound ||
-      (int64_t)after <= st->reserved_bytes[CACHALOT_STAT_ALL].peak)
+      after <= compact_peak(d))
     return false;
   compact_locked(d, after - bound < g->map ? after - bound : g->map, g->a ? g->a->tail : NULL,
                  g->b ? g->b->head : NULL, keep_plan);
@@ -399,7 +406,7 @@ static cachalot_status plan_growth_locked(cl_device *d, cl_vrange *vr, size_t si
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
   /* where a plan keeps a range (expandable_plan), what repeats is planned and only deviations grow: no
    * slack above the reserved peak for them */
-  const size_t peak = (size_t)st->reserved_bytes[CACHALOT_STAT_ALL].peak;
+  const size_t peak = compact_peak(d);
   /* the runs changed after a compaction (a gap may have opened where less is mapped): plan again */
   if (compact_before_locked(d, g, vr->plan_hi ? peak : compact_bound(st, size), false) && !find_gap(vr, size, true, g))
     return cl_fail(CACHALOT_ERROR_OUT_OF_MEMORY, "no room left in the expandable segment's address space");
@@ -485,6 +492,8 @@ static cachalot_status grow_locked(cl_device *d, cl_vrange *vr, cl_pool *p, cach
 
   grow_run_locked(d, vr, seg, blk, &g, small);
   cl_stat_array_add(d->stats.reserved_bytes, small, (int64_t)g.map);
+  if (CL_UNLIKELY(d->step) && d->step->peak < d->stats.reserved_bytes[CACHALOT_STAT_ALL].current)
+    d->step->peak = d->stats.reserved_bytes[CACHALOT_STAT_ALL].current;
   d->stats.num_device_alloc++;
   cl_trace_locked(d, CL_TRACE_SEGMENT_MAP, g.at, g.map, s);
   if (rc != CACHALOT_OK) {
@@ -554,7 +563,7 @@ cachalot_status cl_expand_range_locked(cl_device *d, cl_pool *p, cachalot_stream
      * instead; one that does not (var_inference, whose period is the whole run) trades. Once a piece:
      * the runs changed, so the piece is found again. */
     if (!compacted &&
-        (compact_before_locked(d, &g, (size_t)d->stats.reserved_bytes[CACHALOT_STAT_ALL].peak, true) |
+        (compact_before_locked(d, &g, compact_peak(d), true) |
          compact_before_locked(d, &g, compact_bound(&d->stats, 0), false))) {
       compacted = true;
       continue;

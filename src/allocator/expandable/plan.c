@@ -26,6 +26,10 @@
 #include "pack.h"
 
 enum { MAX_REGIONS = 16 };
+/* Without a plan, nothing live counts as a restart once this many events passed since the last one: a
+ * program that frees everything in a loop of a few blocks (a benchmark, a test) must not trade its pages
+ * at every turn, and one that starts a whole run over has made far more. */
+enum { RESTART_EVENTS = 4096 };
 
 /* The range of one (stream, kind): [base, base + size) of the default pool's reservation of that stream and
  * kind, `size` whole pages (0: none). The reservation is found again at each use, not kept: empty_cache
@@ -399,17 +403,18 @@ static bool range_gone(cl_device *d) {
   return false;
 }
 
-/* A program that starts its steps over (everything freed, its setup made again: a new model, a second run
- * in one process) with a plan kept: the tracker has lost the period and nothing is live on the device. The
- * online policy will place the setup's blocks and the first steps' (the plan serves again only once a whole
- * period has matched), and the free pages it left mapped from the run before would scatter them: their
- * holes no longer fit, and the free bytes left in pages that also hold live bytes, which no compaction can
- * reach, add to the reserved peak at each restart (lm_train over six passes: 1.023 against 1.015 once).
- * So those pages go back now, and the setup is placed as on a first run, tightly from growth. The plan's
- * ranges stay mapped: it serves there again. The plan is out of force from here: the program left it. */
+/* A program that starts over (everything freed, its setup made again: a new model, a second run in one
+ * process): nothing is live on the device and, with a plan kept, the tracker has lost the period (without
+ * one, RESTART_EVENTS passed since the last restart). The online policy will place the setup's blocks and
+ * the first steps' (a plan serves again only once a whole period has matched), and the free pages it left
+ * mapped from the run before would scatter them: their holes no longer fit, and the free bytes left in
+ * pages that also hold live bytes, which no compaction can reach, add to the reserved peak at each restart
+ * (over six passes: lm_train 1.023 against 1.015 once, kv_generate 1.101 against 1.042). So those pages go
+ * back now, and the run is placed as the first was, tightly from growth. A plan's ranges stay mapped: it
+ * serves there again. The plan is out of force from here: the program left it. */
 static void restart_locked(cl_device *d) {
   cl_plan *pl = d->plan;
-  if (pl->st.in_force)
+  if (pl->period && pl->st.in_force)
     out_of_force(d);
   bool synced = false;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
@@ -429,9 +434,17 @@ static void restart_locked(cl_device *d) {
 
 void cl_plan_before_malloc_locked(cl_device *d) {
   CL_ASSERT_EXCLUSIVE(d);
-  if (CL_UNLIKELY(d->stats.allocated_bytes[CACHALOT_STAT_ALL].current == 0) && d->plan->period &&
-      !cl_step_following(d->step))
+  cl_plan *pl = d->plan;
+  if (CL_UNLIKELY(d->stats.allocated_bytes[CACHALOT_STAT_ALL].current == 0) &&
+      (pl->period ? !cl_step_following(d->step) : d->step->n - d->step->restarted_at >= RESTART_EVENTS)) {
+    d->step->restarted_at = d->step->n;
     restart_locked(d);
+    /* without a plan, the run placed again is compacted against its own peak, as the first was; with one,
+     * against the reserved peak, under which the plan's range was made to fit (compacting against less
+     * would unmap the range's pages for the run's setup, to map them again for the plan) */
+    d->step->restarted = !pl->period;
+    d->step->peak = d->stats.reserved_bytes[CACHALOT_STAT_ALL].current;
+  }
   if (cl_step_found(d->step))
     form_locked(d);
   else if (d->plan->period && (cl_step_gone(d->step) || range_gone(d)))
