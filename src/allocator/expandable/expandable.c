@@ -562,11 +562,13 @@ cachalot_status cl_expand_range_locked(cl_device *d, cl_pool *p, cachalot_stream
      * unmaps a step, never a clean lap), so a range that fits within the bound sets a new peak once
      * instead; one that does not (var_inference, whose period is the whole run) trades. Once a piece:
      * the runs changed, so the piece is found again. */
-    if (!compacted &&
-        (compact_before_locked(d, &g, compact_peak(d), true) |
-         compact_before_locked(d, &g, compact_bound(&d->stats, 0), false))) {
-      compacted = true;
-      continue;
+    if (!compacted) {
+      const bool outside = compact_before_locked(d, &g, compact_peak(d), true);
+      const bool own = compact_before_locked(d, &g, compact_bound(&d->stats, 0), false);
+      if (outside || own) {
+        compacted = true;
+        continue;
+      }
     }
     cl_block *blk;
     if ((rc = grow_locked(d, vr, p, s, lane, small, g, &blk, host_oom)) != CACHALOT_OK)
