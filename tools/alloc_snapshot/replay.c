@@ -35,7 +35,10 @@ static const char help[] =
     "\n"
     "Prints a summary: operations, unknown frees, OOMs, and per device the peak requested bytes (the\n"
     "most the trace had live), the peak reserved bytes (the most cachalot held from the device), their\n"
-    "ratio, device allocations and frees, and the recording allocator's own reserved peak when the\n"
+    "ratio, the page floor (the most 2 MiB pages the trace's live blocks need at once, those of 1 MiB\n"
+    "or less apart from the larger, as PyTorch's pools keep them: no allocator that maps 2 MiB pages\n"
+    "for each kind apart can reserve less) and how far the peak reserved is from it, device\n"
+    "allocations and frees, and the recording allocator's own reserved peak when the\n"
     "trace has its segment_alloc/segment_free entries; then the replay's wall time.\n"
     "\n"
     "With --passes N the trace is replayed N times in a row on the same allocator, as a program runs the\n"
@@ -78,6 +81,9 @@ typedef struct {
   /* per device */
   int n_devices;
   uint64_t *req_cur, *req_peak;
+  /* the page floor: what the trace has live of each kind (small blocks, of 1 MiB or less, and large), and
+   * the most pages of 2 MiB the two need at once, kept apart as PyTorch's pools keep them */
+  struct kinds { uint64_t small, large, floor; } *kinds;
   /* counts */
   uint64_t allocs, frees, unknown_frees, failed_frees, implicit_frees, ooms, skipped;
   /* --passes: how many, what the passes' ends freed, and each device's figures after the first */
@@ -117,6 +123,20 @@ static int get_stream(replay *r, int device, uint64_t id, cachalot_stream *out) 
   return 0;
 }
 
+enum { FLOOR_PAGE = 2 << 20, SMALL_MAX = 1 << 20 };
+
+static uint64_t pages(uint64_t bytes) { return (bytes + FLOOR_PAGE - 1) / FLOOR_PAGE; }
+
+/* What the trace has live of each kind changed by `size` (up when up). */
+static void note_kind(replay *r, int device, uint64_t size, bool up) {
+  struct kinds *k = &r->kinds[device];
+  uint64_t *live = size <= SMALL_MAX ? &k->small : &k->large;
+  *live = up ? *live + size : *live - size;
+  const uint64_t floor = (pages(k->small) + pages(k->large)) * FLOOR_PAGE;
+  if (floor > k->floor)
+    k->floor = floor;
+}
+
 /* Frees the allocation of a live record the walk removed. */
 static int do_free(replay *r, const tw_live *s) {
   if (s->tag == FAILED_ALLOC) {
@@ -128,6 +148,7 @@ static int do_free(replay *r, const tw_live *s) {
     return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
                       s->key, cachalot_status_name(st), cachalot_last_error());
   r->req_cur[s->device] -= s->size;
+  note_kind(r, s->device, s->size, false);
   r->frees++;
   return 0;
 }
@@ -156,6 +177,7 @@ static int do_alloc(replay *r, const tw_step *step) {
     r->req_cur[device] += e->size;
     if (r->req_cur[device] > r->req_peak[device])
       r->req_peak[device] = r->req_cur[device];
+    note_kind(r, device, e->size, true);
   }
   return 0;
 }
@@ -190,6 +212,7 @@ static int end_pass(replay *r, tw_walk *w) {
       return as_failure("replay", "device %d: freeing addr 0x%" PRIx64 " at the end of a pass failed: %s: %s",
                         l->device, l->key, cachalot_status_name(st), cachalot_last_error());
     r->req_cur[l->device] -= l->size;
+    note_kind(r, l->device, l->size, false);
     r->pass_end_frees++;
   }
   return 0;
@@ -301,6 +324,12 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
     } else {
       print_ratio(out, "  reserved/requested peak ratio:", reserved, requested);
     }
+    const uint64_t floor = r->kinds[d].floor;
+    fprintf(out,
+            "  page floor:       %s (%" PRIu64 " pages of 2 MiB, small and large blocks apart); "
+            "peak reserved %s%.1f pages from it\n",
+            as_fmt_size(sz, floor, false), floor / FLOOR_PAGE, reserved >= floor ? "+" : "-",
+            (double)(reserved >= floor ? reserved - floor : floor - reserved) / FLOOR_PAGE);
     fprintf(out, "  device allocs:    %" PRId64 "\n", st.num_device_alloc);
     fprintf(out, "  device frees:     %" PRId64 "\n", st.num_device_free);
     fprintf(out, "  alloc retries:    %" PRId64 "\n", st.num_alloc_retries);
@@ -503,7 +532,9 @@ static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
   r->req_cur = calloc((size_t)r->n_devices, sizeof *r->req_cur);
   r->req_peak = calloc((size_t)r->n_devices, sizeof *r->req_peak);
   r->first = calloc((size_t)r->n_devices, sizeof *r->first);
-  if (r->req_cur == NULL || r->req_peak == NULL || r->first == NULL || !tw_map_init(&r->streams, 16))
+  r->kinds = calloc((size_t)r->n_devices, sizeof *r->kinds);
+  if (r->req_cur == NULL || r->req_peak == NULL || r->first == NULL || r->kinds == NULL ||
+      !tw_map_init(&r->streams, 16))
     return as_failure("replay", "out of host memory");
   return GO_ON;
 }
@@ -545,6 +576,7 @@ int as_cmd_replay(int argc, char **argv) {
   free(r.req_cur);
   free(r.req_peak);
   free(r.first);
+  free(r.kinds);
   as_snapshot_free(&s);
   return as_finish_stdout("replay", rc);
 }
