@@ -80,10 +80,10 @@ typedef struct {
   bool warned_streams;
   /* per device */
   int n_devices;
-  uint64_t *req_cur, *req_peak;
-  /* the page floor: what the trace has live of each kind (small blocks, of 1 MiB or less, and large), and
-   * the most pages of 2 MiB the two need at once, kept apart as PyTorch's pools keep them */
-  struct kinds { uint64_t small, large, floor; } *kinds;
+  /* what the trace has live of each kind (small blocks, of 1 MiB or less, and large), the most of both at
+   * once (the requested peak), and the page floor: the most pages of 2 MiB the two need at once, kept
+   * apart as PyTorch's pools keep them */
+  struct live { uint64_t small, large, peak, floor; } *live;
   /* counts */
   uint64_t allocs, frees, unknown_frees, failed_frees, implicit_frees, ooms, skipped;
   /* --passes: how many, what the passes' ends freed, and each device's figures after the first */
@@ -127,14 +127,16 @@ enum { FLOOR_PAGE = 2 << 20, SMALL_MAX = 1 << 20 };
 
 static uint64_t pages(uint64_t bytes) { return (bytes + FLOOR_PAGE - 1) / FLOOR_PAGE; }
 
-/* What the trace has live of each kind changed by `size` (up when up). */
-static void note_kind(replay *r, int device, uint64_t size, bool up) {
-  struct kinds *k = &r->kinds[device];
-  uint64_t *live = size <= SMALL_MAX ? &k->small : &k->large;
-  *live = up ? *live + size : *live - size;
-  const uint64_t floor = (pages(k->small) + pages(k->large)) * FLOOR_PAGE;
-  if (floor > k->floor)
-    k->floor = floor;
+/* What the trace has live on `device` changed by `size` (up when up), and the peaks after it. */
+static void note_live(replay *r, int device, uint64_t size, bool up) {
+  struct live *l = &r->live[device];
+  uint64_t *kind = size <= SMALL_MAX ? &l->small : &l->large;
+  *kind = up ? *kind + size : *kind - size;
+  if (l->small + l->large > l->peak)
+    l->peak = l->small + l->large;
+  const uint64_t floor = (pages(l->small) + pages(l->large)) * FLOOR_PAGE;
+  if (floor > l->floor)
+    l->floor = floor;
 }
 
 /* Frees the allocation of a live record the walk removed. */
@@ -147,8 +149,7 @@ static int do_free(replay *r, const tw_live *s) {
   if (st != CACHALOT_OK)
     return as_failure("replay", "device %d: freeing the allocation of addr 0x%" PRIx64 " failed: %s: %s", s->device,
                       s->key, cachalot_status_name(st), cachalot_last_error());
-  r->req_cur[s->device] -= s->size;
-  note_kind(r, s->device, s->size, false);
+  note_live(r, s->device, s->size, false);
   r->frees++;
   return 0;
 }
@@ -174,10 +175,7 @@ static int do_alloc(replay *r, const tw_step *step) {
                       step->index, e->size, cachalot_status_name(st), cachalot_last_error());
   } else {
     r->allocs++;
-    r->req_cur[device] += e->size;
-    if (r->req_cur[device] > r->req_peak[device])
-      r->req_peak[device] = r->req_cur[device];
-    note_kind(r, device, e->size, true);
+    note_live(r, device, e->size, true);
   }
   return 0;
 }
@@ -211,8 +209,7 @@ static int end_pass(replay *r, tw_walk *w) {
     if (st != CACHALOT_OK)
       return as_failure("replay", "device %d: freeing addr 0x%" PRIx64 " at the end of a pass failed: %s: %s",
                         l->device, l->key, cachalot_status_name(st), cachalot_last_error());
-    r->req_cur[l->device] -= l->size;
-    note_kind(r, l->device, l->size, false);
+    note_live(r, l->device, l->size, false);
     r->pass_end_frees++;
   }
   return 0;
@@ -224,7 +221,7 @@ static void note_first_pass(replay *r) {
     cachalot_device_stats st;
     if (cachalot_memory_stats(r->a, d, &st) != CACHALOT_OK)
       continue;
-    r->first[d] = (struct first_pass){(uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, r->req_peak[d],
+    r->first[d] = (struct first_pass){(uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, r->live[d].peak,
                                       st.num_device_alloc, st.num_device_free};
   }
 }
@@ -308,7 +305,7 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
     cachalot_device_stats st;
     if (cachalot_memory_stats(r->a, d, &st) != CACHALOT_OK)
       continue;
-    uint64_t reserved = (uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, requested = r->req_peak[d];
+    uint64_t reserved = (uint64_t)st.reserved_bytes[CACHALOT_STAT_ALL].peak, requested = r->live[d].peak;
     fprintf(out, "device %d:\n", d);
     fprintf(out, "  peak requested:   %s (%" PRIu64 " B)\n", as_fmt_size(sz, requested, false), requested);
     fprintf(out, "  peak reserved:    %s (%" PRIu64 " B)\n", as_fmt_size(sz, reserved, false), reserved);
@@ -324,7 +321,7 @@ static void print_summary(FILE *out, const replay *r, const as_snapshot *s, cons
     } else {
       print_ratio(out, "  reserved/requested peak ratio:", reserved, requested);
     }
-    const uint64_t floor = r->kinds[d].floor;
+    const uint64_t floor = r->live[d].floor;
     fprintf(out,
             "  page floor:       %s (%" PRIu64 " pages of 2 MiB, small and large blocks apart); "
             "peak reserved %s%.1f pages from it\n",
@@ -529,12 +526,9 @@ static int set_up(replay *r, const replay_args *a, const as_snapshot *s) {
       return as_failure("replay", "cannot record history: %s", cachalot_last_error());
   }
   r->passes = a->passes;
-  r->req_cur = calloc((size_t)r->n_devices, sizeof *r->req_cur);
-  r->req_peak = calloc((size_t)r->n_devices, sizeof *r->req_peak);
+  r->live = calloc((size_t)r->n_devices, sizeof *r->live);
   r->first = calloc((size_t)r->n_devices, sizeof *r->first);
-  r->kinds = calloc((size_t)r->n_devices, sizeof *r->kinds);
-  if (r->req_cur == NULL || r->req_peak == NULL || r->first == NULL || r->kinds == NULL ||
-      !tw_map_init(&r->streams, 16))
+  if (r->live == NULL || r->first == NULL || !tw_map_init(&r->streams, 16))
     return as_failure("replay", "out of host memory");
   return GO_ON;
 }
@@ -573,10 +567,8 @@ int as_cmd_replay(int argc, char **argv) {
   cachalot_destroy(r.a);
   cachalot_backend_destroy(r.b);
   tw_map_free(&r.streams);
-  free(r.req_cur);
-  free(r.req_peak);
+  free(r.live);
   free(r.first);
-  free(r.kinds);
   as_snapshot_free(&s);
   return as_finish_stdout("replay", rc);
 }
