@@ -19,6 +19,9 @@ size_t cl_unmappable_bytes(const cl_block *b);
  * bytes given back. The device is synchronized first unless *synced (set then): unmapping does not wait
  * for work still using the memory. Nothing is done during a capture. */
 cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *b, size_t limit, bool *synced, size_t *unmapped);
+/* Unmaps the whole free pages of every run of vr (but those in the plan's range there, with keep_plan).
+ * Returns the first failure; what could not be unmapped stays cached. */
+cachalot_status cl_unmap_vrange_locked(cl_device *d, cl_vrange *vr, bool keep_plan, bool *synced);
 /* empty_cache and the OOM retry: unmaps the whole free pages of every run of the default pool and of
  * freeable private pools. Returns the first failure; what could not be unmapped stays cached. */
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced);

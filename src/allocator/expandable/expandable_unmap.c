@@ -216,24 +216,33 @@ cachalot_status cl_unmap_block_locked(cl_device *d, cl_block *f, size_t limit, b
   return rc;
 }
 
+cachalot_status cl_unmap_vrange_locked(cl_device *d, cl_vrange *vr, bool keep_plan, bool *synced) {
+  CL_ASSERT_EXCLUSIVE(d);
+  cachalot_status result = CACHALOT_OK;
+  for (cl_segment *run = vr->runs, *following; run; run = following) {
+    following = run->run_next; /* a run split below is walked through its blocks, not through the list */
+    for (cl_block *b = run->head, *next; b; b = next) {
+      next = b->next; /* survives: unmapping b changes b and the runs only */
+      size_t n;
+      if (b->state == CL_FREE && !(keep_plan && cl_plan_holds(b))) {
+        cachalot_status rc = cl_unmap_block_locked(d, b, SIZE_MAX, synced, &n);
+        if (rc != CACHALOT_OK && result == CACHALOT_OK)
+          result = rc;
+      }
+    }
+  }
+  return result;
+}
+
 cachalot_status cl_unmap_all_locked(cl_device *d, bool *synced) {
   CL_ASSERT_EXCLUSIVE(d);
   cachalot_status result = CACHALOT_OK;
   for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
     if (!cl_exp_vrange_releasable(d, vr))
       continue;
-    for (cl_segment *run = vr->runs, *following; run; run = following) {
-      following = run->run_next; /* a run split below is walked through its blocks, not through the list */
-      for (cl_block *b = run->head, *next; b; b = next) {
-        next = b->next; /* survives: unmapping b changes b and the runs only */
-        size_t n;
-        if (b->state == CL_FREE) {
-          cachalot_status rc = cl_unmap_block_locked(d, b, SIZE_MAX, synced, &n);
-          if (rc != CACHALOT_OK && result == CACHALOT_OK)
-            result = rc;
-        }
-      }
-    }
+    cachalot_status rc = cl_unmap_vrange_locked(d, vr, false, synced);
+    if (rc != CACHALOT_OK && result == CACHALOT_OK)
+      result = rc;
   }
   return result;
 }

@@ -417,19 +417,9 @@ static void restart_locked(cl_device *d) {
   if (pl->period && pl->st.in_force)
     out_of_force(d);
   bool synced = false;
-  for (cl_vrange *vr = d->vranges; vr; vr = vr->next) {
-    if (!vr->runs || !cl_pool_is_default(d, vr->runs->pool))
-      continue;
-    for (cl_segment *run = vr->runs, *following; run; run = following) {
-      following = run->run_next; /* a run split below is walked through its blocks, not through the list */
-      for (cl_block *b = run->head, *next; b; b = next) {
-        next = b->next; /* survives: unmapping b changes b and the runs only */
-        size_t n;
-        if (b->state == CL_FREE && !cl_plan_holds(b))
-          (void)cl_unmap_block_locked(d, b, SIZE_MAX, &synced, &n); /* a failure leaves it mapped */
-      }
-    }
-  }
+  for (cl_vrange *vr = d->vranges; vr; vr = vr->next)
+    if (vr->runs && cl_pool_is_default(d, vr->runs->pool))
+      (void)cl_unmap_vrange_locked(d, vr, true, &synced); /* a failure leaves those pages mapped */
 }
 
 void cl_plan_before_malloc_locked(cl_device *d) {
