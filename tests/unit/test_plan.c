@@ -165,6 +165,23 @@ static void expect_at_places(const places *pl, const step_ptrs *p) {
   EQ(p->carry, pl->at[k][ACTS]);
 }
 
+/* The steady state after a plan recovered: two more steps, each block at its learned place and no page
+ * mapped or unmapped; the plan formed once, never dropped, in force, with no device call while it was. */
+static void steady_(env *e, step_ptrs *p, const places *pl, const char *file, int line) {
+  const int64_t calls = device_calls(e->a);
+  for (int k = 0; k < 2; k++) {
+    step(e, NULL, p, 1, NULL);
+    expect_at_places(pl, p);
+  }
+  const cachalot_plan_stats ps = plan_of(e->a);
+  eq_i64_(ps.plans_formed, 1, "plans formed", file, line);
+  eq_i64_(ps.plans_dropped, 0, "plans dropped", file, line);
+  eq_i64_(ps.in_force, 1, "in force", file, line);
+  eq_i64_(ps.device_calls_in_force, 0, "device calls in force", file, line);
+  eq_i64_(device_calls(e->a), calls, "device calls", file, line);
+}
+#define STEADY(e, p, pl) steady_((e), (p), (pl), __FILE__, __LINE__)
+
 /* An evaluation step (ten 9 MiB blocks, none of the step's sizes) in the middle: the plan goes out of
  * force at its first malloc, which the online policy serves outside the plan's range (unmapping free pages
  * of the range first, so that reserved memory stays at its peak); the next step takes the period up again, the one after
@@ -199,16 +216,7 @@ static void plan_deviation_recovers(void **state) {
     if (k >= 2)
       expect_at_places(&pl, &p);
   }
-  const int64_t calls = device_calls(e.a);
-  for (int k = 0; k < 2; k++) {
-    step(&e, NULL, &p, 1, NULL);
-    expect_at_places(&pl, &p);
-  }
-  ps = plan_of(e.a);
-  EQ(ps.plans_formed, 1);
-  EQ(ps.plans_dropped, 0);
-  EQ(ps.device_calls_in_force, 0);
-  EQ(device_calls(e.a), calls);
+  STEADY(&e, &p, &pl);
   EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, ACT_BYTES + CARRY);
   FINISH(&e, &p);
 }
@@ -435,17 +443,7 @@ static void plan_program_restarts(void **state) {
     EQ(ps.device_calls_in_force, 0);
   }
   expect_at_places(&pl, &p);
-  const int64_t calls = device_calls(e.a);
-  for (int k = 0; k < 2; k++) {
-    step(&e, NULL, &p, 1, NULL);
-    expect_at_places(&pl, &p);
-  }
-  ps = plan_of(e.a);
-  EQ(ps.plans_formed, 1);
-  EQ(ps.plans_dropped, 0);
-  EQ(ps.in_force, 1);
-  EQ(ps.device_calls_in_force, 0);
-  EQ(device_calls(e.a), calls);
+  STEADY(&e, &p, &pl);
   EQ(STATS(e.a, 0).reserved_bytes[CACHALOT_STAT_ALL].peak, peak + PAGE);
   for (int i = 0; i < 3; i++)
     FREE(e.a, w[i]);
