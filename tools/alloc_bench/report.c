@@ -21,7 +21,8 @@ ab_row *ab_results_add(ab_results *r) {
   }
   ab_row *row = &r->rows[r->n++];
   memset(row, 0, sizeof *row);
-  row->first_reserved = -1;
+  /* no peak measured yet: -1 is "unknown" (a negative peak's cell stays "-") */
+  row->peak_reserved = row->peak_allocated = row->peak_requested = row->device_allocs = row->first_reserved = -1;
   return row;
 }
 
@@ -288,7 +289,6 @@ static int read_row(char **fields, size_t n, const int col[F_COUNT], ab_results 
   for (int s = 0; s < 4; s++)
     if (strcmp(fields[col[F_STATUS]], status_names[s]) == 0)
       r->status = (ab_row_status)s;
-  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = r->first_reserved = -1;
   if (r->status != AB_ROW_OK)
     return 0;
   char *end1, *end2, *end3;

@@ -55,7 +55,6 @@ static ab_row *new_row(ab_results *res, const char *workload, const ab_allocator
   r->repeats = c->repeat;
   r->threads = 1;
   r->streams = 1;
-  r->peak_reserved = r->peak_allocated = r->peak_requested = r->device_allocs = r->first_reserved = -1;
   return r;
 }
 
